@@ -1,0 +1,114 @@
+#include "thread_pool.h"
+
+#include <cstdlib>
+#include <memory>
+
+namespace tessera {
+
+namespace {
+thread_local bool t_inside_pool = false;
+}
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads < 1) threads = 1;
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_start_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_tasks() {
+  const bool was_inside = t_inside_pool;
+  t_inside_pool = true;
+  for (;;) {
+    const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (t >= job_tasks_) break;
+    (*job_)(t);
+  }
+  t_inside_pool = was_inside;
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    run_tasks();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--active_ == 0) cv_done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  if (tasks <= 0) return;
+  if (workers_.empty() || tasks == 1 || t_inside_pool) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    job_tasks_ = tasks;
+    next_task_.store(0, std::memory_order_relaxed);
+    active_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  cv_start_.notify_all();
+  run_tasks();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_done_.wait(lock, [&] { return active_ == 0; });
+  job_ = nullptr;
+}
+
+void ThreadPool::parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  // Chunk count depends on n and grain only, never on the thread count.
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  const int64_t chunks = max_chunks < 64 ? max_chunks : 64;
+  const int64_t per = (n + chunks - 1) / chunks;
+  parallel_for(chunks, [&](int64_t c) {
+    const int64_t b = c * per;
+    const int64_t e = b + per < n ? b + per : n;
+    if (b < e) fn(b, e);
+  });
+}
+
+int default_thread_count() {
+  if (const char* env = std::getenv("TESSERA_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+namespace {
+std::unique_ptr<ThreadPool>& pool_slot() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
+}
+}  // namespace
+
+ThreadPool& global_pool() {
+  auto& slot = pool_slot();
+  if (!slot) slot = std::make_unique<ThreadPool>(default_thread_count());
+  return *slot;
+}
+
+void set_global_threads(int threads) { pool_slot() = std::make_unique<ThreadPool>(threads < 1 ? 1 : threads); }
+
+}  // namespace tessera

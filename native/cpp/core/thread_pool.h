@@ -1,0 +1,54 @@
+// A fixed pool of worker threads for kernels. parallel_for hands out task indices; each task must write a
+// disjoint part of the output with a fixed internal reduction order, which is what makes every kernel's
+// result bitwise identical for any thread count.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }  // the caller participates
+
+  // Runs fn(task) for task in [0, tasks). Blocks until all are done. Tasks are claimed dynamically;
+  // results must not depend on which thread ran which task. Nested calls run inline.
+  void parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn);
+
+  // Convenience: splits [0, n) into chunks of at least `grain` items, fn(begin, end).
+  void parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_tasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_;
+  std::condition_variable cv_done_;
+  const std::function<void(int64_t)>* job_ = nullptr;
+  int64_t job_tasks_ = 0;
+  std::atomic<int64_t> next_task_{0};
+  int active_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::mutex run_mu_;  // one parallel_for at a time
+};
+
+// The process-wide pool kernels use, sized from TESSERA_THREADS (default: hardware threads).
+ThreadPool& global_pool();
+// Replaces the global pool (tests compare 1 vs 2 threads). Not safe while kernels run.
+void set_global_threads(int threads);
+int default_thread_count();
+
+}  // namespace tessera

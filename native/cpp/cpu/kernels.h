@@ -1,0 +1,124 @@
+// CPU kernel entry points. Plain functions over raw pointers and sizes, as in ggml. Each kernel has:
+//   <name>_ref   a plain scalar reference (the oracle; accumulates in double where it reduces), and
+//   <name>       the dispatching entry: picks the AVX-512 / AVX2+FMA / scalar path by active_isa() and
+//                splits work over global_pool() so that results are bitwise identical for any thread count.
+// Shapes are validated by the binding before these are called; kernels may assume valid, contiguous input.
+// Every kernel must handle zero-sized dimensions (do nothing, write nothing beyond empty outputs).
+#pragma once
+#include <cstdint>
+
+#include "../core/dtype.h"
+
+namespace tessera::cpu {
+
+// ---------------------------------------------------------------- GEMM
+// C[m,n] = alpha * op(A) @ op(B) + beta * C + bias[n]
+//   A is f32: op(A) = A [m,k] (lda >= k) or, with trans_a, A^T where A is stored [k,m] (lda >= m).
+//   B is f32, f16 or bf16: op(B) = B [k,n] (ldb >= n) or, with trans_b, B^T where B is stored [n,k] (ldb >= k).
+//     (A Hugging Face Linear weight is stored [out,in] = [n,k], so projections use trans_b = true.)
+//   beta == 0 means C is write-only (never read, so uninitialised or NaN memory is fine).
+//   bias may be null. Reduction over k is in a fixed order.
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  bool trans_a = false;
+  const void* b = nullptr;
+  DType b_dtype = DType::F32;
+  int64_t ldb = 0;
+  bool trans_b = false;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  const float* bias = nullptr;
+};
+void gemm_ref(const GemmArgs& args);
+void gemm(const GemmArgs& args);
+
+// batch independent GEMMs; element pointers advance by the strides (in elements) per batch entry.
+// A stride of 0 broadcasts (e.g. one shared weight).
+void gemm_batched_ref(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
+void gemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
+
+// ---------------------------------------------------------------- gathers, copies
+// out[i, :] = float(table[ids[i], :]) for a [vocab, dim] table of f32/f16/bf16. ids are pre-validated.
+void embedding_ref(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t n, float* out);
+void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t n, float* out);
+
+// Row gather/scatter over byte rows (any dtype): dst[i] = src[idx[i]] / dst[idx[i]] = src[i].
+void gather_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst);
+void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst);
+
+// Element copy with conversion between f32, f16 and bf16 (same-dtype copies of any dtype are memcpy).
+void convert_ref(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+
+// ---------------------------------------------------------------- elementwise (f32)
+// Binary ops broadcast b over rows when b_n < n (b_n must divide n: b is a row of length b_n).
+enum class BinaryOp : int { Add = 0, Mul = 1 };
+void binary_ref(BinaryOp op, const float* a, int64_t n, const float* b, int64_t b_n, float* out);
+void binary(BinaryOp op, const float* a, int64_t n, const float* b, int64_t b_n, float* out);
+// out = x * s (+ 0); out may alias x.
+void scale_ref(const float* x, int64_t n, float s, float* out);
+void scale(const float* x, int64_t n, float s, float* out);
+
+enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2 };
+void activation_ref(Activation act, const float* x, int64_t n, float* out);
+void activation(Activation act, const float* x, int64_t n, float* out);
+// SwiGLU: out = silu(gate) * up
+void silu_mul_ref(const float* gate, const float* up, int64_t n, float* out);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// ---------------------------------------------------------------- normalisation, softmax (row-wise, f32)
+// y = (x - mean) / sqrt(var + eps) * gamma + beta   (gamma/beta may be null: 1 and 0)
+void layer_norm_ref(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out);
+void layer_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out);
+// y = x / sqrt(mean(x^2) + eps) * gamma   (gamma may be null)
+void rms_norm_ref(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* out);
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* out);
+// y = softmax(x * scale) over each row
+void softmax_ref(const float* x, int64_t rows, int64_t dim, float scale, float* out);
+void softmax(const float* x, int64_t rows, int64_t dim, float scale, float* out);
+
+// ---------------------------------------------------------------- RoPE (in place)
+// x is [tokens, heads, head_dim]; positions[tokens]. Rotates the first rot_dim dims of each head in the
+// "rotate_half" (GPT-NeoX / HF Llama) layout: pairs (i, i + rot_dim/2), inv_freq_i = base^(-2i/rot_dim).
+void rope_ref(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base);
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base);
+
+// ---------------------------------------------------------------- attention (f32)
+// Prefill: q [batch, seq, n_heads, d], k/v [batch, seq, n_kv_heads, d] -> out [batch, seq, n_heads, d].
+// n_heads % n_kv_heads == 0 (GQA: head h reads kv head h / (n_heads / n_kv_heads)).
+// key_mask (u8 [batch, seq], may be null): 0 marks padding keys, which get no weight. causal: key j <= query i.
+// A query with no visible key writes zeros.
+struct PrefillAttentionArgs {
+  const float* q = nullptr; const float* k = nullptr; const float* v = nullptr; float* out = nullptr;
+  int64_t batch = 0, seq = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const uint8_t* key_mask = nullptr;
+  bool causal = false;
+  float scale = 1.0f;
+};
+void attention_prefill_ref(const PrefillAttentionArgs& a);
+void attention_prefill(const PrefillAttentionArgs& a);
+
+// Decode over a paged KV cache: q [batch, n_heads, d]; k_cache/v_cache [num_pages, page_size, n_kv_heads, d];
+// block_table i32 [batch, max_pages] (page ids); context_lens i32 [batch] (tokens in cache, incl. the current
+// one) -> out [batch, n_heads, d]. A sequence with context_len 0 writes zeros.
+constexpr int64_t kPageSize = 16;
+struct DecodeAttentionArgs {
+  const float* q = nullptr; const float* k_cache = nullptr; const float* v_cache = nullptr; float* out = nullptr;
+  const int32_t* block_table = nullptr; const int32_t* context_lens = nullptr;
+  int64_t batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, num_pages = 0, max_pages = 0;
+  int64_t page_size = kPageSize;
+  float scale = 1.0f;
+};
+void attention_decode_ref(const DecodeAttentionArgs& a);
+void attention_decode(const DecodeAttentionArgs& a);
+
+// ---------------------------------------------------------------- machine probes (bench roofline)
+// STREAM triad a[i] = b[i] + s * c[i] over n floats, parallel; returns nothing (caller times it).
+void stream_triad(float* a, const float* b, const float* c, float s, int64_t n);
+// Peak FMA probe: runs `iters` dependent-chain-free FMA blocks per thread; returns flops performed.
+double fma_peak_probe(int64_t iters);
+
+}  // namespace tessera::cpu

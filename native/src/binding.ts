@@ -1,0 +1,110 @@
+/**
+ * The raw contract of a Tessera addon (`tessera_cpu.node` and `tessera_cuda.node` export the same names).
+ * Ops write into caller-allocated outputs; the TS layer in `ops/` validates shapes and dtypes first.
+ * Most users want the typed wrappers in `ops/`, not this.
+ */
+export type DType = 'f32' | 'f16' | 'bf16' | 'i32' | 'i64' | 'u8';
+export type DeviceKind = 'cpu' | 'cuda';
+export type Isa = 'scalar' | 'avx2' | 'avx512';
+
+export interface NativeTensor {
+  readonly dtype: DType;
+  readonly shape: number[];
+  readonly nbytes: number;
+  readonly disposed: boolean;
+  dispose(): void;
+  read(dst: ArrayBufferView): void;
+  write(src: ArrayBufferView): void;
+  writeAsync(src: ArrayBufferView): Promise<void>;
+  rowsView(start: number, count: number): NativeTensor;
+  reshape(shape: readonly number[]): NativeTensor;
+  sameStorage(other: NativeTensor): boolean;
+}
+
+export interface AllocatorStats {
+  /** Bytes allocated now (each allocation rounded up to 64 bytes). */
+  inUse: number;
+  /** High-water mark of `inUse` since start or `resetPeak()`. */
+  peak: number;
+  /** Allocations beyond this fail with BudgetExceededError. */
+  budget: number;
+  /** Live allocations. */
+  allocations: number;
+  totalAllocations: number;
+  /** Allocations rejected for the budget. */
+  failed: number;
+}
+
+export interface DeviceInfo {
+  device: DeviceKind;
+  /** cpu: the ISA kernels dispatch to now, and the best one this CPU supports. */
+  isa?: Isa;
+  bestIsa?: Isa;
+  threads?: number;
+  hardwareThreads?: number;
+  features?: Record<string, boolean>;
+  /** cuda: device name, compute capability, memory. */
+  name?: string;
+  computeCapability?: string;
+  totalMemory?: number;
+  multiprocessors?: number;
+}
+
+/** Shared by every op: `reference: true` runs the plain scalar reference kernel (CPU only). */
+export interface RefOption {
+  reference?: boolean;
+}
+
+export interface NativeGemmOptions extends RefOption {
+  transA: boolean;
+  transB: boolean;
+  alpha: number;
+  beta: number;
+  bias: NativeTensor | null;
+}
+
+export type BinaryOpName = 'add' | 'mul';
+export type ActivationName = 'gelu_erf' | 'gelu_tanh' | 'silu';
+
+export interface NativeBinding {
+  readonly device: DeviceKind;
+  readonly NativeTensor: new (dtype: DType, shape: readonly number[]) => NativeTensor;
+  empty(dtype: DType, shape: readonly number[]): NativeTensor;
+  allocatorStats(): AllocatorStats;
+  setBudget(bytes: number): AllocatorStats;
+  resetPeak(): AllocatorStats;
+  synchronize(): void;
+  info(): DeviceInfo;
+  copy(src: NativeTensor, dst: NativeTensor): void;
+
+  // CPU-only controls (tests compare thread counts and ISA paths).
+  setThreads?(n: number): number;
+  setIsa?(isa: Isa | 'best'): Isa;
+  // CUDA-only: probe without creating a context on failure.
+  cudaDeviceCount?(): { count: number; error: string | null };
+
+  // ---- ops: outputs are preallocated by the caller
+  gemm(a: NativeTensor, b: NativeTensor, c: NativeTensor, opts: NativeGemmOptions): void;
+  /** a [batch,m,k] (or [batch,k,m]); b [batch,...] or rank 2 (shared); c [batch,m,n]. */
+  gemmBatched(a: NativeTensor, b: NativeTensor, c: NativeTensor, opts: NativeGemmOptions): void;
+  embedding(table: NativeTensor, ids: NativeTensor, out: NativeTensor, opts: RefOption): void;
+  gatherRows(src: NativeTensor, idx: NativeTensor, out: NativeTensor): void;
+  scatterRows(src: NativeTensor, idx: NativeTensor, dst: NativeTensor): void;
+  convert(src: NativeTensor, dst: NativeTensor, opts: RefOption): void;
+  binary(op: BinaryOpName, a: NativeTensor, b: NativeTensor, out: NativeTensor, opts: RefOption): void;
+  scale(x: NativeTensor, s: number, out: NativeTensor, opts: RefOption): void;
+  activation(act: ActivationName, x: NativeTensor, out: NativeTensor, opts: RefOption): void;
+  siluMul(gate: NativeTensor, up: NativeTensor, out: NativeTensor, opts: RefOption): void;
+  layerNorm(x: NativeTensor, gamma: NativeTensor | null, beta: NativeTensor | null, out: NativeTensor, opts: RefOption & { eps: number }): void;
+  rmsNorm(x: NativeTensor, gamma: NativeTensor | null, out: NativeTensor, opts: RefOption & { eps: number }): void;
+  softmax(x: NativeTensor, out: NativeTensor, opts: RefOption & { scale: number }): void;
+  rope(x: NativeTensor, positions: NativeTensor, opts: RefOption & { rotDim: number; base: number }): void;
+  attentionPrefill(q: NativeTensor, k: NativeTensor, v: NativeTensor, out: NativeTensor,
+    opts: RefOption & { causal: boolean; scale: number; keyMask: NativeTensor | null }): void;
+  attentionDecode(q: NativeTensor, kCache: NativeTensor, vCache: NativeTensor, blockTable: NativeTensor,
+    contextLens: NativeTensor, out: NativeTensor, opts: RefOption & { scale: number }): void;
+
+  // ---- machine probes (CPU; bench roofline)
+  streamTriad?(a: NativeTensor, b: NativeTensor, c: NativeTensor, s: number): void;
+  fmaPeakProbe?(iters: number): number;
+}

@@ -1,0 +1,8 @@
+// One module per kernel group; each validates shapes and dtypes before calling the addon.
+export * from './gemm.js';
+export * from './elementwise.js';
+export * from './norm.js';
+export * from './gather.js';
+export * from './rope.js';
+export * from './attention.js';
+export * from './probe.js';
