@@ -1,4 +1,13 @@
 import { defineProject, mergeConfig } from 'vitest/config';
 import { shared } from '../vitest.shared.ts';
 
-export default mergeConfig(shared, defineProject({ test: { name: '@tessera/native' } }));
+export default mergeConfig(
+  shared,
+  defineProject({
+    test: {
+      name: '@tessera/native',
+      // --expose-gc lets the finalizer test force a collection.
+      execArgv: ['--expose-gc'],
+    },
+  }),
+);

@@ -5,6 +5,7 @@
  *   cuda  the same, but a fallback to CPU is also reported with a process warning.
  * A missing build is one clear error naming the command that builds it.
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -65,6 +66,14 @@ function loadCpu(dir: string): { binding: NativeBinding; path: string } {
 function tryCuda(dir: string): { binding: NativeBinding; path: string } | { reason: string } {
   const path = join(dir, 'tessera_cuda.node');
   if (!existsSync(path)) return { reason: `tessera_cuda.node was not built (nvcc was not found at build time, or TESSERA_CUDA=OFF)` };
+  // Probe in a child process first (node-llama-cpp's pattern): a broken CUDA binary or driver can abort the
+  // process that loads it, and the probe keeps that from taking the caller down.
+  const probeScript = `const r = require(${JSON.stringify(path)}).cudaDeviceCount(); process.stdout.write(JSON.stringify(r));`;
+  const child = spawnSync(process.execPath, ['-e', probeScript], { encoding: 'utf8', timeout: 30_000 });
+  if (child.status !== 0) {
+    const why = (child.stderr || child.error?.message || `exit ${child.status ?? child.signal}`).trim().split('\n').slice(-3).join(' ');
+    return { reason: `tessera_cuda.node failed its load probe: ${why}` };
+  }
   let binding: NativeBinding;
   try {
     binding = require(path) as NativeBinding;

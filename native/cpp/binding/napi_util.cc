@@ -116,7 +116,8 @@ Napi::Function NativeTensor::Init(Napi::Env env) {
 NativeTensor::NativeTensor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeTensor>(info) {
   try {
     if (info.Length() == 1 && info[0].IsExternal()) {
-      tensor_ = *info[0].As<Napi::External<Tensor>>().Data();
+      // Move, not copy: the External lives until GC, and a copy would pin the storage until then.
+      tensor_ = std::move(*info[0].As<Napi::External<Tensor>>().Data());
     } else {
       const DType dt = dtype_arg(info[0], "dtype");
       Shape shape = shape_arg(info[1], "shape");

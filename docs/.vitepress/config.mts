@@ -1,0 +1,28 @@
+import { defineConfig } from 'vitepress';
+
+export default defineConfig({
+  title: 'Tessera',
+  description: 'Serve many tenants\' fine-tuned variants of one base model on one accelerator, from Node.',
+  cleanUrls: true,
+  lastUpdated: false,
+  themeConfig: {
+    nav: [
+      { text: 'Guide', link: '/guide/getting-started' },
+      { text: 'Architecture', link: '/architecture' },
+      { text: 'Packages', link: '/packages/native' },
+    ],
+    sidebar: [
+      {
+        text: 'Guide',
+        items: [
+          { text: 'Getting started', link: '/guide/getting-started' },
+          { text: 'Benchmarks', link: '/guide/benchmarks' },
+          { text: 'Contributing', link: '/guide/contributing' },
+        ],
+      },
+      { text: 'Architecture', items: [{ text: 'Layers and decisions', link: '/architecture' }] },
+      { text: 'Packages', items: [{ text: '@tessera/native', link: '/packages/native' }] },
+    ],
+    search: { provider: 'local' },
+  },
+});

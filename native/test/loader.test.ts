@@ -1,0 +1,42 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { deviceInfo, getBackend, loadBackend, NativeBuildMissingError, parseDeviceRequest, TesseraError } from '../src/index.js';
+
+describe('addon loader', () => {
+  const savedDir = process.env.TESSERA_NATIVE_DIR;
+  afterEach(() => {
+    if (savedDir === undefined) delete process.env.TESSERA_NATIVE_DIR;
+    else process.env.TESSERA_NATIVE_DIR = savedDir;
+  });
+
+  it('parses TESSERA_DEVICE', () => {
+    expect(parseDeviceRequest(undefined)).toBe('auto');
+    expect(parseDeviceRequest('CPU')).toBe('cpu');
+    expect(parseDeviceRequest('cuda')).toBe('cuda');
+    expect(() => parseDeviceRequest('tpu')).toThrow(TesseraError);
+  });
+
+  it('loads the CPU addon when asked', () => {
+    const b = loadBackend('cpu');
+    expect(b.device).toBe('cpu');
+    expect(b.fallbackReason).toBeNull();
+    expect(b.path).toMatch(/tessera_cpu\.node$/);
+    const info = deviceInfo(b);
+    expect(['scalar', 'avx2', 'avx512']).toContain(info.isa);
+    expect(info.threads).toBeGreaterThanOrEqual(1);
+  });
+
+  it('auto falls back to CPU with a reason when no GPU answers', () => {
+    const b = getBackend('auto');
+    if (b.device === 'cpu') expect(b.fallbackReason).toMatch(/\S/);
+    else expect(b.fallbackReason).toBeNull();
+  });
+
+  it('a missing build is one clear error naming the build command', () => {
+    process.env.TESSERA_NATIVE_DIR = mkdtempSync(join(tmpdir(), 'tessera-nobuild-'));
+    expect(() => loadBackend('cpu')).toThrow(NativeBuildMissingError);
+    expect(() => loadBackend('cpu')).toThrow(/pnpm build:native/);
+  });
+});

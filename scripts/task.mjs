@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+// The root entry points: `npm start` / `pnpm start`, `npm test` / `pnpm test`, `pnpm bench <name>`.
+// They work on a fresh machine with only Node 20 and a C++ toolchain: each step runs only when needed.
+//   1. install   pnpm (the exact version in package.json#packageManager, through npx when pnpm is absent)
+//                installs the workspace when node_modules is missing or older than the lockfile;
+//   2. native    builds @tessera/native (cmake-js; incremental, seconds when nothing changed);
+//   3. the task  start: the main job; test: typecheck + every test + the docs build; bench: pnpm bench <args>.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const [task = 'test', ...rest] = process.argv.slice(2);
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+const pnpmVersion = String(pkg.packageManager).replace(/^pnpm@/, '');
+
+function run(cmd, args, extraEnv = {}) {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit', env: { ...process.env, ...extraEnv } });
+  if (r.error) throw r.error;
+  if (r.status !== 0) process.exit(r.status ?? 1);
+}
+
+function pnpmCommand() {
+  // Inside `pnpm <script>`, npm_execpath is pnpm itself; otherwise look for a matching pnpm on PATH, else npx.
+  const exec = process.env.npm_execpath ?? '';
+  if (/pnpm/.test(exec)) return { cmd: process.execPath, pre: [exec] };
+  const probe = spawnSync('pnpm', ['--version'], { encoding: 'utf8' });
+  if (probe.status === 0 && probe.stdout.trim() === pnpmVersion) return { cmd: 'pnpm', pre: [] };
+  return { cmd: 'npx', pre: ['--yes', `pnpm@${pnpmVersion}`] };
+}
+
+const pnpm = pnpmCommand();
+const p = (...args) => run(pnpm.cmd, [...pnpm.pre, ...args], { TURBO_TELEMETRY_DISABLED: '1' });
+
+function needsInstall() {
+  const marker = join(root, 'node_modules', '.modules.yaml');
+  if (!existsSync(marker)) return true;
+  return statSync(join(root, 'pnpm-lock.yaml')).mtimeMs > statSync(marker).mtimeMs;
+}
+
+if (needsInstall()) {
+  console.log(`[tessera] installing the workspace with pnpm ${pnpmVersion}`);
+  p('install', '--frozen-lockfile');
+}
+console.log('[tessera] building @tessera/native (incremental)');
+p('--filter', '@tessera/native', 'build:native');
+
+switch (task) {
+  case 'test':
+    console.log('[tessera] typecheck');
+    p('exec', 'turbo', 'run', 'typecheck', '--concurrency=2', '--output-logs=errors-only');
+    console.log('[tessera] tests');
+    p('exec', 'vitest', 'run', ...rest);
+    console.log('[tessera] docs site build');
+    p('--filter', '@tessera/docs', 'build');
+    break;
+  case 'start':
+    // Until the first reference server exists, the main job is the GEMM benchmark against onnxruntime.
+    p('--filter', '@tessera/bench', 'bench', 'gemm', '--quick', ...rest);
+    break;
+  case 'bench':
+    p('--filter', '@tessera/bench', 'bench', ...rest);
+    break;
+  default:
+    console.error(`unknown task "${task}": expected start, test or bench`);
+    process.exit(2);
+}
