@@ -166,6 +166,22 @@ describe('layerNorm', () => {
   });
 });
 
+describe('empty tensors', () => {
+  it('rows of length 0 and rank-1 empty inputs work and write nothing', () => {
+    for (const shape of [[3, 0], [0], [2, 0, 5], [0, 4]]) {
+      const x = Tensor.zeros(shape, 'f32', cpu());
+      const dim = shape[shape.length - 1]!;
+      const g = Tensor.zeros([dim], 'f32', cpu());
+      forEachIsa(() => {
+        expect(layerNorm(x, g, g).shape).toEqual(shape);
+        expect(rmsNorm(x, g).shape).toEqual(shape);
+        expect(softmax(x).shape).toEqual(shape);
+        expect(layerNorm(x, null, null, { reference: true }).shape).toEqual(shape);
+      });
+    }
+  });
+});
+
 describe('rmsNorm', () => {
   it('matches the double reference on every ISA, with and without gamma, for odd shapes', () => {
     forEachIsa((isa) => {
