@@ -3,7 +3,8 @@
  *
  * Numerics (every backend path): each row is computed by one task with a fixed reduction order, so results
  * are bitwise identical for any thread count; sums accumulate in double. Against a double-precision
- * reference, LayerNorm and RMSNorm are within a few f32 ulp, softmax within ~1e-6 relative.
+ * reference, LayerNorm and RMSNorm are within a few f32 ulp; softmax within 3e-7 + |x*scale - max| * 6e-8
+ * relative (the f32 rounding of the exp argument), i.e. ~1e-6 for logits spread over 10.
  */
 import { callNative, InvalidArgumentError, ShapeMismatchError } from '../errors.js';
 import { expectDtype, formatShape } from '../shape.js';
