@@ -3,7 +3,7 @@
 //
 // Angles: inv_freq_i = base^(-2i/rot_dim) and angle = pos * inv_freq_i are computed in double and reduced
 // modulo 2*pi in double before a float sincos, so cos/sin are accurate to ~2e-7 at any position (an f32 angle,
-// as in HF's reference code, is already ~4e-4 rad off at position 4096). The reference does it all in double.
+// as in HF's reference code, is already up to ~2e-4 rad off at position 4096). The reference does it all in double.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -18,7 +18,7 @@ export interface RopeOptions {
  * pos * base^(-2i/rotDim); dims from rotDim on are left as they are. Returns x.
  *
  * Angles are formed and reduced in double precision, so cos/sin are accurate to ~2e-7 at any position
- * (HF's f32 angles drift by ~1e-4 rad at position 4096); for |x| <= 1 results are within ~3e-7 absolute
+ * (HF's f32 angles are up to ~2e-4 rad off at position 4096); for |x| <= 1 results are within ~3e-7 absolute
  * of a double-precision reference.
  */
 export function rope(x: Tensor, positions: Tensor, options: RopeOptions = {}): Tensor {
