@@ -98,7 +98,7 @@ describe('attentionPrefill', () => {
 
   it('matches the double-precision reference on every ISA over head dims, lengths, batches and GQA splits', () => {
     let seed = 100;
-    const cases: { q: Tensor; k: Tensor; v: Tensor; keyMask?: Tensor; causal: boolean; want: Float32Array; label: string }[] = [];
+    const cases: { q: Tensor; k: Tensor; v: Tensor; keyMask: Tensor | undefined; causal: boolean; want: Float32Array; label: string }[] = [];
     let index = 0;
     for (const d of HEAD_DIMS) {
       for (const seq of SEQ_LENS) {

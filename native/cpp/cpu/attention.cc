@@ -75,38 +75,43 @@ void attend_row_ref(const float* q, int64_t n_keys, int64_t d, double scale, Key
 
 // ---------------------------------------------------------------- scalar inner step (mirrors attention_kernel.inl)
 
-void attend_block_scalar(const float* q, const float* k, const float* v, int64_t kv_stride, int64_t nk, int64_t d,
-                         float scale, const uint8_t* key_mask, SoftmaxRow& row, float* acc) {
-  float s[kKeyBlock];
-  bool vis[kKeyBlock];
-  float block_max = -INFINITY;
-  int64_t visible = 0;
-  for (int64_t j = 0; j < nk; ++j) {
-    vis[j] = key_mask == nullptr || key_mask[j] != 0;
-    if (!vis[j]) continue;
-    const float* kj = k + j * kv_stride;
-    float dot = 0.0f;
-    for (int64_t c = 0; c < d; ++c) dot += q[c] * kj[c];
-    s[j] = dot * scale;
-    block_max = std::max(block_max, s[j]);
-    ++visible;
-  }
-  if (visible == 0) return;
-  const float new_max = std::max(row.max, block_max);
-  const float corr = std::exp(row.max - new_max);  // 0 for the first visible block (row.max is -inf)
-  float block_sum = 0.0f;
-  for (int64_t j = 0; j < nk; ++j) {
-    if (!vis[j]) continue;
-    s[j] = std::exp(s[j] - new_max);
-    block_sum += s[j];
-  }
-  row.sum = row.sum * corr + block_sum;
-  row.max = new_max;
-  for (int64_t c = 0; c < d; ++c) acc[c] *= corr;
-  for (int64_t j = 0; j < nk; ++j) {
-    if (!vis[j]) continue;  // a padding key's V may hold anything and must not leak in
-    const float* vj = v + j * kv_stride;
-    for (int64_t c = 0; c < d; ++c) acc[c] += s[j] * vj[c];
+void attend_block_scalar(const AttendBlock& b) {
+  const int64_t d = b.d;
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const float* q = b.q[r];
+    SoftmaxRow& row = b.state[r];
+    float* acc = b.acc + r * d;
+    float s[kKeyBlock];
+    bool vis[kKeyBlock];
+    float block_max = -INFINITY;
+    int64_t visible = 0;
+    for (int64_t j = 0; j < b.nk[r]; ++j) {
+      vis[j] = b.key_mask == nullptr || b.key_mask[j] != 0;
+      if (!vis[j]) continue;
+      const float* kj = b.k + j * b.kv_stride;
+      float dot = 0.0f;
+      for (int64_t c = 0; c < d; ++c) dot += q[c] * kj[c];
+      s[j] = dot * b.scale;
+      block_max = std::max(block_max, s[j]);
+      ++visible;
+    }
+    if (visible == 0) continue;
+    const float new_max = std::max(row.max, block_max);
+    const float corr = std::exp(row.max - new_max);  // 0 for the first visible block (row.max is -inf)
+    float block_sum = 0.0f;
+    for (int64_t j = 0; j < b.nk[r]; ++j) {
+      if (!vis[j]) continue;
+      s[j] = std::exp(s[j] - new_max);
+      block_sum += s[j];
+    }
+    row.sum = row.sum * corr + block_sum;
+    row.max = new_max;
+    for (int64_t c = 0; c < d; ++c) acc[c] *= corr;
+    for (int64_t j = 0; j < b.nk[r]; ++j) {
+      if (!vis[j]) continue;  // a padding key's V may hold anything and must not leak in
+      const float* vj = b.v + j * b.kv_stride;
+      for (int64_t c = 0; c < d; ++c) acc[c] += s[j] * vj[c];
+    }
   }
 }
 
@@ -152,31 +157,36 @@ void attention_prefill(const PrefillAttentionArgs& a) {
     const int64_t b = task / (query_blocks * KVH);
     const int64_t i0 = qblock * queries_per_task, i1 = std::min(S, i0 + queries_per_task);
     const int64_t rows = (i1 - i0) * group;
+    // Row r = (query i0 + r / group, head g * group + r % group): the group's heads for one query are adjacent.
     std::vector<SoftmaxRow> state(static_cast<size_t>(rows), SoftmaxRow{-INFINITY, 0.0f});
     std::vector<float> acc(static_cast<size_t>(rows * D), 0.0f);
-    const float* k_head = a.k + (b * S * KVH + g) * D;
-    const float* v_head = a.v + (b * S * KVH + g) * D;
-    const uint8_t* mask = a.key_mask ? a.key_mask + b * S : nullptr;
+    std::vector<const float*> q_rows(static_cast<size_t>(rows));
+    std::vector<int64_t> nk(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) q_rows[r] = a.q + ((b * S + i0 + r / group) * H + g * group + r % group) * D;
+    AttendBlock blk;
+    blk.kv_stride = kv_stride;
+    blk.d = D;
+    blk.scale = a.scale;
+    blk.rows = rows;
+    blk.q = q_rows.data();
+    blk.nk = nk.data();
+    blk.state = state.data();
+    blk.acc = acc.data();
     const int64_t key_end = a.causal ? i1 : S;  // causal: no query here sees past i1 - 1
     // Blocks start at multiples of kKeyBlock in every task, so a row's result does not depend on its task.
     for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
-      const int64_t nk = std::min(kKeyBlock, key_end - j0);
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t limit = a.causal ? std::min(nk, i - j0 + 1) : nk;
-        if (limit <= 0) continue;
-        for (int64_t t = 0; t < group; ++t) {
-          const int64_t r = (i - i0) * group + t;
-          const float* q = a.q + ((b * S + i) * H + g * group + t) * D;
-          attend(q, k_head + j0 * kv_stride, v_head + j0 * kv_stride, kv_stride, limit, D, a.scale,
-                 mask ? mask + j0 : nullptr, state[r], acc.data() + r * D);
-        }
+      const int64_t block_keys = std::min(kKeyBlock, key_end - j0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r / group;
+        nk[r] = a.causal ? std::clamp<int64_t>(i - j0 + 1, 0, block_keys) : block_keys;
       }
+      blk.k = a.k + ((b * S + j0) * KVH + g) * D;
+      blk.v = a.v + ((b * S + j0) * KVH + g) * D;
+      blk.key_mask = a.key_mask ? a.key_mask + b * S + j0 : nullptr;
+      attend(blk);
     }
-    for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t t = 0; t < group; ++t) {
-        const int64_t r = (i - i0) * group + t;
-        finish_row(state[r], acc.data() + r * D, D, a.out + ((b * S + i) * H + g * group + t) * D);
-      }
+    for (int64_t r = 0; r < rows; ++r) {
+      finish_row(state[r], acc.data() + r * D, D, a.out + ((b * S + i0 + r / group) * H + g * group + r % group) * D);
     }
   });
 }
@@ -219,17 +229,26 @@ void attention_decode(const DecodeAttentionArgs& a) {
     const int32_t* pages = a.block_table + b * a.max_pages;
     std::vector<SoftmaxRow> state(static_cast<size_t>(group), SoftmaxRow{-INFINITY, 0.0f});
     std::vector<float> acc(static_cast<size_t>(group * D), 0.0f);
+    std::vector<const float*> q_rows(static_cast<size_t>(group));
+    std::vector<int64_t> nk(static_cast<size_t>(group));
+    for (int64_t t = 0; t < group; ++t) q_rows[t] = a.q + (b * H + g * group + t) * D;
+    AttendBlock blk;
+    blk.kv_stride = kv_stride;
+    blk.d = D;
+    blk.scale = a.scale;
+    blk.rows = group;
+    blk.q = q_rows.data();
+    blk.nk = nk.data();
+    blk.state = state.data();
+    blk.acc = acc.data();
     for (int64_t pos = 0; pos < len; pos += P) {
       const int64_t page_base = static_cast<int64_t>(pages[pos / P]) * page_elems + g * D;
       const int64_t in_page = std::min(P, len - pos);
       for (int64_t off = 0; off < in_page; off += kKeyBlock) {  // one block per page when P == kKeyBlock
-        const int64_t nk = std::min(kKeyBlock, in_page - off);
-        const float* k = a.k_cache + page_base + off * kv_stride;
-        const float* v = a.v_cache + page_base + off * kv_stride;
-        for (int64_t t = 0; t < group; ++t) {
-          attend(a.q + (b * H + g * group + t) * D, k, v, kv_stride, nk, D, a.scale, nullptr, state[t],
-                 acc.data() + t * D);
-        }
+        std::fill(nk.begin(), nk.end(), std::min(kKeyBlock, in_page - off));
+        blk.k = a.k_cache + page_base + off * kv_stride;
+        blk.v = a.v_cache + page_base + off * kv_stride;
+        attend(blk);
       }
     }
     for (int64_t t = 0; t < group; ++t) finish_row(state[t], acc.data() + t * D, D, a.out + (b * H + g * group + t) * D);

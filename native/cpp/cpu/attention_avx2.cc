@@ -1,4 +1,4 @@
-// Attention's inner step compiled for AVX2; the body is attention_kernel.inl.
+// Attention's inner step compiled for AVX2+FMA; the body is attention_kernel.inl.
 #include <algorithm>
 #include <cmath>
 
@@ -12,12 +12,16 @@ namespace avx2 {
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "vec_math.inl"
 #pragma GCC diagnostic pop
+
+// out[0..4) = horizontal sums of a0..a3, sharing the shuffles (three hadds and one add for all four).
+static inline void v_hsum4(V a0, V a1, V a2, V a3, float* out) {
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+}
+
 #include "attention_kernel.inl"
 }  // namespace avx2
 
-void attend_block_avx2(const float* q, const float* k, const float* v, int64_t kv_stride, int64_t nk, int64_t d,
-                       float scale, const uint8_t* key_mask, SoftmaxRow& row, float* acc) {
-  avx2::attend_block_body(q, k, v, kv_stride, nk, d, scale, key_mask, row, acc);
-}
+void attend_block_avx2(const AttendBlock& block) { avx2::attend_block_body(block); }
 
 }  // namespace tessera::cpu

@@ -12,6 +12,14 @@ namespace avx512 {
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "vec_math.inl"
 #pragma GCC diagnostic pop
+
+// out[0..4) = horizontal sums of a0..a3: fold each to 256 bits, then three hadds and one add for all four.
+static inline void v_hsum4(V a0, V a1, V a2, V a3, float* out) {
+  const auto fold = [](V x) { return _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1)); };
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(fold(a0), fold(a1)), _mm256_hadd_ps(fold(a2), fold(a3)));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+}
+
 // GCC 12 flags _mm512_reduce_add_ps's own `__Y = __Y` idiom (inside v_hsum) as maybe-uninitialized.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,9 +27,6 @@ namespace avx512 {
 #pragma GCC diagnostic pop
 }  // namespace avx512
 
-void attend_block_avx512(const float* q, const float* k, const float* v, int64_t kv_stride, int64_t nk, int64_t d,
-                         float scale, const uint8_t* key_mask, SoftmaxRow& row, float* acc) {
-  avx512::attend_block_body(q, k, v, kv_stride, nk, d, scale, key_mask, row, acc);
-}
+void attend_block_avx512(const AttendBlock& block) { avx512::attend_block_body(block); }
 
 }  // namespace tessera::cpu

@@ -1,123 +1,162 @@
 // Attention's SIMD inner step (see attention_simd.h), written once for both ISAs. The including file defines
-// V, kLanes and the v_* primitives (vec_avx2.h / vec_avx512.h), includes vec_math.inl (v_exp) in the same
-// namespace, then includes this file there.
+// V, kLanes and the v_* primitives (vec_avx2.h / vec_avx512.h) plus v_hsum4 (four horizontal sums at once),
+// includes vec_math.inl (v_exp) in the same namespace, then includes this file there.
+//
+// Rows are processed two at a time where possible: the pair shares every K and V load, which halves the load
+// traffic per FMA (L1 loads, not FMAs, bound a single row). Per row the operations and their order are the
+// same in the paired and the single path, so pairing never changes a result.
 
 static_assert(kKeyBlock % kLanes == 0, "a key block is a whole number of vectors");
+static_assert(kKeyBlock % 4 == 0, "keys are scored four at a time");
 
-// s[j] = dot(q, k_j) for j < nk. Four keys share each load of q. Each dot accumulates its lanes into one
-// vector in order over d and ends in one v_hsum, so its value does not depend on which keys it is grouped
-// with (the 4-key and 1-key loops do the same operations per key).
-static inline void block_dots(const float* q, const float* k, int64_t stride, int64_t nk, int64_t d, float* s) {
+// s[r][j] = dot(q_r, k_j) for j < nk. Keys go four at a time, each dot accumulating its lanes in one vector in
+// order over d and ending in v_hsum4; past nk the last key is repeated and its scores ignored, so a key's score
+// is computed the same way wherever it falls.
+template <int R>
+static inline void rows_dots(const float* const* q, const float* k, int64_t stride, int64_t nk, int64_t d,
+                             float (*s)[kKeyBlock]) {
   const int64_t full = d - d % kLanes;
   const int64_t tail = d - full;
-  int64_t j = 0;
-  for (; j + 4 <= nk; j += 4) {
-    const float* k0 = k + j * stride;
-    const float* k1 = k0 + stride;
-    const float* k2 = k1 + stride;
-    const float* k3 = k2 + stride;
-    V a0 = v_set1(0.0f), a1 = v_set1(0.0f), a2 = v_set1(0.0f), a3 = v_set1(0.0f);
+  for (int64_t j = 0; j < nk; j += 4) {
+    const float* kp[4];
+    for (int t = 0; t < 4; ++t) kp[t] = k + std::min<int64_t>(j + t, nk - 1) * stride;
+    V a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < 4; ++t) a[r][t] = v_set1(0.0f);
     for (int64_t c = 0; c < full; c += kLanes) {
-      const V qv = v_load(q + c);
-      a0 = v_fmadd(qv, v_load(k0 + c), a0);
-      a1 = v_fmadd(qv, v_load(k1 + c), a1);
-      a2 = v_fmadd(qv, v_load(k2 + c), a2);
-      a3 = v_fmadd(qv, v_load(k3 + c), a3);
+      V qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = v_load(q[r] + c);
+      for (int t = 0; t < 4; ++t) {
+        const V kv = v_load(kp[t] + c);
+        for (int r = 0; r < R; ++r) a[r][t] = v_fmadd(qv[r], kv, a[r][t]);
+      }
     }
     if (tail) {
-      const V qv = v_load_tail(q + full, tail);
-      a0 = v_fmadd(qv, v_load_tail(k0 + full, tail), a0);
-      a1 = v_fmadd(qv, v_load_tail(k1 + full, tail), a1);
-      a2 = v_fmadd(qv, v_load_tail(k2 + full, tail), a2);
-      a3 = v_fmadd(qv, v_load_tail(k3 + full, tail), a3);
+      V qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = v_load_tail(q[r] + full, tail);
+      for (int t = 0; t < 4; ++t) {
+        const V kv = v_load_tail(kp[t] + full, tail);
+        for (int r = 0; r < R; ++r) a[r][t] = v_fmadd(qv[r], kv, a[r][t]);
+      }
     }
-    s[j] = v_hsum(a0);
-    s[j + 1] = v_hsum(a1);
-    s[j + 2] = v_hsum(a2);
-    s[j + 3] = v_hsum(a3);
-  }
-  for (; j < nk; ++j) {
-    const float* kj = k + j * stride;
-    V a = v_set1(0.0f);
-    for (int64_t c = 0; c < full; c += kLanes) a = v_fmadd(v_load(q + c), v_load(kj + c), a);
-    if (tail) a = v_fmadd(v_load_tail(q + full, tail), v_load_tail(kj + full, tail), a);
-    s[j] = v_hsum(a);
+    for (int r = 0; r < R; ++r) v_hsum4(a[r][0], a[r][1], a[r][2], a[r][3], s[r] + j);
   }
 }
 
-static void attend_block_body(const float* q, const float* k, const float* v, int64_t stride, int64_t nk, int64_t d,
-                              float scale, const uint8_t* key_mask, SoftmaxRow& row, float* acc) {
-  alignas(64) float s[kKeyBlock];
-  alignas(64) float w[kKeyBlock];  // 1 for a visible key, 0 otherwise (and past nk)
-  block_dots(q, k, stride, nk, d, s);
-  float block_max = -INFINITY;
-  int64_t visible = 0;
-  for (int64_t j = 0; j < kKeyBlock; ++j) {
-    const bool vis = j < nk && (key_mask == nullptr || key_mask[j] != 0);
-    w[j] = vis ? 1.0f : 0.0f;
-    s[j] = vis ? s[j] * scale : -INFINITY;
-    if (vis) {
-      block_max = std::max(block_max, s[j]);
-      ++visible;
-    }
-  }
-  if (visible == 0) return;
-
+// Folds a row's n visible scores (scaled, in key order) into its state; writes their weights
+// p[t] = exp(score_t - new max) and returns the factor the old accumulator must be scaled by.
+static inline float row_update(const float* scores, int64_t n, SoftmaxRow& row, float* p) {
+  float block_max = scores[0];
+  for (int64_t t = 1; t < n; ++t) block_max = std::max(block_max, scores[t]);
   const float new_max = std::max(row.max, block_max);
   const float corr = std::exp(row.max - new_max);  // 0 for the first visible block (row.max is -inf)
-  // v_exp clamps its input, so a hidden key's exp(-inf) is tiny rather than 0: the 0/1 weight zeroes it.
-  alignas(64) float p[kKeyBlock];
   const V vmax = v_set1(new_max);
-  V psum = v_set1(0.0f);
-  for (int64_t j = 0; j < kKeyBlock; j += kLanes) {
-    const V pj = v_mul(v_exp(v_sub(v_load(s + j), vmax)), v_load(w + j));
-    v_store(p + j, pj);
-    psum = v_add(psum, pj);
-  }
+  for (int64_t j = 0; j < kKeyBlock; j += kLanes) v_store(p + j, v_exp(v_sub(v_load(scores + j), vmax)));
+  for (int64_t t = n; t < kKeyBlock; ++t) p[t] = 0.0f;  // v_exp clamps, so unused lanes must be zeroed
+  V psum = v_load(p);
+  for (int64_t j = kLanes; j < kKeyBlock; j += kLanes) psum = v_add(psum, v_load(p + j));
   row.sum = row.sum * corr + v_hsum(psum);
   row.max = new_max;
+  return corr;
+}
 
-  // Only visible keys touch acc: a padding key's V may hold anything (even inf/NaN) and must not leak in.
-  const float* vrow[kKeyBlock];
-  float pw[kKeyBlock];
-  int64_t n = 0;
-  for (int64_t j = 0; j < nk; ++j) {
-    if (w[j] != 0.0f) {
-      vrow[n] = v + j * stride;
-      pw[n] = p[j];
-      ++n;
-    }
-  }
-  // acc = acc * corr + sum_t p_t v_t, keys in order; four independent vectors hide the FMA latency.
-  const V vc = v_set1(corr);
+// acc_r = acc_r * corr_r + sum_{t < n_r} p_r[t] * vrow[t], keys in order. Every row's visible keys are a prefix
+// of vrow, so keys below the smallest n_r are loaded once for all R rows. Four vectors of d per pass hide the
+// FMA latency.
+template <int R>
+static inline void rows_accumulate(float* const* acc, const float* corr, const float (*p)[kKeyBlock], const int64_t* n,
+                                   const float* const* vrow, int64_t d) {
+  int64_t n_min = n[0];
+  for (int r = 1; r < R; ++r) n_min = std::min(n_min, n[r]);
   int64_t c = 0;
   for (; c + 4 * kLanes <= d; c += 4 * kLanes) {
-    V a0 = v_mul(v_load(acc + c), vc);
-    V a1 = v_mul(v_load(acc + c + kLanes), vc);
-    V a2 = v_mul(v_load(acc + c + 2 * kLanes), vc);
-    V a3 = v_mul(v_load(acc + c + 3 * kLanes), vc);
-    for (int64_t t = 0; t < n; ++t) {
-      const V pt = v_set1(pw[t]);
-      const float* vr = vrow[t] + c;
-      a0 = v_fmadd(pt, v_load(vr), a0);
-      a1 = v_fmadd(pt, v_load(vr + kLanes), a1);
-      a2 = v_fmadd(pt, v_load(vr + 2 * kLanes), a2);
-      a3 = v_fmadd(pt, v_load(vr + 3 * kLanes), a3);
+    V a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) a[r][i] = v_mul(v_load(acc[r] + c + i * kLanes), v_set1(corr[r]));
+    for (int64_t t = 0; t < n_min; ++t) {
+      V vv[4];
+      for (int i = 0; i < 4; ++i) vv[i] = v_load(vrow[t] + c + i * kLanes);
+      for (int r = 0; r < R; ++r) {
+        const V pt = v_set1(p[r][t]);
+        for (int i = 0; i < 4; ++i) a[r][i] = v_fmadd(pt, vv[i], a[r][i]);
+      }
     }
-    v_store(acc + c, a0);
-    v_store(acc + c + kLanes, a1);
-    v_store(acc + c + 2 * kLanes, a2);
-    v_store(acc + c + 3 * kLanes, a3);
+    for (int r = 0; r < R; ++r) {
+      for (int64_t t = n_min; t < n[r]; ++t) {
+        const V pt = v_set1(p[r][t]);
+        for (int i = 0; i < 4; ++i) a[r][i] = v_fmadd(pt, v_load(vrow[t] + c + i * kLanes), a[r][i]);
+      }
+      for (int i = 0; i < 4; ++i) v_store(acc[r] + c + i * kLanes, a[r][i]);
+    }
   }
-  for (; c + kLanes <= d; c += kLanes) {
-    V a = v_mul(v_load(acc + c), vc);
-    for (int64_t t = 0; t < n; ++t) a = v_fmadd(v_set1(pw[t]), v_load(vrow[t] + c), a);
-    v_store(acc + c, a);
+  for (; c < d; c += kLanes) {
+    const int64_t w = std::min<int64_t>(kLanes, d - c);  // lanes in this vector (the last may be partial)
+    V a[R];
+    for (int r = 0; r < R; ++r) a[r] = v_mul(v_load_tail(acc[r] + c, w), v_set1(corr[r]));
+    for (int64_t t = 0; t < n_min; ++t) {
+      const V vv = v_load_tail(vrow[t] + c, w);
+      for (int r = 0; r < R; ++r) a[r] = v_fmadd(v_set1(p[r][t]), vv, a[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int64_t t = n_min; t < n[r]; ++t) a[r] = v_fmadd(v_set1(p[r][t]), v_load_tail(vrow[t] + c, w), a[r]);
+      v_store_tail(acc[r] + c, a[r], w);
+    }
   }
-  if (c < d) {
-    const int64_t r = d - c;
-    V a = v_mul(v_load_tail(acc + c, r), vc);
-    for (int64_t t = 0; t < n; ++t) a = v_fmadd(v_set1(pw[t]), v_load_tail(vrow[t] + c, r), a);
-    v_store_tail(acc + c, a, r);
+}
+
+// Rows rs[0..R) of the block; `visible` lists the block's unmasked keys in order (vis_count of them, all below
+// the largest nk of any row).
+template <int R>
+static inline void attend_rows(const AttendBlock& b, const int64_t* rs, const int64_t* visible, int64_t vis_count,
+                               const float* const* vrow) {
+  const float* q[R];
+  int64_t nk = 0;
+  for (int r = 0; r < R; ++r) {
+    q[r] = b.q[rs[r]];
+    nk = std::max(nk, b.nk[rs[r]]);
   }
+  alignas(64) float s[R][kKeyBlock];
+  rows_dots<R>(q, b.k, b.kv_stride, nk, b.d, s);
+  alignas(64) float scores[kKeyBlock];
+  alignas(64) float p[R][kKeyBlock];
+  float corr[R];
+  int64_t n[R];
+  float* acc[R];
+  for (int r = 0; r < R; ++r) {
+    // The row's visible keys: the block's unmasked keys below its own nk (a prefix of `visible`).
+    n[r] = 0;
+    while (n[r] < vis_count && visible[n[r]] < b.nk[rs[r]]) ++n[r];
+    for (int64_t t = 0; t < kKeyBlock; ++t) scores[t] = t < n[r] ? s[r][visible[t]] * b.scale : 0.0f;
+    corr[r] = row_update(scores, n[r], b.state[rs[r]], p[r]);
+    acc[r] = b.acc + rs[r] * b.d;
+  }
+  rows_accumulate<R>(acc, corr, p, n, vrow, b.d);
+}
+
+static void attend_block_body(const AttendBlock& b) {
+  int64_t nk_max = 0;
+  for (int64_t r = 0; r < b.rows; ++r) nk_max = std::max(nk_max, b.nk[r]);
+  int64_t visible[kKeyBlock];
+  const float* vrow[kKeyBlock];
+  int64_t vis_count = 0;
+  for (int64_t j = 0; j < nk_max; ++j) {
+    if (b.key_mask != nullptr && b.key_mask[j] == 0) continue;  // a padding key's K/V may hold anything
+    visible[vis_count] = j;
+    vrow[vis_count] = b.v + j * b.kv_stride;
+    ++vis_count;
+  }
+  if (vis_count == 0) return;
+  // Rows that see at least one key of this block, taken in pairs.
+  int64_t pending = -1;
+  for (int64_t r = 0; r < b.rows; ++r) {
+    if (b.nk[r] <= visible[0]) continue;  // sees no unmasked key here: its state stays as it is
+    if (pending < 0) {
+      pending = r;
+      continue;
+    }
+    const int64_t pair[2] = {pending, r};
+    attend_rows<2>(b, pair, visible, vis_count, vrow);
+    pending = -1;
+  }
+  if (pending >= 0) attend_rows<1>(b, &pending, visible, vis_count, vrow);
 }

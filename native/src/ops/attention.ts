@@ -20,7 +20,7 @@ export interface AttentionPrefillOptions {
   /** Multiplies q·k before the softmax. Default 1 / sqrt(headDim). */
   scale?: number;
   /** u8 [batch, seq]: 0 marks a padding key, which gets no weight from any query. */
-  keyMask?: Tensor;
+  keyMask?: Tensor | undefined;
   /** Write here ([batch, seq, nHeads, headDim] f32) instead of allocating. Must not overlap q, k or v. */
   out?: Tensor;
   /** Run the plain double-precision reference kernel (CPU only; tests compare against it). */
