@@ -269,6 +269,7 @@ describe.skipIf(!hasDevice)('CUDA backend', () => {
     expect(info.computeCapability).toMatch(/^\d+\.\d+$/);
     expect(info.multiprocessors).toBeGreaterThan(0);
     expect(info.totalMemory).toBeGreaterThan(0);
+    expect((info as { allocator?: string }).allocator).toMatch(/^cudaMalloc(Async)?$/);
     const envBudget = ['TESSERA_BUDGET_BYTES', 'TESSERA_BUDGET_MB', 'TESSERA_BUDGET_GB'].some((v) => process.env[v]);
     if (!envBudget) expect(allocatorStats(gpu()).budget).toBe(Math.floor(info.totalMemory! / 10) * 9);
   });

@@ -11,6 +11,7 @@
 // References: one thread per output element, three passes over the keys (max, sum, weighted sum) in double.
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -24,11 +25,12 @@ constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int64_t kMaxGridYZ = 65535;
 
 // Key j's K and V rows for one query, and whether it takes part.
+// Pages hold kPageSize (16) tokens; the binding rejects any other cache layout, so the page arithmetic is shifts.
 struct PagedKeys {
   const float* k_cache; const float* v_cache; const int32_t* pages;  // this sequence's row of the block table
-  int64_t page_size, n_kv, d, kvh;
+  int64_t n_kv, d, kvh;
   __device__ bool row(int64_t j, const float** kr, const float** vr) const {
-    const int64_t slot = (static_cast<int64_t>(pages[j / page_size]) * page_size + j % page_size) * n_kv + kvh;
+    const int64_t slot = (static_cast<int64_t>(pages[j / kPageSize]) * kPageSize + j % kPageSize) * n_kv + kvh;
     *kr = k_cache + slot * d;
     *vr = v_cache + slot * d;
     return true;
@@ -117,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeAttentionArgs a)
   const int64_t group = a.n_heads / a.n_kv_heads;
   for (int64_t b = blockIdx.y; b < a.batch; b += gridDim.y) {
     for (int64_t h = blockIdx.x; h < a.n_heads; h += gridDim.x) {
-      const PagedKeys keys{a.k_cache, a.v_cache, a.block_table + b * a.max_pages, a.page_size, a.n_kv_heads, a.head_dim, h / group};
+      const PagedKeys keys{a.k_cache, a.v_cache, a.block_table + b * a.max_pages, a.n_kv_heads, a.head_dim, h / group};
       const int64_t row = (b * a.n_heads + h) * a.head_dim;
       attend<kDpl>(a.q + row, keys, a.context_lens[b], static_cast<int>(a.head_dim), a.scale, a.out + row);
     }
@@ -171,7 +173,7 @@ __global__ void decode_ref_kernel(DecodeAttentionArgs a) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= a.batch * a.n_heads * a.head_dim) return;
   const int64_t dd = e % a.head_dim, h = (e / a.head_dim) % a.n_heads, b = e / (a.head_dim * a.n_heads);
-  const PagedKeys keys{a.k_cache, a.v_cache, a.block_table + b * a.max_pages, a.page_size, a.n_kv_heads, a.head_dim,
+  const PagedKeys keys{a.k_cache, a.v_cache, a.block_table + b * a.max_pages, a.n_kv_heads, a.head_dim,
                        h / (a.n_heads / a.n_kv_heads)};
   a.out[e] = attend_ref(a.q + (b * a.n_heads + h) * a.head_dim, keys, a.context_lens[b], a.head_dim, a.scale, dd);
 }
@@ -231,6 +233,8 @@ int dims_per_lane(int64_t d) { return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 :
 }  // namespace
 
 void attention_decode(const DecodeAttentionArgs& a, bool reference) {
+  if (a.page_size != kPageSize)
+    fail(ErrorCode::InvalidArgument, "attention_decode: pages must hold " + std::to_string(kPageSize) + " tokens, got " + std::to_string(a.page_size));
   if (a.batch == 0 || a.n_heads == 0 || a.head_dim == 0) return;
   if (reference || a.head_dim > kAttentionMaxFastHeadDim) {
     decode_ref_kernel<<<ref_grid(a.batch * a.n_heads * a.head_dim, 128), 128>>>(a);

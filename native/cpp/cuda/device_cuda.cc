@@ -1,4 +1,4 @@
-// The CUDA backend's "device": cudaMalloc'd memory under a byte budget, copies through cudaMemcpy on the legacy
+// The CUDA backend's "device": device memory under a byte budget, copies through cudaMemcpy on the legacy
 // default stream (so they are ordered with every kernel), and the cudaDeviceCount probe the loader uses.
 //
 // The module must load on a machine without a GPU or driver (the loader then falls back to CPU), so nothing here
@@ -21,25 +21,55 @@ namespace tessera::binding {
 
 namespace {
 
+// Device memory under the byte budget. When the device supports memory pools, allocations are stream-ordered
+// (cudaMallocAsync / cudaFreeAsync on the legacy default stream, the stream every op and copy here runs on): a free
+// is queued behind the kernels that may still use the memory instead of synchronising the device as cudaFree does,
+// and freed blocks are kept in the pool for reuse (the budget, not the pool, bounds what is held). Otherwise, or
+// with TESSERA_CUDA_MALLOC=sync, it is plain cudaMalloc / cudaFree.
 class CudaAllocator final : public Allocator {
  public:
   // The real budget is set when the device is first initialised (it depends on the device's memory).
   CudaAllocator() : Allocator(0) {}
   const char* name() const override { return "cuda"; }
 
+  void use_pool(cudaMemPool_t pool) { pool_ = pool; }
+  bool pooled() const { return pool_ != nullptr; }
+
  protected:
   void* raw_allocate(uint64_t bytes) override {
     gpu::ensure_current_device();
     void* p = nullptr;
-    gpu::check_cuda(cudaMalloc(&p, static_cast<size_t>(bytes)), ("cudaMalloc(" + std::to_string(bytes) + " bytes)").c_str());
+    const std::string call = std::string(pool_ ? "cudaMallocAsync(" : "cudaMalloc(") + std::to_string(bytes) + " bytes)";
+    if (!pool_) {
+      gpu::check_cuda(cudaMalloc(&p, static_cast<size_t>(bytes)), call.c_str());
+      return p;
+    }
+    cudaError_t err = cudaMallocAsync(&p, static_cast<size_t>(bytes), 0);
+    if (err == cudaErrorMemoryAllocation) {
+      // The pool may hold freed blocks that do not fit this request: wait for pending frees, return every unused
+      // block to the device, and try once more.
+      (void)cudaGetLastError();
+      gpu::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      gpu::check_cuda(cudaMemPoolTrimTo(pool_, 0), "cudaMemPoolTrimTo");
+      err = cudaMallocAsync(&p, static_cast<size_t>(bytes), 0);
+    }
+    gpu::check_cuda(err, call.c_str());
     return p;
   }
   void raw_free(void* p, uint64_t) override {
     // Frees also run from finalizers during process teardown, when the runtime may already be unloading; an error
-    // there must not throw out of a destructor. cudaFree synchronises the device, so pending kernels finish first.
-    const cudaError_t err = cudaFree(p);
+    // there must not throw out of a destructor. The stream-ordered free goes to the current device's default
+    // stream, so make sure that is this backend's device on whatever thread drops the last reference.
+    try {
+      gpu::ensure_current_device();
+    } catch (...) {
+    }
+    const cudaError_t err = pool_ ? cudaFreeAsync(p, 0) : cudaFree(p);
     if (err != cudaSuccess) (void)cudaGetLastError();
   }
+
+ private:
+  cudaMemPool_t pool_ = nullptr;
 };
 
 struct DeviceFacts {
@@ -90,12 +120,11 @@ class CudaDevice final : public Device {
     const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
     if (d < s + bytes && s < d + bytes) {
       // Overlapping views of one storage: cudaMemcpy's result is undefined there, so stage through a scratch buffer
-      // (the CPU backend's memmove semantics).
-      void* tmp = nullptr;
-      gpu::check_cuda(cudaMalloc(&tmp, bytes), "cudaMalloc(copy scratch)");
+      // (the CPU backend's memmove semantics), charged to the budget like any allocation.
+      void* tmp = alloc_.allocate(bytes);
       const cudaError_t e1 = cudaMemcpy(tmp, src, bytes, cudaMemcpyDeviceToDevice);
       const cudaError_t e2 = e1 == cudaSuccess ? cudaMemcpy(dst, tmp, bytes, cudaMemcpyDeviceToDevice) : e1;
-      cudaFree(tmp);
+      alloc_.deallocate(tmp, bytes);  // stream-ordered (or synchronising) free: after both copies
       gpu::check_cuda(e2, "cudaMemcpy(device to device)");
       return;
     }
@@ -117,6 +146,7 @@ class CudaDevice final : public Device {
     out.Set("deviceIndex", Napi::Number::New(env, facts_.index));
     out.Set("driverVersion", Napi::Number::New(env, facts_.driver_version));
     out.Set("runtimeVersion", Napi::Number::New(env, facts_.runtime_version));
+    out.Set("allocator", Napi::String::New(env, alloc_.pooled() ? "cudaMallocAsync" : "cudaMalloc"));
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
       out.Set("freeMemory", Napi::Number::New(env, double(free_bytes)));
@@ -159,6 +189,20 @@ class CudaDevice final : public Device {
                                     std::to_string(facts_.minor) + "; tessera_cuda.node is built for 8.0 and 9.0 (sm_80, sm_90)");
       // Default budget: 90% of the device's memory, leaving room for the CUDA context and kernels' scratch.
       alloc_.set_budget(budget_from_env(facts_.total_memory / 10 * 9));
+      int pools = 0;
+      const char* mode = std::getenv("TESSERA_CUDA_MALLOC");
+      const bool want_pool = !(mode && std::string(mode) == "sync");
+      if (want_pool && cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, facts_.index) == cudaSuccess && pools) {
+        cudaMemPool_t pool = nullptr;
+        gpu::check_cuda(cudaDeviceGetDefaultMemPool(&pool, facts_.index), "cudaDeviceGetDefaultMemPool");
+        // Keep freed memory in the pool across synchronisations (the default threshold of 0 would hand it back to
+        // the driver at every sync, and re-mapping it is slow); the budget bounds what is held.
+        uint64_t keep = ~0ull;
+        gpu::check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+        alloc_.use_pool(pool);
+      } else {
+        (void)cudaGetLastError();
+      }
       state_ = State::Ready;
     } catch (const std::exception& e) {
       state_ = State::Failed;

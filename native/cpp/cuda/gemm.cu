@@ -3,9 +3,9 @@
 // Kernels (GemmKernel in cuda_kernels.h), all deterministic (fixed reduction order, no atomics):
 //   Reference  one thread per output element; double accumulation; B converted exactly. The oracle.
 //   Simt       64x64x16 shared-memory tiles, 256 threads with 4x4 outputs each, f32 FMA. Full f32 precision.
-//   Skinny     m <= 8 (decode): A staged in shared memory, one warp per output column when B is [n,k] (the Hugging
-//              Face Linear layout; 16-byte vector loads of B when aligned), else one thread per column with the
-//              k range split over the block's warps. f32 FMA. Memory-bound, so it streams B once at full width.
+//   Skinny     m <= 8 (decode): A staged in shared memory, one warp per two output columns when B is [n,k] (the
+//              Hugging Face Linear layout; 16-byte vector loads of B when aligned), else one thread per column with
+//              the k range split over the block's warps. f32 FMA. Memory-bound, so it streams B once at full width.
 //   Tensor     WMMA (nvcuda::wmma) tensor cores, BMxBNx32 tiles (128x128 or 64x64), 8 warps, f32 accumulate.
 //              A tiles are converted while being staged in shared memory; masked loads zero-fill every edge
 //              (m, n, k need not be multiples of 16), so partial tiles never read out of bounds.
@@ -170,66 +170,96 @@ __device__ __forceinline__ void stage_a(const GemmArgs& g, const float* a, int64
   }
 }
 
-// B is [n, k] (trans_b): one warp per output column; lanes stride over k, kVec elements (16 bytes) at a time when
-// kVec > 1 (the host checked alignment), then a butterfly reduction per row.
+// kVec consecutive B values of row `row` (global element index of (k0, col)) starting at kk, as f32. The 16-byte
+// path needs kk + kVec <= kend and an aligned address (checked by the host for the whole launch).
+template <int kB, int kVec>
+__device__ __forceinline__ void load_b_run(const void* b, int64_t row, int kk, int64_t kend, float (&bv)[kVec]) {
+  if constexpr (kVec > 1) {
+    if (kk + kVec <= kend) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const char*>(b) + (row + kk) * (kB == 0 ? 4 : 2));
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+      if constexpr (kB == 0) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) bv[q] = __uint_as_float(w[q]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // two f16/bf16 values per word, low half first (little endian)
+          const uint16_t lo = static_cast<uint16_t>(w[q] & 0xffffu), hi = static_cast<uint16_t>(w[q] >> 16);
+          bv[2 * q] = kB == 1 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+          bv[2 * q + 1] = kB == 1 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) bv[v] = kk + v < kend ? load_as_f32<kB>(b, row + kk + v) : 0.0f;
+}
+
+// B is [n, k] (trans_b, the Hugging Face Linear layout): each warp owns kSkinnyCols output columns; lanes stride
+// over k, kVec elements (16 bytes) at a time when kVec > 1 (the host checked alignment), so the warp streams whole
+// B rows, with one load per column in flight. A comes from shared memory in 16-byte reads (conflict-free), and each
+// A value is used for every column. A butterfly reduction per (column, row) finishes.
+constexpr int kSkinnyCols = 2;
 template <int kB, int kVec>
 __global__ void __launch_bounds__(kSkinnyThreads)
 gemm_skinny_nk_kernel(GemmArgs g, int64_t batch, int64_t sa, int64_t sb, int64_t sc) {
   __shared__ __align__(16) float As[kSkinnyMaxRows][kSkinnyKChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kSkinnyWarps + warp;
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kSkinnyWarps + warp) * kSkinnyCols;
   const int m = static_cast<int>(g.m);
   for (int64_t bi = blockIdx.y; bi < batch; bi += gridDim.y) {
     const Batch<kB> op(g, bi, sa, sb, sc);
-    float acc[kSkinnyMaxRows] = {};
+    float acc[kSkinnyCols][kSkinnyMaxRows] = {};
     for (int64_t k0 = 0; k0 < g.k; k0 += kSkinnyKChunk) {
       __syncthreads();  // the previous chunk is fully consumed before it is overwritten
       stage_a(g, op.a, k0, As);
       __syncthreads();
-      if (col < g.n) {
+      if (col0 < g.n) {
         const int64_t kend = g.k - k0 < kSkinnyKChunk ? g.k - k0 : kSkinnyKChunk;
-        const int64_t row = col * g.ldb + k0;  // B element (k0 + kk, col) is at row + kk
         for (int kk = lane * kVec; kk < kend; kk += 32 * kVec) {
-          float bv[kVec];
-          if constexpr (kVec > 1) {
-            if (kk + kVec <= kend) {
-              // One 16-byte load: kVec f32, or kVec f16/bf16 values two to a word.
-              const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const char*>(op.b) + (row + kk) * (kB == 0 ? 4 : 2));
-              const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-              if constexpr (kB == 0) {
+          float bv[kSkinnyCols][kVec];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) bv[q] = __uint_as_float(w[q]);
-              } else {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                  const uint16_t lo = static_cast<uint16_t>(w[q] & 0xffffu), hi = static_cast<uint16_t>(w[q] >> 16);
-                  bv[2 * q] = kB == 1 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
-                  bv[2 * q + 1] = kB == 1 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
-                }
-              }
+          for (int c = 0; c < kSkinnyCols; ++c) {
+            if (col0 + c < g.n) {
+              load_b_run<kB, kVec>(op.b, (col0 + c) * g.ldb + k0, kk, kend, bv[c]);
             } else {
 #pragma unroll
-              for (int v = 0; v < kVec; ++v) bv[v] = kk + v < kend ? load_as_f32<kB>(op.b, row + kk + v) : 0.0f;
+              for (int v = 0; v < kVec; ++v) bv[c][v] = 0.0f;
             }
-          } else {
-            bv[0] = load_as_f32<kB>(op.b, row + kk);
           }
 #pragma unroll
           for (int i = 0; i < kSkinnyMaxRows; ++i) {
             if (i < m) {
+              float av[kVec];
+              if constexpr (kVec % 4 == 0) {
 #pragma unroll
-              for (int v = 0; v < kVec; ++v) acc[i] = fmaf(As[i][kk + v], bv[v], acc[i]);
+                for (int v = 0; v < kVec; v += 4) {
+                  const float4 a4 = *reinterpret_cast<const float4*>(&As[i][kk + v]);
+                  av[v] = a4.x; av[v + 1] = a4.y; av[v + 2] = a4.z; av[v + 3] = a4.w;
+                }
+              } else {
+#pragma unroll
+                for (int v = 0; v < kVec; ++v) av[v] = As[i][kk + v];
+              }
+#pragma unroll
+              for (int c = 0; c < kSkinnyCols; ++c)
+#pragma unroll
+                for (int v = 0; v < kVec; ++v) acc[c][i] = fmaf(av[v], bv[c][v], acc[c][i]);
             }
           }
         }
       }
     }
 #pragma unroll
-    for (int i = 0; i < kSkinnyMaxRows; ++i) acc[i] = warp_sum(acc[i]);
-    if (col < g.n && lane == 0) {
+    for (int c = 0; c < kSkinnyCols; ++c) {
 #pragma unroll
-      for (int i = 0; i < kSkinnyMaxRows; ++i)
-        if (i < m) store_c(g, op.c, i, col, acc[i]);
+      for (int i = 0; i < kSkinnyMaxRows; ++i) acc[c][i] = warp_sum(acc[c][i]);
+      if (col0 + c < g.n && lane == 0) {
+#pragma unroll
+        for (int i = 0; i < kSkinnyMaxRows; ++i)
+          if (i < m) store_c(g, op.c, i, col0 + c, acc[c][i]);
+      }
     }
   }
 }
@@ -509,7 +539,7 @@ void launch_skinny(const GemmArgs& g, int64_t batch, int64_t sa, int64_t sb, int
     constexpr int kVec = kB == 0 ? 4 : 8;  // 16 bytes of B per lane per step
     const int64_t eb = b_elem_bytes(kB);
     const bool vec = reinterpret_cast<uintptr_t>(g.b) % 16 == 0 && (g.ldb * eb) % 16 == 0 && (sb * eb) % 16 == 0;
-    const dim3 grid(grid_dim(ceil_div(g.n, kSkinnyWarps), 0x7fffffffLL), grid_dim(batch, kMaxGridYZ));
+    const dim3 grid(grid_dim(ceil_div(g.n, kSkinnyWarps * kSkinnyCols), 0x7fffffffLL), grid_dim(batch, kMaxGridYZ));
     if (vec) gemm_skinny_nk_kernel<kB, kVec><<<grid, kSkinnyThreads>>>(g, batch, sa, sb, sc);
     else gemm_skinny_nk_kernel<kB, 1><<<grid, kSkinnyThreads>>>(g, batch, sa, sb, sc);
     check_launch("gemm_skinny_nk_kernel");
