@@ -193,13 +193,17 @@ class CudaDevice final : public Device {
       const char* mode = std::getenv("TESSERA_CUDA_MALLOC");
       const bool want_pool = !(mode && std::string(mode) == "sync");
       if (want_pool && cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, facts_.index) == cudaSuccess && pools) {
-        cudaMemPool_t pool = nullptr;
-        gpu::check_cuda(cudaDeviceGetDefaultMemPool(&pool, facts_.index), "cudaDeviceGetDefaultMemPool");
         // Keep freed memory in the pool across synchronisations (the default threshold of 0 would hand it back to
-        // the driver at every sync, and re-mapping it is slow); the budget bounds what is held.
+        // the driver at every sync, and re-mapping it is slow); the budget bounds what is held. If the pool cannot
+        // be set up, plain cudaMalloc still works.
+        cudaMemPool_t pool = nullptr;
         uint64_t keep = ~0ull;
-        gpu::check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
-        alloc_.use_pool(pool);
+        if (cudaDeviceGetDefaultMemPool(&pool, facts_.index) == cudaSuccess &&
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
+          alloc_.use_pool(pool);
+        } else {
+          (void)cudaGetLastError();
+        }
       } else {
         (void)cudaGetLastError();
       }
