@@ -1,0 +1,97 @@
+// CUDA kernel launchers: plain C++ over device pointers and sizes, the GPU twin of cpu/kernels.h (same
+// semantics, same argument meaning). The bindings (bind_*.cc, compiled by the host compiler) validate shapes and
+// dtypes, then call these; the .cu files hold the kernels. Every launcher:
+//   - enqueues on the legacy default stream and returns without waiting (read() / synchronize() wait);
+//   - returns at once, launching nothing, when there is no work (any zero dimension);
+//   - throws tessera::Error(ErrorCode::Device) when a launch fails.
+// `reference` selects a plain one-thread-per-output kernel that accumulates in double, the GPU-side oracle the
+// tests compare the fast kernels against (and against the CPU references).
+#pragma once
+#include <cstdint>
+
+#include "../core/dtype.h"
+
+namespace tessera::gpu {
+
+// ---------------------------------------------------------------- GEMM
+// C[m,n] = alpha * op(A) @ op(B) + beta * C + bias[n]; the layout rules are those of cpu::GemmArgs:
+//   A f32: [m,k] (lda >= k) or with trans_a [k,m] (lda >= m); B f32/f16/bf16: [k,n] (ldb >= n) or with trans_b
+//   [n,k] (ldb >= k). beta == 0 never reads C. bias may be null.
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  bool trans_a = false;
+  const void* b = nullptr;
+  DType b_dtype = DType::F32;
+  int64_t ldb = 0;
+  bool trans_b = false;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  const float* bias = nullptr;
+};
+
+// Which kernel runs. Auto picks by shape (see gemm.cu); the others force one path so tests can check each.
+//   Reference  one thread per output, double accumulation, exact B conversion.
+//   Simt       64x64-tiled f32 FMA kernel (full f32 precision); the path for small or odd shapes.
+//   Skinny     m <= 8 only: one warp per output column, f32; the memory-bound decode (GEMV-like) path.
+//   Tensor     WMMA tensor cores, f32 accumulate. Precision: with f32 B both A and B are rounded to TF32
+//              (10-bit mantissa); with f16 B, A is rounded to f16; with bf16 B, A is rounded to bf16 (8 bits).
+enum class GemmKernel : int { Auto = 0, Reference = 1, Simt = 2, Skinny = 3, Tensor = 4 };
+constexpr int64_t kSkinnyMaxRows = 8;
+
+// batch GEMMs; element pointers advance by the strides per batch entry (0 broadcasts one operand).
+void gemm(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c, GemmKernel kernel);
+// The kernel Auto would pick for these sizes (reported to tests so they know which path they exercised).
+GemmKernel gemm_auto_kernel(int64_t m, int64_t n, int64_t k);
+
+// ---------------------------------------------------------------- gathers, copies
+// Indices are validated on the host by the bindings before these run.
+void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t n, float* out, bool reference);
+void gather_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst);
+// dst[dst_rows[i]] = src[src_rows ? src_rows[i] : i]; the binding removes duplicate destinations first (last wins),
+// so no two threads write one row.
+void scatter_rows(const void* src, int64_t row_bytes, const int32_t* src_rows, const int32_t* dst_rows, int64_t n, void* dst);
+// f32/f16/bf16 conversion with the same rounding (nearest even) and NaN encoding as core/dtype.h.
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool reference);
+
+// ---------------------------------------------------------------- elementwise (f32)
+enum class BinaryOp : int { Add = 0, Mul = 1 };
+void binary(BinaryOp op, const float* a, int64_t n, const float* b, int64_t b_n, float* out, bool reference);
+void scale(const float* x, int64_t n, float s, float* out, bool reference);
+enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2 };
+void activation(Activation act, const float* x, int64_t n, float* out, bool reference);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool reference);
+
+// ---------------------------------------------------------------- row-wise normalisation, softmax (f32)
+void layer_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out, bool reference);
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* out, bool reference);
+void softmax(const float* x, int64_t rows, int64_t dim, float scale, float* out, bool reference);
+
+// ---------------------------------------------------------------- RoPE (in place, rotate_half layout)
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base, bool reference);
+
+// ---------------------------------------------------------------- attention (f32)
+struct PrefillAttentionArgs {
+  const float* q = nullptr; const float* k = nullptr; const float* v = nullptr; float* out = nullptr;
+  int64_t batch = 0, seq = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const uint8_t* key_mask = nullptr;
+  bool causal = false;
+  float scale = 1.0f;
+};
+void attention_prefill(const PrefillAttentionArgs& a, bool reference);
+
+constexpr int64_t kPageSize = 16;
+struct DecodeAttentionArgs {
+  const float* q = nullptr; const float* k_cache = nullptr; const float* v_cache = nullptr; float* out = nullptr;
+  const int32_t* block_table = nullptr; const int32_t* context_lens = nullptr;
+  int64_t batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, num_pages = 0, max_pages = 0;
+  int64_t page_size = kPageSize;
+  float scale = 1.0f;
+};
+void attention_decode(const DecodeAttentionArgs& a, bool reference);
+// The fast attention kernels keep one query row in registers: head_dim up to this; larger runs the reference.
+constexpr int64_t kAttentionMaxFastHeadDim = 256;
+
+}  // namespace tessera::gpu
