@@ -61,6 +61,8 @@ export interface NativeGemmOptions extends RefOption {
   alpha: number;
   beta: number;
   bias: NativeTensor | null;
+  /** CUDA only: force a GEMM path (tests use it to tell a tensor-core bug from a harness bug). */
+  kernel?: 'auto' | 'tensor' | 'simt' | 'skinny' | 'reference';
 }
 
 export type BinaryOpName = 'add' | 'mul';
@@ -82,6 +84,8 @@ export interface NativeBinding {
   setIsa?(isa: Isa | 'best'): Isa;
   // CUDA-only: probe without creating a context on failure.
   cudaDeviceCount?(): { count: number; error: string | null };
+  /** CUDA-only: which GEMM path `auto` picks for (m, n, k). */
+  cudaGemmKernel?(m: number, n: number, k: number): string;
 
   // ---- ops: outputs are preallocated by the caller
   gemm(a: NativeTensor, b: NativeTensor, c: NativeTensor, opts: NativeGemmOptions): void;
