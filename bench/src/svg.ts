@@ -213,14 +213,17 @@ export function barChart(spec: BarChartSpec): string {
     }
   }
   const longest = Math.max(0, ...spec.categories.map((c) => c.length));
-  const rotate = spec.categories.length * (longest * 7 + 10) > (spec.width ?? 900) - 90;
+  const width = spec.width ?? Math.max(640, Math.min(1800, 90 + spec.categories.length * (spec.series.length * 14 + 18)));
+  const rotate = spec.categories.length * (longest * 7 + 10) > width - 90;
   const f: Frame = {
-    width: spec.width ?? Math.max(640, Math.min(1800, 90 + spec.categories.length * (spec.series.length * 14 + 18))),
+    width,
     height: spec.height ?? 480,
-    left: 70,
+    // The first rotated label reaches left of its bar by about cos(40) x its width.
+    left: rotate ? Math.max(70, Math.ceil(longest * 7 * 0.77) - 10) : 70,
     right: 20,
     top: 56,
-    bottom: rotate ? 40 + Math.min(160, longest * 6) : 56,
+    // Labels rotated by 40 degrees need about sin(40) x their width below the axis.
+    bottom: (rotate ? 24 + Math.min(160, Math.ceil(longest * 7 * 0.65)) : 30) + (spec.xLabel ? 22 : 0),
   };
   const values = spec.series.flatMap((s) => s.values.filter((v): v is number => v !== null));
   const refs = (spec.referenceLines ?? []).map((r) => r.value);
