@@ -1,5 +1,5 @@
 /** What machine a result was measured on, and finding this machine's saved roofline. */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { arch, availableParallelism, cpus, platform, release, totalmem } from 'node:os';
 import { join } from 'node:path';
 
@@ -15,6 +15,26 @@ export function cpuModel(): string {
   return cpus()[0]?.model.trim() ?? 'unknown';
 }
 
+/** The largest cache of CPU 0 from Linux sysfs, in MiB; null elsewhere or when unreadable. */
+export function lastLevelCacheMiB(): number | null {
+  const base = '/sys/devices/system/cpu/cpu0/cache';
+  let best: { level: number; mib: number } | null = null;
+  try {
+    for (const entry of readdirSync(base)) {
+      if (!entry.startsWith('index')) continue;
+      const level = Number(readFileSync(join(base, entry, 'level'), 'utf8').trim());
+      const size = /^(\d+)([KMG]?)$/.exec(readFileSync(join(base, entry, 'size'), 'utf8').trim());
+      if (!size || !Number.isFinite(level)) continue;
+      const unit = size[2] === 'G' ? 1024 : size[2] === 'M' ? 1 : size[2] === 'K' ? 1 / 1024 : 1 / 2 ** 20;
+      const mib = Number(size[1]) * unit;
+      if (!best || level > best.level) best = { level, mib };
+    }
+  } catch {
+    return null;
+  }
+  return best ? best.mib : null;
+}
+
 export function collectMachine(threads: number, roofline: RooflineSummary | null): MachineInfo {
   const info = deviceInfo(getCpuBackend());
   return {
@@ -25,6 +45,7 @@ export function collectMachine(threads: number, roofline: RooflineSummary | null
     bestIsa: info.bestIsa ?? null,
     features: info.features ?? {},
     totalMemoryGiB: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+    lastLevelCacheMiB: lastLevelCacheMiB(),
     node: process.version,
     os: `${platform()} ${release()} ${arch()}`,
     date: new Date().toISOString(),

@@ -41,6 +41,9 @@ export function validateResult(value: unknown): string[] {
       if (typeof m[key] !== 'number' || !(Number(m[key]) > 0)) problems.push(`machine.${key} must be a positive number`);
     }
     if (typeof m.date === 'string' && Number.isNaN(Date.parse(m.date))) problems.push('machine.date must be an ISO date');
+    if (m.lastLevelCacheMiB !== null && !(typeof m.lastLevelCacheMiB === 'number' && m.lastLevelCacheMiB > 0)) {
+      problems.push('machine.lastLevelCacheMiB must be a positive number or null');
+    }
     if (m.roofline !== null) {
       if (!isRecord(m.roofline)) {
         problems.push('machine.roofline must be an object or null');

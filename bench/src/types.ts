@@ -32,6 +32,8 @@ export interface MachineInfo {
   bestIsa: Isa | null;
   features: Record<string, boolean>;
   totalMemoryGiB: number;
+  /** Size of the largest CPU cache (Linux sysfs), or null where unknown: data under it is not a DRAM stream. */
+  lastLevelCacheMiB: number | null;
   node: string;
   os: string;
   date: string;

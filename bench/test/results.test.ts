@@ -1,8 +1,8 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { cpuModel, loadRecentRoofline } from '../src/machine.js';
+import { cpuModel, lastLevelCacheMiB, loadRecentRoofline } from '../src/machine.js';
 import { isBenchResult, validateResult, writeResult } from '../src/results.js';
 import type { BenchResult, RooflineSummary } from '../src/types.js';
 
@@ -31,6 +31,7 @@ function sample(over: Partial<BenchResult> = {}): BenchResult {
       bestIsa: 'avx512',
       features: { avx2: true },
       totalMemoryGiB: 24,
+      lastLevelCacheMiB: 32,
       node: process.version,
       os: 'linux',
       date: new Date().toISOString(),
@@ -71,6 +72,10 @@ describe('result schema', () => {
     delete (noCpu.machine as Partial<BenchResult['machine']>).cpuModel;
     expect(validateResult(noCpu)).toContain('machine.cpuModel must be a string');
     expect(validateResult(sample({ machine: { ...sample().machine, date: 'yesterday' } }))).toContain('machine.date must be an ISO date');
+    expect(validateResult(sample({ machine: { ...sample().machine, lastLevelCacheMiB: -1 } }))).toContain(
+      'machine.lastLevelCacheMiB must be a positive number or null',
+    );
+    expect(validateResult(sample({ machine: { ...sample().machine, lastLevelCacheMiB: null } }))).toEqual([]);
     expect(validateResult(sample({ machine: { ...sample().machine, roofline: { ...roofline, triadGBs: 0 } } }))).toContain(
       'machine.roofline.triadGBs must be a positive number',
     );
@@ -117,5 +122,13 @@ describe('loadRecentRoofline', () => {
     expect(loadRecentRoofline([empty, good], { threads: 2, isa: 'avx512' }).roofline?.triadGBs).toBe(26);
     expect(loadRecentRoofline([good], { threads: 1, isa: 'avx512' }).reason).toMatch(/2 threads, not 1/);
     expect(loadRecentRoofline([good], { threads: 2, isa: 'avx2' }).reason).toMatch(/ISA avx512, not avx2/);
+  });
+});
+
+describe('machine info', () => {
+  it('reads the last-level cache size where sysfs has it', () => {
+    const llc = lastLevelCacheMiB();
+    if (existsSync('/sys/devices/system/cpu/cpu0/cache/index0/size')) expect(llc).toBeGreaterThan(0);
+    else expect(llc).toBeNull();
   });
 });
