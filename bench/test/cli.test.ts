@@ -108,6 +108,7 @@ describe('running a bench end to end (roofline at a tiny size)', () => {
     const r = printed.machine.roofline!;
     for (const v of [r.triadGBs, r.triadGBs1t, r.readGBs, r.readGBs1t, r.peakGflops, r.peakGflops1t]) expect(v).toBeGreaterThan(0);
     expect(printed.rows.filter((row) => row.probe === 'fma')).toHaveLength(r.threads > 1 ? 2 : 1);
+    for (const row of printed.rows) expect(row.best as number).toBeGreaterThanOrEqual(row.value as number);
     expect(Object.keys(printed.ratios)).toEqual(expect.arrayContaining(['ridge_flop_per_byte', 'triad_thread_scaling']));
     expect(parseXml(readFileSync(join(out, 'roofline.svg'), 'utf8')).name).toBe('svg');
     // The bench restores the thread count it changed for its single-thread numbers.
