@@ -111,4 +111,5 @@ export interface NativeBinding {
   // ---- machine probes (CPU; bench roofline)
   streamTriad?(a: NativeTensor, b: NativeTensor, c: NativeTensor, s: number): void;
   fmaPeakProbe?(iters: number): number;
+  readSumProbe?(x: NativeTensor): number;
 }

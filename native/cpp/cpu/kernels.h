@@ -120,5 +120,8 @@ void attention_decode(const DecodeAttentionArgs& a);
 void stream_triad(float* a, const float* b, const float* c, float s, int64_t n);
 // Peak FMA probe: runs `iters` dependent-chain-free FMA blocks per thread; returns flops performed.
 double fma_peak_probe(int64_t iters);
+// Read-bandwidth probe (decode GEMV is read-bound): sums n floats in parallel and returns the sum; fixed
+// chunking, so any thread count gives the same value.
+double read_sum_probe(const float* x, int64_t n);
 
 }  // namespace tessera::cpu

@@ -1,0 +1,33 @@
+/**
+ * Every bench, by name. A bench module is imported only when it runs, so `--list` and `--help` work without the
+ * native addon or onnxruntime, and one bench's dependencies never slow another down.
+ * To add a bench: write src/benches/<name>.ts exporting a `Bench`, then add one entry here.
+ */
+import type { Bench } from './types.js';
+
+export interface BenchEntry {
+  name: string;
+  summary: string;
+  load(): Promise<Bench>;
+}
+
+export const BENCHES: readonly BenchEntry[] = [
+  {
+    name: 'roofline',
+    summary: 'machine limits: STREAM triad and read bandwidth, peak FMA GFLOP/s per ISA (1 and all threads)',
+    load: async () => (await import('./benches/roofline.js')).rooflineBench,
+  },
+  {
+    name: 'gemm',
+    summary: 'our GEMM (f32 and bf16 weights) vs onnxruntime MatMul on BERT-base and Llama-7B projections',
+    load: async () => (await import('./benches/gemm.js')).gemmBench,
+  },
+];
+
+export function findBench(name: string): BenchEntry | undefined {
+  return BENCHES.find((b) => b.name === name);
+}
+
+export function benchNames(): string[] {
+  return BENCHES.map((b) => b.name);
+}
