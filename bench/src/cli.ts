@@ -113,6 +113,9 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
   }
 }
 
+/** Samples this spread out (interquartile range / median) mean something else was competing for the machine. */
+const NOISY_SPREAD = 0.25;
+
 export interface RunOptions {
   quick: boolean;
   json: boolean;
@@ -165,6 +168,10 @@ export async function runBench(name: string, load: () => Promise<Bench>, opts: R
     rows: output.rows,
     ratios: output.ratios,
   };
+  const noisy = result.rows.filter((r) => ['spread', 'max_spread'].some((k) => typeof r[k] === 'number' && (r[k] as number) > NOISY_SPREAD));
+  if (noisy.length) {
+    log(`warning: ${noisy.length} of ${result.rows.length} rows have an interquartile range above ${NOISY_SPREAD * 100}% of the median: the machine was busy, consider running again`);
+  }
   const paths = writeResult(opts.outDir, result, output.svg);
   const seconds = (performance.now() - started) / 1000;
   log(`done in ${seconds.toFixed(1)} s; wrote ${paths.json} and ${paths.svg}`);

@@ -196,6 +196,13 @@ export const rooflineBench: Bench = makeRooflineBench();
 
 async function runRoofline(ctx: BenchContext, config: RooflineConfig): Promise<BenchOutput> {
   const { summary, rows } = measureRoofline(config, ctx.log);
+  // Register-only FMA chains scale with cores unless something else is running on them; then every number
+  // here (and every "% of limit" derived from it) is suspect.
+  const fmaScaling = summary.peakGflops / summary.peakGflops1t;
+  const busy = summary.threads > 1 && fmaScaling < 0.75 * summary.threads;
+  if (busy) {
+    ctx.log(`warning: the FMA probe scaled only ${fmaScaling.toFixed(2)}x on ${summary.threads} threads: other processes are using the cores; measure again on an idle machine`);
+  }
   return {
     params: { arrayMiB: config.arrayMiB, arrays: 3, budgetMsPerMeasurement: config.budgetMs, bytesPerTriadElement: 12, dtype: 'f32' },
     rows,
@@ -222,6 +229,7 @@ async function runRoofline(ctx: BenchContext, config: RooflineConfig): Promise<B
         `triad: a = b + s*c, 3 x ${config.arrayMiB} MiB f32, 12 bytes/element (STREAM convention; write-allocate traffic not counted)`,
         `read: sum over ${config.arrayMiB} MiB f32; fma: independent FMA chains in registers (FMA = 2 flops)`,
         `ridge point: ${(summary.peakGflops / summary.triadGBs).toFixed(1)} flop/byte (below it a kernel is bandwidth-bound)`,
+        ...(busy ? [`WARNING: FMA throughput scaled ${fmaScaling.toFixed(2)}x on ${summary.threads} threads: the machine was busy, numbers are unreliable`] : []),
       ],
     },
     svg: rooflineChart(summary),
