@@ -154,10 +154,15 @@ describe('gemm against the double-precision reference', () => {
   });
 
   it('several k blocks: the first block applies beta and bias, later ones accumulate', () => {
+    // Plans with C stored as is reduce k in blocks of about 512; plans that store C transposed (transB) use
+    // blocks of up to 4096, hence the long k.
     for (const [transA, transB] of transposes) {
       for (const dtype of ['f32', 'bf16'] as const) {
         checkProblem({ m: 37, n: 70, k: 555, transA, transB }, { alpha: 0.5, beta: 1.5, withBias: true, dtype }, 500);
       }
+    }
+    for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+      checkProblem({ m: 9, n: 21, k: 4500, transA: false, transB: true }, { alpha: -1, beta: 0.25, withBias: true, dtype }, 510);
     }
   });
 

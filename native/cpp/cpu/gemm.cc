@@ -30,17 +30,22 @@ inline const void* advance(const void* base, DType dt, int64_t elems) {
   return static_cast<const char*>(base) + elems * static_cast<int64_t>(dtype_size(dt));
 }
 
-// Blocking targets. k is reduced in blocks of about kKc (a block of X rows stays in L1, a block of Y panels in
-// L2); tasks cover Y in blocks of at most kQBlock columns and X in blocks of at most kPBlock rows, split until
-// there are about kTargetTasks so two or more threads stay balanced. None of this depends on the thread count.
-constexpr int64_t kKc = 256;
+// Blocking targets (tuned on Zen 4). k is reduced in blocks of about kKc (kKcTransposed when C is stored
+// transposed, whose updates cost more); tasks cover Y in blocks of at most kQBlock columns and X in blocks of
+// at most kPBlock rows, split until there are about kTargetTasks so that two or more threads stay balanced.
+// Plans whose Y block is at most kXOuterMaxYBytes walk X tiles outermost. None of this depends on the
+// thread count.
+constexpr int64_t kKc = 512;
+constexpr int64_t kKcTransposed = 4096;
 constexpr int64_t kQBlock = 256;
 constexpr int64_t kPBlock = 512;
 constexpr int64_t kTargetTasks = 16;
+constexpr int64_t kXOuterMaxYBytes = int64_t(2) << 20;
+static_assert(kKc <= kGemmKcMax && kKcTransposed <= kGemmKcMax, "k block exceeds the packed X tile");
 // Prepacked op(A)^T is built in chunks of columns of at most this many floats (32 MB).
 constexpr int64_t kMaxPrepackFloats = int64_t(8) << 20;
 
-static_assert(kKc <= kGemmKcMax, "k block exceeds the packed X tile");
+
 
 // ---------------------------------------------------------------- scalar path
 
@@ -48,6 +53,7 @@ struct ScalarKern {
   static constexpr int kMr = 4;
   static constexpr int kNr = 8;
   static constexpr int kLanes = 8;
+  static constexpr bool kDirectBf16 = false;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     for (int r = 0; r < rows; ++r) {
@@ -66,13 +72,14 @@ struct ScalarKern {
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+  static void micro(int rows, int cols, int64_t kc, const void* xv, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
                     int64_t q, bool first) {
+    const float* xt = static_cast<const float*>(xv);  // always f32 here: kDirectBf16 is false
     float acc[kMr][kNr] = {};
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* yr = y + kk * ys;
       for (int r = 0; r < rows; ++r) {
-        const float xv = xt[r * kGemmXStride + kk];
+        const float xv = xt[r * xs + kk];
         for (int j = 0; j < kNr; ++j) acc[r][j] += xv * yr[j];
       }
     }
@@ -127,7 +134,10 @@ void prepack_at(Isa isa, const float* a, int64_t lda, bool trans_a, int64_t m, i
 
 // Fills plan.kc and the task grid from the problem shape and the ISA's tile shape only.
 void choose_blocks(GemmPlan& plan, const GemmShape& s) {
-  const int64_t k_blocks = gemm_ceil_div(plan.K, kKc);
+  // C^T tiles update C with a transposing epilogue that touches one cache line per C row, so those plans
+  // reduce much longer runs of k between updates.
+  const int64_t k_target = plan.z_trans ? kKcTransposed : kKc;
+  const int64_t k_blocks = gemm_ceil_div(plan.K, k_target);
   plan.kc = std::min(kGemmKcMax, gemm_round_up(gemm_ceil_div(plan.K, k_blocks), 8));
 
   const int64_t p_tiles = gemm_ceil_div(plan.P, s.mr);
@@ -145,6 +155,8 @@ void choose_blocks(GemmPlan& plan, const GemmShape& s) {
   plan.p_blocks = gemm_ceil_div(plan.P, plan.p_block);
   plan.q_block = gemm_ceil_div(q_panels, q_blocks) * s.nr;
   plan.q_blocks = gemm_ceil_div(plan.Q, plan.q_block);
+  // Every X tile re-reads the task's whole Y block, which is cheap while that block stays in L2.
+  plan.x_outer = plan.y_packed && plan.q_block * plan.K * int64_t(sizeof(float)) <= kXOuterMaxYBytes;
 }
 
 void run_plan(Isa isa, const GemmPlan& plan) {
@@ -169,6 +181,23 @@ void gemm_no_k(const GemmArgs& g) {
   }
 }
 
+// Rows of op(A) (m of them, k long) into dst with row stride ld.
+void copy_op_a_rows(const GemmArgs& g, float* dst, int64_t ld) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    float* row = dst + i * ld;
+    if (g.trans_a) {
+      for (int64_t p = 0; p < g.k; ++p) row[p] = g.a[p * g.lda + i];
+    } else {
+      std::memcpy(row, g.a + i * g.lda, static_cast<size_t>(g.k) * sizeof(float));
+    }
+  }
+}
+
+GemmScratch& pairs_rows_scratch() {
+  static thread_local GemmScratch s;
+  return s;
+}
+
 void gemm_dot(const GemmArgs& g, Isa isa) {
   GemmDotPlan d;
   d.m = g.m;
@@ -184,13 +213,27 @@ void gemm_dot(const GemmArgs& g, Isa isa) {
   d.alpha = g.alpha;
   d.beta = g.beta;
   d.bias = g.bias;
-  static thread_local GemmScratch at_scratch;
-  if (g.trans_a) {  // the dot kernels want rows of op(A) contiguous in k; op(A) has at most 8 rows
-    float* t = at_scratch.get(g.m * g.k);
-    for (int64_t p = 0; p < g.k; ++p)
-      for (int64_t i = 0; i < g.m; ++i) t[i * g.k + p] = g.a[p * g.lda + i];
-    d.a = t;
-    d.lda = g.k;
+  // The kernels read all m rows of op(A) at the same k on every step, so copy them into rows padded to a
+  // stride that is not a multiple of 4 KB: rows of a [m, 4096] f32 tensor would all map to one L1 set and,
+  // with the weight rows, overflow its 8 ways. The copy also makes op(A) with trans_a row-contiguous.
+  static thread_local GemmScratch a_scratch;
+  if (isa == Isa::Avx512 && g.b_dtype == DType::BF16) {
+    d.ld_pairs = gemm_dot_pairs_ld_avx512(g.k);
+    float* pairs = a_scratch.get(g.m * d.ld_pairs);
+    if (g.trans_a) {
+      float* rows = pairs_rows_scratch().get(g.m * g.k);
+      copy_op_a_rows(g, rows, g.k);
+      gemm_dot_pair_a_avx512(rows, g.k, g.m, g.k, pairs);
+    } else {
+      gemm_dot_pair_a_avx512(g.a, g.lda, g.m, g.k, pairs);
+    }
+    d.a_pairs = pairs;
+  } else {
+    const int64_t ld = gemm_round_up(g.k, 16) + 16;
+    float* rows = a_scratch.get(g.m * ld);
+    copy_op_a_rows(g, rows, ld);
+    d.a = rows;
+    d.lda = ld;
   }
   // About 64 tasks of at least 16 weight rows each: fine-grained enough to balance, coarse enough that a
   // task streams a few hundred KB of weights.
@@ -203,7 +246,8 @@ void gemm_dot(const GemmArgs& g, Isa isa) {
       default: dot_task_scalar(d, t);
     }
   });
-  at_scratch.trim(int64_t(1) << 20);
+  a_scratch.trim(int64_t(1) << 20);
+  pairs_rows_scratch().trim(int64_t(1) << 20);
 }
 
 void gemm_packed(const GemmArgs& g, Isa isa) {

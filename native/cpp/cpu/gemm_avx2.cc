@@ -74,6 +74,7 @@ struct Kern {
   static constexpr int kMr = tessera::cpu::kMr;
   static constexpr int kNr = tessera::cpu::kNr;
   static constexpr int kLanes = tessera::cpu::kLanes;
+  static constexpr bool kDirectBf16 = false;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     if (plan.x_trans) {
@@ -105,12 +106,12 @@ struct Kern {
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+  static void micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType xdt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
                     int64_t q, bool first);
 };
 
 template <int R, int NV>
-void micro_tile(int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p, int64_t q,
+void micro_tile(int cols, int64_t kc, const float* xt, int64_t xs, const float* y, int64_t ys, const GemmPlan& plan, int64_t p, int64_t q,
                 bool first) {
   __m256 acc[R][NV];
   for (int r = 0; r < R; ++r)
@@ -119,7 +120,7 @@ void micro_tile(int cols, int64_t kc, const float* xt, const float* y, int64_t y
     __m256 yv[NV];
     for (int v = 0; v < NV; ++v) yv[v] = _mm256_loadu_ps(y + v * 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(xt + r * XS + kk);
+      const __m256 xb = _mm256_broadcast_ss(xt + r * xs + kk);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(xb, yv[v], acc[r][v]);
     }
     y += ys;
@@ -153,15 +154,15 @@ void micro_tile(int cols, int64_t kc, const float* xt, const float* y, int64_t y
   }
 }
 
-using MicroFn = void (*)(int, int64_t, const float*, const float*, int64_t, const GemmPlan&, int64_t, int64_t, bool);
+using MicroFn = void (*)(int, int64_t, const float*, int64_t, const float*, int64_t, const GemmPlan&, int64_t, int64_t, bool);
 
-void Kern::micro(int rows, int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+void Kern::micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
                  int64_t q, bool first) {
   static constexpr MicroFn table[kMr][kNv] = {
       {&micro_tile<1, 1>, &micro_tile<1, 2>}, {&micro_tile<2, 1>, &micro_tile<2, 2>}, {&micro_tile<3, 1>, &micro_tile<3, 2>},
       {&micro_tile<4, 1>, &micro_tile<4, 2>}, {&micro_tile<5, 1>, &micro_tile<5, 2>}, {&micro_tile<6, 1>, &micro_tile<6, 2>},
   };
-  table[rows - 1][(cols + 7) / 8 - 1](cols, kc, xt, y, ys, plan, p, q, first);
+  table[rows - 1][(cols + 7) / 8 - 1](cols, kc, static_cast<const float*>(xt), xs, y, ys, plan, p, q, first);
 }
 
 inline float hsum8(__m256 v) {

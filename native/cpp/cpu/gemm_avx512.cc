@@ -4,6 +4,8 @@
 // 4-cycle FMA latency and leave registers for the 3 Y vectors).
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "gemm_simd.h"
 
 namespace tessera::cpu {
@@ -127,6 +129,7 @@ struct Kern {
   static constexpr int kMr = tessera::cpu::kMr;
   static constexpr int kNr = tessera::cpu::kNr;
   static constexpr int kLanes = tessera::cpu::kLanes;
+  static constexpr bool kDirectBf16 = true;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     if (plan.x_trans) {  // X(p, k) = x[k * ldx + p]: op(A) with trans_a, gathered column by column
@@ -158,27 +161,59 @@ struct Kern {
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+  static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
                     int64_t q, bool first);
 };
 
 // ---------------------------------------------------------------- micro-kernel
 
-template <int R, int NV>
-void micro_tile(int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p, int64_t q,
-                bool first) {
+// X row r starts at x + r * xs elements of XDT. bf16 rows are read in place: one 32-bit broadcast covers two
+// consecutive k, and bf16 -> f32 is a shift (the even element) or a mask (the odd one).
+template <int R, int NV, DType XDT>
+void micro_tile(int cols, int64_t kc, const void* x, int64_t xs, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+                int64_t q, bool first) {
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
 
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    __m512 yv[NV];
-    for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xb = _mm512_set1_ps(xt[r * XS + kk]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
+  if constexpr (XDT == DType::F32) {
+    const float* xt = static_cast<const float*>(x);
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      __m512 yv[NV];
+      for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_set1_ps(xt[r * xs + kk]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
+      }
+      y += ys;
     }
-    y += ys;
+  } else {
+    const uint16_t* xh = static_cast<const uint16_t*>(x);
+    const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    int64_t kk = 0;
+    for (; kk + 2 <= kc; kk += 2) {
+      __m512 y0[NV], y1[NV];
+      for (int v = 0; v < NV; ++v) y0[v] = _mm512_loadu_ps(y + v * 16);
+      for (int v = 0; v < NV; ++v) y1[v] = _mm512_loadu_ps(y + ys + v * 16);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, xh + r * xs + kk, sizeof(pair));
+        const __m512i d = _mm512_set1_epi32(pair);
+        const __m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+        const __m512 x1 = _mm512_castsi512_ps(_mm512_and_si512(d, hi_mask));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x0, y0[v], acc[r][v]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x1, y1[v], acc[r][v]);
+      }
+      y += 2 * ys;
+    }
+    if (kk < kc) {
+      __m512 yv[NV];
+      for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(uint32_t(xh[r * xs + kk]) << 16)));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
+      }
+    }
   }
 
   const __m512 alpha = _mm512_set1_ps(plan.alpha);
@@ -232,28 +267,78 @@ void micro_tile(int cols, int64_t kc, const float* xt, const float* y, int64_t y
   }
 }
 
-using MicroFn = void (*)(int, int64_t, const float*, const float*, int64_t, const GemmPlan&, int64_t, int64_t, bool);
+using MicroFn = void (*)(int, int64_t, const void*, int64_t, const float*, int64_t, const GemmPlan&, int64_t, int64_t, bool);
 
-template <int R>
+template <int R, DType XDT = DType::F32>
 constexpr MicroFn micro_for(int nv) {
-  return nv == 1 ? &micro_tile<R, 1> : nv == 2 ? &micro_tile<R, 2> : &micro_tile<R, 3>;
+  return nv == 1 ? &micro_tile<R, 1, XDT> : nv == 2 ? &micro_tile<R, 2, XDT> : &micro_tile<R, 3, XDT>;
 }
-
-void Kern::micro(int rows, int cols, int64_t kc, const float* xt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                 int64_t q, bool first) {
-  static constexpr MicroFn table[kMr][kNv] = {
-      {micro_for<1>(1), micro_for<1>(2), micro_for<1>(3)}, {micro_for<2>(1), micro_for<2>(2), micro_for<2>(3)},
-      {micro_for<3>(1), micro_for<3>(2), micro_for<3>(3)}, {micro_for<4>(1), micro_for<4>(2), micro_for<4>(3)},
-      {micro_for<5>(1), micro_for<5>(2), micro_for<5>(3)}, {micro_for<6>(1), micro_for<6>(2), micro_for<6>(3)},
-      {micro_for<7>(1), micro_for<7>(2), micro_for<7>(3)}, {micro_for<8>(1), micro_for<8>(2), micro_for<8>(3)},
+template <DType XDT>
+struct MicroTable {
+  static constexpr MicroFn fn[kMr][kNv] = {
+      {micro_for<1, XDT>(1), micro_for<1, XDT>(2), micro_for<1, XDT>(3)}, {micro_for<2, XDT>(1), micro_for<2, XDT>(2), micro_for<2, XDT>(3)},
+      {micro_for<3, XDT>(1), micro_for<3, XDT>(2), micro_for<3, XDT>(3)}, {micro_for<4, XDT>(1), micro_for<4, XDT>(2), micro_for<4, XDT>(3)},
+      {micro_for<5, XDT>(1), micro_for<5, XDT>(2), micro_for<5, XDT>(3)}, {micro_for<6, XDT>(1), micro_for<6, XDT>(2), micro_for<6, XDT>(3)},
+      {micro_for<7, XDT>(1), micro_for<7, XDT>(2), micro_for<7, XDT>(3)}, {micro_for<8, XDT>(1), micro_for<8, XDT>(2), micro_for<8, XDT>(3)},
   };
+};
+
+void Kern::micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys,
+                 const GemmPlan& plan, int64_t p, int64_t q, bool first) {
   const int nv = (cols + 15) / 16;
-  table[rows - 1][nv - 1](cols, kc, xt, y, ys, plan, p, q, first);
+  const MicroFn fn = xdt == DType::BF16 ? MicroTable<DType::BF16>::fn[rows - 1][nv - 1] : MicroTable<DType::F32>::fn[rows - 1][nv - 1];
+  fn(cols, kc, x, xs, y, ys, plan, p, q, first);
 }
 
 // ---------------------------------------------------------------- decode: dot products over k
 
-// Rows [j0, j1) of W against all M rows of op(A): acc[r][w] accumulates a_r * w_{j+w} over 16-lane chunks of k.
+// Horizontal sums of 16 vectors in one pass: lane i of the result is the sum of the lanes of v[i]. A tree of
+// 128-bit-lane, then in-lane shuffles (45 operations instead of 16 separate reductions); the summation order
+// inside each vector is fixed.
+__attribute__((always_inline)) inline __m512 hsum16(const __m512 (&v)[16]) {
+  // The tree leaves lane 4j + t holding the sum of its input j + 4t, so feed it v transposed as a 4 x 4 grid.
+  __m512 u[16];
+  for (int i = 0; i < 16; ++i) u[i] = v[(i % 4) * 4 + i / 4];
+  __m512 s1[8];
+  for (int i = 0; i < 8; ++i)
+    s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xEE));
+  __m512 s2[4];
+  for (int i = 0; i < 4; ++i)
+    s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0x88), _mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0xDD));
+  __m512 s3[2];
+  for (int i = 0; i < 2; ++i)
+    s3[i] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * i], s2[2 * i + 1], 0x44), _mm512_shuffle_ps(s2[2 * i], s2[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xDD));
+}
+
+// Reduces acc[r][w] and writes C[r][j + w] = alpha * sum + beta * C + bias[j + w] for r < M, w < NW.
+// Always inlined into the group functions.
+template <int M, int NW>
+__attribute__((always_inline)) inline void dot_store(const __m512 (&acc)[M][NW], const GemmDotPlan& pl, int64_t j) {
+  constexpr int N = M * NW;
+  constexpr int NP = (N + 15) / 16 * 16;
+  __m512 flat[NP];
+  for (int r = 0; r < M; ++r)
+    for (int w = 0; w < NW; ++w) flat[r * NW + w] = acc[r][w];
+  for (int i = N; i < NP; ++i) flat[i] = _mm512_setzero_ps();
+  alignas(64) float sums[NP];
+  for (int c = 0; c < NP / 16; ++c) {
+    __m512 v[16];
+    for (int i = 0; i < 16; ++i) v[i] = flat[c * 16 + i];
+    _mm512_store_ps(sums + c * 16, hsum16(v));
+  }
+  const __mmask16 m = lane_mask(NW);
+  const __m512 alpha = _mm512_set1_ps(pl.alpha);
+  const __m512 bias = pl.bias ? _mm512_maskz_loadu_ps(m, pl.bias + j) : _mm512_setzero_ps();
+  for (int r = 0; r < M; ++r) {
+    float* c = pl.c + r * pl.ldc + j;
+    __m512 out = _mm512_mul_ps(alpha, _mm512_maskz_loadu_ps(m, sums + r * NW));
+    if (pl.beta != 0.0f) out = _mm512_fmadd_ps(_mm512_set1_ps(pl.beta), _mm512_maskz_loadu_ps(m, c), out);
+    _mm512_mask_storeu_ps(c, m, _mm512_add_ps(out, bias));
+  }
+}
+
+// Weight rows [j, j + NW) against all M rows of op(A): acc[r][w] accumulates a_r * w_{j+w} over 16-lane chunks.
 template <int M, int NW, DType DT>
 void dot_group(const GemmDotPlan& pl, int64_t j) {
   __m512 acc[M][NW];
@@ -262,12 +347,19 @@ void dot_group(const GemmDotPlan& pl, int64_t j) {
   const void* wrow[NW];
   for (int w = 0; w < NW; ++w) wrow[w] = offset_elems<DT>(pl.w, (j + w) * pl.ldw);
   const int64_t k = pl.k;
+  const int64_t ahead = NW * pl.ldw;  // the next group's rows, as in dot_group_bf16
   int64_t kk = 0;
   for (; kk + 16 <= k; kk += 16) {
+    // One prefetch per 64-byte line: every 16 k for f32, every 32 k for f16.
+    if (DT == DType::F32 || (kk & 31) == 0)
+      for (int w = 0; w < NW; ++w) _mm_prefetch(static_cast<const char*>(offset_elems<DT>(wrow[w], kk + ahead)), _MM_HINT_T0);
     __m512 wv[NW];
     for (int w = 0; w < NW; ++w) wv[w] = load16_full<DT>(wrow[w], kk);
     for (int r = 0; r < M; ++r) {
-      const __m512 a = _mm512_loadu_ps(pl.a + r * pl.lda + kk);
+      __m512 a = _mm512_loadu_ps(pl.a + r * pl.lda + kk);
+      // Keep the activation chunk in a register: folded into each FMA as a memory operand it would be
+      // reloaded NW times, and the loads (not the FMAs) would bound the loop.
+      __asm__("" : "+v"(a));
       for (int w = 0; w < NW; ++w) acc[r][w] = _mm512_fmadd_ps(a, wv[w], acc[r][w]);
     }
   }
@@ -280,12 +372,59 @@ void dot_group(const GemmDotPlan& pl, int64_t j) {
       for (int w = 0; w < NW; ++w) acc[r][w] = _mm512_fmadd_ps(a, wv[w], acc[r][w]);
     }
   }
-  for (int r = 0; r < M; ++r) {
-    for (int w = 0; w < NW; ++w) {
-      float* c = pl.c + r * pl.ldc + j + w;
-      gemm_store_scalar(c, _mm512_reduce_add_ps(acc[r][w]), pl.alpha, pl.beta, pl.bias ? pl.bias + j + w : nullptr, true);
-    }
+  dot_store<M, NW>(acc, pl, j);
+}
+
+// bf16 weights, 32 k at a time: one 64-byte load gives the even elements (shift left 16) and the odd ones
+// (mask the high half) as f32, with no shuffles; op(A) comes pre-split into even/odd halves (a_pairs).
+template <int M, int NW>
+void dot_group_bf16(const GemmDotPlan& pl, int64_t j) {
+  __m512 acc[M][NW];
+  for (int r = 0; r < M; ++r)
+    for (int w = 0; w < NW; ++w) acc[r][w] = _mm512_setzero_ps();
+  const uint16_t* wrow[NW];
+  for (int w = 0; w < NW; ++w) wrow[w] = static_cast<const uint16_t*>(pl.w) + (j + w) * pl.ldw;
+  const float* arow[M];
+  for (int r = 0; r < M; ++r) arow[r] = pl.a_pairs + r * pl.ld_pairs;
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const int64_t k = pl.k;
+  // One 32-k step; wm selects the weights that exist (the tail's missing ones load as zero, as does
+  // a_pairs' padding). Written out twice below rather than as a helper: passing the accumulators by
+  // reference makes GCC keep them on the stack inside the loop.
+#define TESSERA_DOT_BF16_STEP(kk, LOAD)                                                                                  \
+  {                                                                                                                     \
+    for (int w = 0; w < NW; ++w) _mm_prefetch(reinterpret_cast<const char*>(wrow[w] + (kk) + ahead), _MM_HINT_T0);     \
+    __m512 wv[NW];                                                                                                      \
+    for (int w = 0; w < NW; ++w) wv[w] = _mm512_castsi512_ps(_mm512_slli_epi32(LOAD(wrow[w] + (kk)), 16));             \
+    for (int r = 0; r < M; ++r) {                                                                                       \
+      __m512 a = _mm512_load_ps(arow[r] + (kk));                                                                        \
+      __asm__("" : "+v"(a));                                                                                            \
+      for (int w = 0; w < NW; ++w) acc[r][w] = _mm512_fmadd_ps(a, wv[w], acc[r][w]);                                   \
+    }                                                                                                                   \
+    for (int w = 0; w < NW; ++w) wv[w] = _mm512_castsi512_ps(_mm512_and_si512(LOAD(wrow[w] + (kk)), hi_mask));         \
+    for (int r = 0; r < M; ++r) {                                                                                       \
+      __m512 a = _mm512_load_ps(arow[r] + (kk) + 16);                                                                   \
+      __asm__("" : "+v"(a));                                                                                            \
+      for (int w = 0; w < NW; ++w) acc[r][w] = _mm512_fmadd_ps(a, wv[w], acc[r][w]);                                   \
+    }                                                                                                                   \
   }
+  // Plain loads in the main loop: with masked-load builtins there, GCC stores every accumulator to the stack
+  // on each iteration.
+#define TESSERA_FULL_LOAD(p) _mm512_loadu_si512(p)
+#define TESSERA_TAIL_LOAD(p) _mm512_maskz_loadu_epi16(tail, p)
+  // Prefetch the next group's rows at the same k: one group ahead of the stream, and it bridges the jump to
+  // new rows at the end of this group, which the hardware prefetchers only pick up after a few misses.
+  const int64_t ahead = NW * pl.ldw;
+  int64_t kk = 0;
+  for (; kk + 32 <= k; kk += 32) TESSERA_DOT_BF16_STEP(kk, TESSERA_FULL_LOAD)
+  if (kk < k) {
+    const __mmask32 tail = static_cast<__mmask32>((uint64_t(1) << (k - kk)) - 1u);
+    TESSERA_DOT_BF16_STEP(kk, TESSERA_TAIL_LOAD)
+  }
+#undef TESSERA_FULL_LOAD
+#undef TESSERA_TAIL_LOAD
+#undef TESSERA_DOT_BF16_STEP
+  dot_store<M, NW>(acc, pl, j);
 }
 
 template <int M, DType DT>
@@ -293,8 +432,13 @@ void dot_rows(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
   // Weight rows per group: enough independent accumulators to hide FMA latency, within 32 registers.
   constexpr int NW = M == 1 ? 8 : M == 2 ? 6 : M <= 4 ? 4 : 3;
   int64_t j = j0;
-  for (; j + NW <= j1; j += NW) dot_group<M, NW, DT>(pl, j);
-  for (; j < j1; ++j) dot_group<M, 1, DT>(pl, j);
+  if constexpr (DT == DType::BF16) {
+    for (; j + NW <= j1; j += NW) dot_group_bf16<M, NW>(pl, j);
+    for (; j < j1; ++j) dot_group_bf16<M, 1>(pl, j);
+  } else {
+    for (; j + NW <= j1; j += NW) dot_group<M, NW, DT>(pl, j);
+    for (; j < j1; ++j) dot_group<M, 1, DT>(pl, j);
+  }
 }
 
 template <DType DT>
@@ -340,6 +484,24 @@ void gemm_prepack_at_avx512(const float* a, int64_t lda, bool trans_a, int64_t m
         const int64_t kn = std::min<int64_t>(16, k - kk);
         for (int i = 0; i < kn; ++i) _mm512_storeu_ps(panel + (kk + i) * stride + g * 16, r[i]);
       }
+    }
+  }
+}
+
+// Padded by one cache line so that consecutive rows do not alias in L1 (see gemm_dot).
+int64_t gemm_dot_pairs_ld_avx512(int64_t k) { return gemm_round_up(k, 32) + 16; }
+
+void gemm_dot_pair_a_avx512(const float* a, int64_t lda, int64_t m, int64_t k, float* dst) {
+  const int64_t ld = gemm_dot_pairs_ld_avx512(k);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = a + r * lda;
+    for (int64_t kk = 0; kk < k; kk += 32) {  // the last chunk is zero padded up to a multiple of 32
+      const __m512 lo = _mm512_maskz_loadu_ps(lane_mask(k - kk), src + kk);
+      const __m512 hi = _mm512_maskz_loadu_ps(lane_mask(k - kk - 16), src + kk + 16);
+      _mm512_store_ps(dst + r * ld + kk, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_store_ps(dst + r * ld + kk + 16, _mm512_permutex2var_ps(lo, odd, hi));
     }
   }
 }

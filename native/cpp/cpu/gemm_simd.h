@@ -24,7 +24,7 @@ namespace tessera::cpu {
 
 // Largest k block a task reduces between two Z updates, and the row stride of the packed X tile: the tile's
 // rows sit one cache line further apart than the block so that they fall in different L1 sets.
-constexpr int64_t kGemmKcMax = 512;
+constexpr int64_t kGemmKcMax = 4096;
 constexpr int64_t kGemmXStride = kGemmKcMax + 16;
 // The dot-product (decode) path handles up to this many rows of op(A) when B is transposed.
 constexpr int64_t kGemmDotMaxRows = 8;
@@ -49,6 +49,8 @@ struct GemmPlan {
   const float* bias = nullptr;
   // Blocking: kc <= kGemmKcMax; p_block is a multiple of the ISA's mr, q_block of its nr.
   int64_t kc = 0, p_block = 0, q_block = 0, p_blocks = 0, q_blocks = 0;  // tasks = p_blocks * q_blocks
+  // Loop order inside a task: X tile outer and k blocks inner (only with y_packed), or k blocks outer.
+  bool x_outer = false;
 };
 
 // The decode path: C[i, j] = alpha * dot(a_i, w_j) + beta * C[i, j] + bias[j] for i < m <= kGemmDotMaxRows.
@@ -56,6 +58,10 @@ struct GemmDotPlan {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;  // rows of op(A), contiguous in k
   int64_t lda = 0;
+  // AVX-512 with bf16 weights: op(A) rows regrouped per 32 k as 16 even then 16 odd elements, zero padded,
+  // 64-byte aligned (gemm_dot_pair_a_avx512).
+  const float* a_pairs = nullptr;
+  int64_t ld_pairs = 0;
   const void* w = nullptr;   // [n, k] rows
   int64_t ldw = 0;
   DType w_dtype = DType::F32;
@@ -81,6 +87,8 @@ void gemm_task_avx2(const GemmPlan& plan, int64_t task);
 void gemm_task_avx512(const GemmPlan& plan, int64_t task);
 void gemm_dot_task_avx2(const GemmDotPlan& plan, int64_t task);
 void gemm_dot_task_avx512(const GemmDotPlan& plan, int64_t task);
+int64_t gemm_dot_pairs_ld_avx512(int64_t k);
+void gemm_dot_pair_a_avx512(const float* a, int64_t lda, int64_t m, int64_t k, float* dst);
 
 namespace gemm_detail {
 // Internal linkage on purpose: each ISA file compiles its own copy of these helpers with its own target
@@ -133,7 +141,8 @@ class GemmScratch {
 // Runs one task of a packed plan. Kern provides kMr, kNr, kLanes and
 //   pack_x(plan, p, rows, k0, kc, xt)         rows of X into xt[r * kGemmXStride + kk]
 //   pack_y(plan, k0, kc, q, cols, dst, stride) Y rows k0.. into dst[kk * stride + j], zero padded to stride
-//   micro(rows, cols, kc, xt, y, ystride, plan, p, q, first)   one register tile, including the C update
+//   micro(rows, cols, kc, x, xs, xdt, y, ystride, plan, p, q, first)   one register tile, including the C
+//       update; X row r is x + r * xs elements of dtype xdt (f32, or bf16 where kDirectBf16)
 template <class Kern>
 void run_gemm_task(const GemmPlan& plan, int64_t task) {
   constexpr int MR = Kern::kMr, NR = Kern::kNr, VL = Kern::kLanes;
@@ -145,11 +154,49 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
 
   static thread_local GemmScratch x_scratch, y_scratch;
   float* xt = x_scratch.get(MR * kGemmXStride);
-  float* yblk = plan.y_packed ? nullptr : y_scratch.get(plan.kc * gemm_round_up(q1 - q0, NR));
+  const bool x_direct = !plan.x_trans && (plan.x_dtype == DType::F32 || (plan.x_dtype == DType::BF16 && Kern::kDirectBf16));
 
+  // One register tile row: X rows [p, p + rows) over k block [k0, k0 + kc) against every Y panel of the task.
+  auto tile_row = [&](int64_t p, int64_t k0, int64_t kc, const float* yblk) {
+    const int rows = static_cast<int>(std::min<int64_t>(MR, p1 - p));
+    // X rows are read in place when the micro-kernel can consume their dtype directly (f32 always, bf16 on
+    // AVX-512); otherwise they are converted into the packed tile xt first.
+    const void* xr = xt;
+    int64_t xs = kGemmXStride;
+    DType xdt = DType::F32;
+    if (x_direct) {
+      xr = static_cast<const char*>(plan.x) + (p * plan.ldx + k0) * static_cast<int64_t>(dtype_size(plan.x_dtype));
+      xs = plan.ldx;
+      xdt = plan.x_dtype;
+    } else {
+      Kern::pack_x(plan, p, rows, k0, kc, xt);
+    }
+    for (int64_t q = q0; q < q1; q += NR) {
+      const int cols = static_cast<int>(std::min<int64_t>(NR, q1 - q));
+      const float* y;
+      int64_t stride;
+      if (plan.y_packed) {
+        const int64_t j = q / NR;
+        stride = gemm_panel_stride(plan.Q, j, shape);
+        y = plan.y_packed + j * NR * plan.K + k0 * stride;
+      } else {
+        stride = cols == NR ? NR : gemm_round_up(cols, VL);
+        y = yblk + (q - q0) * kc;
+      }
+      Kern::micro(rows, cols, kc, xr, xs, xdt, y, stride, plan, p, q, k0 == 0);
+    }
+  };
+
+  if (plan.x_outer) {
+    // Y is prepacked and small enough to stay in cache: walk each X tile along all of k, so the X rows (the
+    // weights) stream from memory in long sequential runs the hardware prefetchers follow.
+    for (int64_t p = p0; p < p1; p += MR)
+      for (int64_t k0 = 0; k0 < plan.K; k0 += plan.kc) tile_row(p, k0, std::min(plan.kc, plan.K - k0), nullptr);
+    return;
+  }
+  float* yblk = plan.y_packed ? nullptr : y_scratch.get(plan.kc * gemm_round_up(q1 - q0, NR));
   for (int64_t k0 = 0; k0 < plan.K; k0 += plan.kc) {
     const int64_t kc = std::min(plan.kc, plan.K - k0);
-    const bool first = k0 == 0;
     if (!plan.y_packed) {
       for (int64_t q = q0; q < q1; q += NR) {
         const int cols = static_cast<int>(std::min<int64_t>(NR, q1 - q));
@@ -157,24 +204,7 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
         Kern::pack_y(plan, k0, kc, q, cols, yblk + (q - q0) * kc, stride);
       }
     }
-    for (int64_t p = p0; p < p1; p += MR) {
-      const int rows = static_cast<int>(std::min<int64_t>(MR, p1 - p));
-      Kern::pack_x(plan, p, rows, k0, kc, xt);
-      for (int64_t q = q0; q < q1; q += NR) {
-        const int cols = static_cast<int>(std::min<int64_t>(NR, q1 - q));
-        const float* y;
-        int64_t stride;
-        if (plan.y_packed) {
-          const int64_t j = q / NR;
-          stride = gemm_panel_stride(plan.Q, j, shape);
-          y = plan.y_packed + j * NR * plan.K + k0 * stride;
-        } else {
-          stride = cols == NR ? NR : gemm_round_up(cols, VL);
-          y = yblk + (q - q0) * kc;
-        }
-        Kern::micro(rows, cols, kc, xt, y, stride, plan, p, q, first);
-      }
-    }
+    for (int64_t p = p0; p < p1; p += MR) tile_row(p, k0, kc, yblk);
   }
 }
 
