@@ -54,6 +54,8 @@ struct ScalarKern {
   static constexpr int kNr = 8;
   static constexpr int kLanes = 8;
   static constexpr bool kDirectBf16 = false;
+  static constexpr bool kPackInMicro = false;
+  static void micro_pack(int, int, int64_t, const float*, int64_t, const GemmPlan&, int64_t, float*, int64_t, int64_t, int64_t, bool) {}
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     for (int r = 0; r < rows; ++r) {

@@ -130,6 +130,7 @@ struct Kern {
   static constexpr int kNr = tessera::cpu::kNr;
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = true;
+  static constexpr bool kPackInMicro = true;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     if (plan.x_trans) {  // X(p, k) = x[k * ldx + p]: op(A) with trans_a, gathered column by column
@@ -163,59 +164,16 @@ struct Kern {
 
   static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
                     int64_t q, bool first);
+  static void micro_pack(int rows, int cols, int64_t kc, const float* x, int64_t xs, const GemmPlan& plan, int64_t k0, float* ydst,
+                         int64_t ys, int64_t p, int64_t q, bool first);
 };
 
 // ---------------------------------------------------------------- micro-kernel
 
-// X row r starts at x + r * xs elements of XDT. bf16 rows are read in place: one 32-bit broadcast covers two
-// consecutive k, and bf16 -> f32 is a shift (the even element) or a mask (the odd one).
-template <int R, int NV, DType XDT>
-void micro_tile(int cols, int64_t kc, const void* x, int64_t xs, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                int64_t q, bool first) {
-  __m512 acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-
-  if constexpr (XDT == DType::F32) {
-    const float* xt = static_cast<const float*>(x);
-    for (int64_t kk = 0; kk < kc; ++kk) {
-      __m512 yv[NV];
-      for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m512 xb = _mm512_set1_ps(xt[r * xs + kk]);
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
-      }
-      y += ys;
-    }
-  } else {
-    const uint16_t* xh = static_cast<const uint16_t*>(x);
-    const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-    int64_t kk = 0;
-    for (; kk + 2 <= kc; kk += 2) {
-      __m512 y0[NV], y1[NV];
-      for (int v = 0; v < NV; ++v) y0[v] = _mm512_loadu_ps(y + v * 16);
-      for (int v = 0; v < NV; ++v) y1[v] = _mm512_loadu_ps(y + ys + v * 16);
-      for (int r = 0; r < R; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, xh + r * xs + kk, sizeof(pair));
-        const __m512i d = _mm512_set1_epi32(pair);
-        const __m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
-        const __m512 x1 = _mm512_castsi512_ps(_mm512_and_si512(d, hi_mask));
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x0, y0[v], acc[r][v]);
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x1, y1[v], acc[r][v]);
-      }
-      y += 2 * ys;
-    }
-    if (kk < kc) {
-      __m512 yv[NV];
-      for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m512 xb = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(uint32_t(xh[r * xs + kk]) << 16)));
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
-      }
-    }
-  }
-
+// Writes one finished register tile: acc[r][v] holds Z(p + r, q + 16 v ..) for k block [k0, k0 + kc).
+template <int R, int NV>
+__attribute__((always_inline)) inline void store_tile(__m512 (&acc)[R][NV], int cols, const GemmPlan& plan, int64_t p, int64_t q,
+                                                      bool first) {
   const __m512 alpha = _mm512_set1_ps(plan.alpha);
   if (!plan.z_trans) {
     const bool use_beta = first && plan.beta != 0.0f;
@@ -267,6 +225,98 @@ void micro_tile(int cols, int64_t kc, const void* x, int64_t xs, const float* y,
   }
 }
 
+// X row r starts at x + r * xs elements of XDT. bf16 rows are read in place: one 32-bit broadcast covers two
+// consecutive k, and bf16 -> f32 is a shift (the even element) or a mask (the odd one).
+template <int R, int NV, DType XDT>
+void micro_tile(int cols, int64_t kc, const void* x, int64_t xs, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+                int64_t q, bool first) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+
+  if constexpr (XDT == DType::F32) {
+    const float* xt = static_cast<const float*>(x);
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      __m512 yv[NV];
+      for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_set1_ps(xt[r * xs + kk]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
+      }
+      y += ys;
+    }
+  } else {
+    const uint16_t* xh = static_cast<const uint16_t*>(x);
+    const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    int64_t kk = 0;
+    for (; kk + 2 <= kc; kk += 2) {
+      __m512 y0[NV], y1[NV];
+      for (int v = 0; v < NV; ++v) y0[v] = _mm512_loadu_ps(y + v * 16);
+      for (int v = 0; v < NV; ++v) y1[v] = _mm512_loadu_ps(y + ys + v * 16);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, xh + r * xs + kk, sizeof(pair));
+        const __m512i d = _mm512_set1_epi32(pair);
+        const __m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+        const __m512 x1 = _mm512_castsi512_ps(_mm512_and_si512(d, hi_mask));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x0, y0[v], acc[r][v]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(x1, y1[v], acc[r][v]);
+      }
+      y += 2 * ys;
+    }
+    if (kk < kc) {
+      __m512 yv[NV];
+      for (int v = 0; v < NV; ++v) yv[v] = _mm512_loadu_ps(y + v * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(uint32_t(xh[r * xs + kk]) << 16)));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]);
+      }
+    }
+  }
+
+  store_tile<R, NV>(acc, cols, plan, p, q, first);
+}
+
+// As micro_tile (f32 X), but Y is read straight from its source rows (Y(k, q) = y[k * ldy + q], dtype YDT, the
+// missing columns of a right-edge panel as zeros) and written to the packed block ydst as it is consumed: the
+// first X tile of a block packs Y while it multiplies, so the loads overlap the arithmetic.
+template <int R, int NV, DType YDT>
+void micro_tile_pack(int cols, int64_t kc, const float* xt, int64_t xs, const void* ysrc, int64_t ldy, float* ydst, int64_t ys,
+                     const GemmPlan& plan, int64_t p, int64_t q, bool first) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  // Two copies of the loop: plain loads for full panels, masked loads only for a right-edge panel (with
+  // masked-load builtins in the loop, GCC keeps the accumulators on the stack).
+  // Rows of Y lie a page or more apart, where hardware prefetchers stop, so fetch kPackAhead rows ahead.
+  constexpr int64_t kPackAhead = 12;
+  const int64_t esize = static_cast<int64_t>(dtype_size(YDT));
+  const char* ybytes = static_cast<const char*>(ysrc);
+#define TESSERA_PACK_LOOP(LOAD)                                                  \
+  for (int64_t kk = 0; kk < kc; ++kk) {                                          \
+    for (int64_t off = 0; off < NV * 16 * esize; off += 64)                      \
+      _mm_prefetch(ybytes + ((kk + kPackAhead) * ldy) * esize + off, _MM_HINT_T0); \
+    __m512 yv[NV];                                                               \
+    for (int v = 0; v < NV; ++v) {                                               \
+      yv[v] = LOAD;                                                              \
+      _mm512_storeu_ps(ydst + kk * ys + v * 16, yv[v]);                          \
+    }                                                                            \
+    for (int r = 0; r < R; ++r) {                                                \
+      const __m512 xb = _mm512_set1_ps(xt[r * xs + kk]);                         \
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(xb, yv[v], acc[r][v]); \
+    }                                                                            \
+  }
+  if (cols == NV * 16) {
+    TESSERA_PACK_LOOP(load16_full<YDT>(ysrc, kk * ldy + v * 16))
+  } else {
+    __mmask16 m[NV];
+    for (int v = 0; v < NV; ++v) m[v] = lane_mask(cols - v * 16);
+    TESSERA_PACK_LOOP(load16<YDT>(ysrc, kk * ldy + v * 16, m[v]))
+  }
+#undef TESSERA_PACK_LOOP
+  store_tile<R, NV>(acc, cols, plan, p, q, first);
+}
+
 using MicroFn = void (*)(int, int64_t, const void*, int64_t, const float*, int64_t, const GemmPlan&, int64_t, int64_t, bool);
 
 template <int R, DType XDT = DType::F32>
@@ -288,6 +338,46 @@ void Kern::micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DTyp
   const int nv = (cols + 15) / 16;
   const MicroFn fn = xdt == DType::BF16 ? MicroTable<DType::BF16>::fn[rows - 1][nv - 1] : MicroTable<DType::F32>::fn[rows - 1][nv - 1];
   fn(cols, kc, x, xs, y, ys, plan, p, q, first);
+}
+
+using MicroPackFn = void (*)(int, int64_t, const float*, int64_t, const void*, int64_t, float*, int64_t, const GemmPlan&, int64_t,
+                             int64_t, bool);
+
+template <int R, DType YDT>
+constexpr MicroPackFn micro_pack_for(int nv) {
+  return nv == 1 ? &micro_tile_pack<R, 1, YDT> : nv == 2 ? &micro_tile_pack<R, 2, YDT> : &micro_tile_pack<R, 3, YDT>;
+}
+template <DType YDT>
+struct MicroPackTable {
+  static constexpr MicroPackFn fn[kMr][kNv] = {
+      {micro_pack_for<1, YDT>(1), micro_pack_for<1, YDT>(2), micro_pack_for<1, YDT>(3)},
+      {micro_pack_for<2, YDT>(1), micro_pack_for<2, YDT>(2), micro_pack_for<2, YDT>(3)},
+      {micro_pack_for<3, YDT>(1), micro_pack_for<3, YDT>(2), micro_pack_for<3, YDT>(3)},
+      {micro_pack_for<4, YDT>(1), micro_pack_for<4, YDT>(2), micro_pack_for<4, YDT>(3)},
+      {micro_pack_for<5, YDT>(1), micro_pack_for<5, YDT>(2), micro_pack_for<5, YDT>(3)},
+      {micro_pack_for<6, YDT>(1), micro_pack_for<6, YDT>(2), micro_pack_for<6, YDT>(3)},
+      {micro_pack_for<7, YDT>(1), micro_pack_for<7, YDT>(2), micro_pack_for<7, YDT>(3)},
+      {micro_pack_for<8, YDT>(1), micro_pack_for<8, YDT>(2), micro_pack_for<8, YDT>(3)},
+  };
+};
+
+void Kern::micro_pack(int rows, int cols, int64_t kc, const float* x, int64_t xs, const GemmPlan& plan, int64_t k0, float* ydst,
+                      int64_t ys, int64_t p, int64_t q, bool first) {
+  const int nv = (cols + 15) / 16;
+  const int64_t off = k0 * plan.ldy + q;
+  switch (plan.y_dtype) {
+    case DType::F16:
+      MicroPackTable<DType::F16>::fn[rows - 1][nv - 1](cols, kc, x, xs, offset_elems<DType::F16>(plan.y, off), plan.ldy, ydst, ys, plan, p,
+                                                       q, first);
+      break;
+    case DType::BF16:
+      MicroPackTable<DType::BF16>::fn[rows - 1][nv - 1](cols, kc, x, xs, offset_elems<DType::BF16>(plan.y, off), plan.ldy, ydst, ys, plan,
+                                                        p, q, first);
+      break;
+    default:
+      MicroPackTable<DType::F32>::fn[rows - 1][nv - 1](cols, kc, x, xs, offset_elems<DType::F32>(plan.y, off), plan.ldy, ydst, ys, plan, p,
+                                                       q, first);
+  }
 }
 
 // ---------------------------------------------------------------- decode: dot products over k

@@ -143,6 +143,8 @@ class GemmScratch {
 //   pack_y(plan, k0, kc, q, cols, dst, stride) Y rows k0.. into dst[kk * stride + j], zero padded to stride
 //   micro(rows, cols, kc, x, xs, xdt, y, ystride, plan, p, q, first)   one register tile, including the C
 //       update; X row r is x + r * xs elements of dtype xdt (f32, or bf16 where kDirectBf16)
+//   micro_pack(rows, cols, kc, x, xs, plan, k0, ydst, ystride, p, q, first)   the same with f32 X, reading Y
+//       from plan.y and packing it into ydst on the way (only called where kPackInMicro)
 template <class Kern>
 void run_gemm_task(const GemmPlan& plan, int64_t task) {
   constexpr int MR = Kern::kMr, NR = Kern::kNr, VL = Kern::kLanes;
@@ -157,7 +159,8 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
   const bool x_direct = !plan.x_trans && (plan.x_dtype == DType::F32 || (plan.x_dtype == DType::BF16 && Kern::kDirectBf16));
 
   // One register tile row: X rows [p, p + rows) over k block [k0, k0 + kc) against every Y panel of the task.
-  auto tile_row = [&](int64_t p, int64_t k0, int64_t kc, const float* yblk) {
+  // With pack_y set, the micro-kernel also packs Y's block from its source rows into yblk as it goes.
+  auto tile_row = [&](int64_t p, int64_t k0, int64_t kc, float* yblk, bool pack_y) {
     const int rows = static_cast<int>(std::min<int64_t>(MR, p1 - p));
     // X rows are read in place when the micro-kernel can consume their dtype directly (f32 always, bf16 on
     // AVX-512); otherwise they are converted into the packed tile xt first.
@@ -173,17 +176,16 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
     }
     for (int64_t q = q0; q < q1; q += NR) {
       const int cols = static_cast<int>(std::min<int64_t>(NR, q1 - q));
-      const float* y;
-      int64_t stride;
       if (plan.y_packed) {
         const int64_t j = q / NR;
-        stride = gemm_panel_stride(plan.Q, j, shape);
-        y = plan.y_packed + j * NR * plan.K + k0 * stride;
-      } else {
-        stride = cols == NR ? NR : gemm_round_up(cols, VL);
-        y = yblk + (q - q0) * kc;
+        const int64_t stride = gemm_panel_stride(plan.Q, j, shape);
+        Kern::micro(rows, cols, kc, xr, xs, xdt, plan.y_packed + j * NR * plan.K + k0 * stride, stride, plan, p, q, k0 == 0);
+        continue;
       }
-      Kern::micro(rows, cols, kc, xr, xs, xdt, y, stride, plan, p, q, k0 == 0);
+      const int64_t stride = cols == NR ? NR : gemm_round_up(cols, VL);
+      float* y = yblk + (q - q0) * kc;
+      if (pack_y) Kern::micro_pack(rows, cols, kc, static_cast<const float*>(xr), xs, plan, k0, y, stride, p, q, k0 == 0);
+      else Kern::micro(rows, cols, kc, xr, xs, xdt, y, stride, plan, p, q, k0 == 0);
     }
   };
 
@@ -191,20 +193,23 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
     // Y is prepacked and small enough to stay in cache: walk each X tile along all of k, so the X rows (the
     // weights) stream from memory in long sequential runs the hardware prefetchers follow.
     for (int64_t p = p0; p < p1; p += MR)
-      for (int64_t k0 = 0; k0 < plan.K; k0 += plan.kc) tile_row(p, k0, std::min(plan.kc, plan.K - k0), nullptr);
+      for (int64_t k0 = 0; k0 < plan.K; k0 += plan.kc) tile_row(p, k0, std::min(plan.kc, plan.K - k0), nullptr, false);
     return;
   }
   float* yblk = plan.y_packed ? nullptr : y_scratch.get(plan.kc * gemm_round_up(q1 - q0, NR));
+  // Packing Y separately is a burst of loads with no arithmetic to hide their latency, so where the ISA can,
+  // the first X tile of each k block packs Y inside its micro-kernel (X is f32 whenever Y is not prepacked).
+  const bool pack_in_micro = Kern::kPackInMicro && !plan.y_packed;
   for (int64_t k0 = 0; k0 < plan.K; k0 += plan.kc) {
     const int64_t kc = std::min(plan.kc, plan.K - k0);
-    if (!plan.y_packed) {
+    if (!plan.y_packed && !pack_in_micro) {
       for (int64_t q = q0; q < q1; q += NR) {
         const int cols = static_cast<int>(std::min<int64_t>(NR, q1 - q));
         const int64_t stride = cols == NR ? NR : gemm_round_up(cols, VL);
         Kern::pack_y(plan, k0, kc, q, cols, yblk + (q - q0) * kc, stride);
       }
     }
-    for (int64_t p = p0; p < p1; p += MR) tile_row(p, k0, kc, yblk);
+    for (int64_t p = p0; p < p1; p += MR) tile_row(p, k0, kc, yblk, pack_in_micro && p == p0);
   }
 }
 
