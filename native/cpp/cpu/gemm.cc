@@ -1,0 +1,361 @@
+// GEMM: the double-accumulating reference, the dispatcher (orientation, blocking, task split) and the scalar
+// path. The plan and the per-ISA bodies are described in gemm_simd.h.
+#include <algorithm>
+#include <cstring>
+
+#include "../core/cpu_features.h"
+#include "../core/thread_pool.h"
+#include "gemm_simd.h"
+#include "kernels.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+using gemm_detail::gemm_ceil_div;
+using gemm_detail::gemm_panel_stride;
+using gemm_detail::gemm_prepacked_floats;
+using gemm_detail::gemm_round_up;
+using gemm_detail::GemmScratch;
+
+inline float load_elem(const void* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+inline const void* advance(const void* base, DType dt, int64_t elems) {
+  return static_cast<const char*>(base) + elems * static_cast<int64_t>(dtype_size(dt));
+}
+
+// Blocking targets (tuned on Zen 4). k is reduced in blocks of about kKc (kKcTransposed when C is stored
+// transposed, whose updates cost more); tasks cover Y in blocks of at most kQBlock columns and X in blocks of
+// at most kPBlock rows, split until there are about kTargetTasks so that two or more threads stay balanced.
+// Plans whose Y block is at most kXOuterMaxYBytes walk X tiles outermost. None of this depends on the
+// thread count.
+constexpr int64_t kKc = 512;
+constexpr int64_t kKcTransposed = 4096;
+constexpr int64_t kQBlock = 256;
+constexpr int64_t kPBlock = 512;
+constexpr int64_t kTargetTasks = 16;
+constexpr int64_t kXOuterMaxYBytes = int64_t(2) << 20;
+static_assert(kKc <= kGemmKcMax && kKcTransposed <= kGemmKcMax, "k block exceeds the packed X tile");
+// Prepacked op(A)^T is built in chunks of columns of at most this many floats (32 MB).
+constexpr int64_t kMaxPrepackFloats = int64_t(8) << 20;
+
+
+
+// ---------------------------------------------------------------- scalar path
+
+struct ScalarKern {
+  static constexpr int kMr = 4;
+  static constexpr int kNr = 8;
+  static constexpr int kLanes = 8;
+  static constexpr bool kDirectBf16 = false;
+  static constexpr bool kPackInMicro = false;
+  static void micro_pack(int, int, int64_t, const float*, int64_t, const GemmPlan&, int64_t, float*, int64_t, int64_t, int64_t, bool) {}
+
+  static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
+    for (int r = 0; r < rows; ++r) {
+      float* dst = xt + r * kGemmXStride;
+      for (int64_t kk = 0; kk < kc; ++kk) {
+        const int64_t idx = plan.x_trans ? (k0 + kk) * plan.ldx + p + r : (p + r) * plan.ldx + k0 + kk;
+        dst[kk] = load_elem(plan.x, plan.x_dtype, idx);
+      }
+    }
+  }
+
+  static void pack_y(const GemmPlan& plan, int64_t k0, int64_t kc, int64_t q, int cols, float* dst, int64_t stride) {
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      for (int64_t j = 0; j < stride; ++j)
+        dst[kk * stride + j] = j < cols ? load_elem(plan.y, plan.y_dtype, (k0 + kk) * plan.ldy + q + j) : 0.0f;
+    }
+  }
+
+  static void micro(int rows, int cols, int64_t kc, const void* xv, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+                    int64_t q, bool first) {
+    const float* xt = static_cast<const float*>(xv);  // always f32 here: kDirectBf16 is false
+    float acc[kMr][kNr] = {};
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const float* yr = y + kk * ys;
+      for (int r = 0; r < rows; ++r) {
+        const float xv = xt[r * xs + kk];
+        for (int j = 0; j < kNr; ++j) acc[r][j] += xv * yr[j];
+      }
+    }
+    gemm_detail::gemm_store_tile_scalar(&acc[0][0], kNr, rows, cols, plan, p, q, first);
+  }
+};
+
+constexpr GemmShape kScalarShape{ScalarKern::kMr, ScalarKern::kNr, ScalarKern::kLanes};
+
+void prepack_at_scalar(const float* a, int64_t lda, bool trans_a, int64_t m, int64_t k, float* dst) {
+  for (int64_t j = 0; j * kScalarShape.nr < m; ++j) {
+    const int64_t q0 = j * kScalarShape.nr;
+    const int64_t width = std::min<int64_t>(kScalarShape.nr, m - q0);
+    const int64_t stride = gemm_panel_stride(m, j, kScalarShape);
+    float* panel = dst + q0 * k;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t i = 0; i < stride; ++i)
+        panel[kk * stride + i] = i < width ? (trans_a ? a[kk * lda + q0 + i] : a[(q0 + i) * lda + kk]) : 0.0f;
+    }
+  }
+}
+
+void dot_task_scalar(const GemmDotPlan& pl, int64_t task) {
+  const int64_t j0 = task * pl.rows_per_task, j1 = std::min(pl.n, j0 + pl.rows_per_task);
+  for (int64_t j = j0; j < j1; ++j) {
+    for (int64_t r = 0; r < pl.m; ++r) {
+      const float* a = pl.a + r * pl.lda;
+      float s = 0.0f;
+      for (int64_t p = 0; p < pl.k; ++p) s += a[p] * load_elem(pl.w, pl.w_dtype, j * pl.ldw + p);
+      gemm_detail::gemm_store_scalar(pl.c + r * pl.ldc + j, s, pl.alpha, pl.beta, pl.bias ? pl.bias + j : nullptr, true);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- dispatch
+
+GemmShape shape_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return gemm_shape_avx512();
+    case Isa::Avx2: return gemm_shape_avx2();
+    default: return kScalarShape;
+  }
+}
+
+void prepack_at(Isa isa, const float* a, int64_t lda, bool trans_a, int64_t m, int64_t k, float* dst) {
+  switch (isa) {
+    case Isa::Avx512: gemm_prepack_at_avx512(a, lda, trans_a, m, k, dst); break;
+    case Isa::Avx2: gemm_prepack_at_avx2(a, lda, trans_a, m, k, dst); break;
+    default: prepack_at_scalar(a, lda, trans_a, m, k, dst);
+  }
+}
+
+// Fills plan.kc and the task grid from the problem shape and the ISA's tile shape only.
+void choose_blocks(GemmPlan& plan, const GemmShape& s) {
+  // C^T tiles update C with a transposing epilogue that touches one cache line per C row, so those plans
+  // reduce much longer runs of k between updates.
+  const int64_t k_target = plan.z_trans ? kKcTransposed : kKc;
+  const int64_t k_blocks = gemm_ceil_div(plan.K, k_target);
+  plan.kc = std::min(kGemmKcMax, gemm_round_up(gemm_ceil_div(plan.K, k_blocks), 8));
+
+  const int64_t p_tiles = gemm_ceil_div(plan.P, s.mr);
+  const int64_t q_panels = gemm_ceil_div(plan.Q, s.nr);
+  int64_t q_blocks = gemm_ceil_div(q_panels, std::max<int64_t>(1, kQBlock / s.nr));
+  if (!plan.y_packed) {
+    // Each P block repacks its Y (B) block, while a Q block only repacks X tiles (rows of op(A), the small
+    // side), so split Q first.
+    q_blocks = std::max(q_blocks, std::min(q_panels, kTargetTasks));
+  }
+  int64_t p_blocks = std::max(gemm_ceil_div(plan.P, kPBlock), gemm_ceil_div(kTargetTasks, q_blocks));
+  p_blocks = std::min(p_blocks, p_tiles);
+
+  plan.p_block = gemm_ceil_div(p_tiles, p_blocks) * s.mr;
+  plan.p_blocks = gemm_ceil_div(plan.P, plan.p_block);
+  plan.q_block = gemm_ceil_div(q_panels, q_blocks) * s.nr;
+  plan.q_blocks = gemm_ceil_div(plan.Q, plan.q_block);
+  // Every X tile re-reads the task's whole Y block, which is cheap while that block stays in L2.
+  plan.x_outer = plan.y_packed && plan.q_block * plan.K * int64_t(sizeof(float)) <= kXOuterMaxYBytes;
+}
+
+void run_plan(Isa isa, const GemmPlan& plan) {
+  global_pool().parallel_for(plan.p_blocks * plan.q_blocks, [&](int64_t t) {
+    switch (isa) {
+      case Isa::Avx512: gemm_task_avx512(plan, t); break;
+      case Isa::Avx2: gemm_task_avx2(plan, t); break;
+      default: gemm_detail::run_gemm_task<ScalarKern>(plan, t);
+    }
+  });
+}
+
+// k == 0: the product is empty, so C = beta * C + bias.
+void gemm_no_k(const GemmArgs& g) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    float* c = g.c + i * g.ldc;
+    for (int64_t j = 0; j < g.n; ++j) {
+      float v = g.beta != 0.0f ? g.beta * c[j] : 0.0f;
+      if (g.bias) v += g.bias[j];
+      c[j] = v;
+    }
+  }
+}
+
+// Rows of op(A) (m of them, k long) into dst with row stride ld.
+void copy_op_a_rows(const GemmArgs& g, float* dst, int64_t ld) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    float* row = dst + i * ld;
+    if (g.trans_a) {
+      for (int64_t p = 0; p < g.k; ++p) row[p] = g.a[p * g.lda + i];
+    } else {
+      std::memcpy(row, g.a + i * g.lda, static_cast<size_t>(g.k) * sizeof(float));
+    }
+  }
+}
+
+GemmScratch& pairs_rows_scratch() {
+  static thread_local GemmScratch s;
+  return s;
+}
+
+void gemm_dot(const GemmArgs& g, Isa isa) {
+  GemmDotPlan d;
+  d.m = g.m;
+  d.n = g.n;
+  d.k = g.k;
+  d.a = g.a;
+  d.lda = g.lda;
+  d.w = g.b;
+  d.ldw = g.ldb;
+  d.w_dtype = g.b_dtype;
+  d.c = g.c;
+  d.ldc = g.ldc;
+  d.alpha = g.alpha;
+  d.beta = g.beta;
+  d.bias = g.bias;
+  // The kernels read all m rows of op(A) at the same k on every step, so copy them into rows padded to a
+  // stride that is not a multiple of 4 KB: rows of a [m, 4096] f32 tensor would all map to one L1 set and,
+  // with the weight rows, overflow its 8 ways. The copy also makes op(A) with trans_a row-contiguous.
+  static thread_local GemmScratch a_scratch;
+  if (isa == Isa::Avx512 && g.b_dtype == DType::BF16) {
+    d.ld_pairs = gemm_dot_pairs_ld_avx512(g.k);
+    float* pairs = a_scratch.get(g.m * d.ld_pairs);
+    if (g.trans_a) {
+      float* rows = pairs_rows_scratch().get(g.m * g.k);
+      copy_op_a_rows(g, rows, g.k);
+      gemm_dot_pair_a_avx512(rows, g.k, g.m, g.k, pairs);
+    } else {
+      gemm_dot_pair_a_avx512(g.a, g.lda, g.m, g.k, pairs);
+    }
+    d.a_pairs = pairs;
+  } else {
+    const int64_t ld = gemm_round_up(g.k, 16) + 16;
+    float* rows = a_scratch.get(g.m * ld);
+    copy_op_a_rows(g, rows, ld);
+    d.a = rows;
+    d.lda = ld;
+  }
+  // About 64 tasks of at least 16 weight rows each: fine-grained enough to balance, coarse enough that a
+  // task streams a few hundred KB of weights.
+  d.rows_per_task = std::max<int64_t>(16, gemm_ceil_div(g.n, 64));
+  const int64_t tasks = gemm_ceil_div(g.n, d.rows_per_task);
+  global_pool().parallel_for(tasks, [&](int64_t t) {
+    switch (isa) {
+      case Isa::Avx512: gemm_dot_task_avx512(d, t); break;
+      case Isa::Avx2: gemm_dot_task_avx2(d, t); break;
+      default: dot_task_scalar(d, t);
+    }
+  });
+  a_scratch.trim(int64_t(1) << 20);
+  pairs_rows_scratch().trim(int64_t(1) << 20);
+}
+
+void gemm_packed(const GemmArgs& g, Isa isa) {
+  const GemmShape s = shape_for(isa);
+  GemmPlan plan;
+  plan.K = g.k;
+  plan.alpha = g.alpha;
+  plan.beta = g.beta;
+  plan.bias = g.bias;
+  plan.ldc = g.ldc;
+  if (!g.trans_b) {
+    // Z = C: X = op(A) rows, Y = B rows of n columns.
+    plan.P = g.m;
+    plan.Q = g.n;
+    plan.x = g.a;
+    plan.ldx = g.lda;
+    plan.x_trans = g.trans_a;
+    plan.y = g.b;
+    plan.ldy = g.ldb;
+    plan.y_dtype = g.b_dtype;
+    plan.c = g.c;
+    choose_blocks(plan, s);
+    run_plan(isa, plan);
+    return;
+  }
+  // Z = C^T: X = W [n, k] rows, Y = op(A)^T prepacked, in chunks of rows of op(A) when it is very large.
+  plan.P = g.n;
+  plan.x = g.b;
+  plan.ldx = g.ldb;
+  plan.x_dtype = g.b_dtype;
+  plan.z_trans = true;
+  const int64_t chunk = std::max<int64_t>(s.nr, kMaxPrepackFloats / g.k / s.nr * s.nr);
+  static thread_local GemmScratch at_scratch;
+  for (int64_t q0 = 0; q0 < g.m; q0 += chunk) {
+    const int64_t Q = std::min(chunk, g.m - q0);
+    float* packed = at_scratch.get(gemm_prepacked_floats(Q, g.k, s));
+    prepack_at(isa, g.trans_a ? g.a + q0 : g.a + q0 * g.lda, g.lda, g.trans_a, Q, g.k, packed);
+    plan.Q = Q;
+    plan.y_packed = packed;
+    plan.c = g.c + q0 * g.ldc;
+    choose_blocks(plan, s);
+    run_plan(isa, plan);
+  }
+  at_scratch.trim(int64_t(4) << 20);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- reference
+
+void gemm_ref(const GemmArgs& g) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double a = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
+        const double b = load_elem(g.b, g.b_dtype, g.trans_b ? j * g.ldb + p : p * g.ldb + j);
+        s += a * b;
+      }
+      float* c = g.c + i * g.ldc + j;
+      double v = g.k > 0 ? static_cast<double>(g.alpha) * s : 0.0;
+      if (g.beta != 0.0f) v += static_cast<double>(g.beta) * static_cast<double>(*c);
+      if (g.bias) v += g.bias[j];
+      *c = static_cast<float>(v);
+    }
+  }
+}
+
+void gemm_batched_ref(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  for (int64_t e = 0; e < batch; ++e) {
+    GemmArgs g = args;
+    g.a = args.a + e * stride_a;
+    g.b = advance(args.b, args.b_dtype, e * stride_b);
+    g.c = args.c + e * stride_c;
+    gemm_ref(g);
+  }
+}
+
+// ---------------------------------------------------------------- dispatch
+
+void gemm(const GemmArgs& args) {
+  if (args.m <= 0 || args.n <= 0) return;
+  if (args.k <= 0) {
+    gemm_no_k(args);
+    return;
+  }
+  const Isa isa = active_isa();
+  if (args.trans_b && args.m <= kGemmDotMaxRows) gemm_dot(args, isa);
+  else gemm_packed(args, isa);
+}
+
+void gemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  if (batch <= 0 || args.m <= 0 || args.n <= 0) return;
+  auto entry = [&](int64_t e) {
+    GemmArgs g = args;
+    g.a = args.a + e * stride_a;
+    g.b = advance(args.b, args.b_dtype, e * stride_b);
+    g.c = args.c + e * stride_c;
+    gemm(g);
+  };
+  // Small entries (attention-sized) run one per task; a large entry is split by gemm itself. Either way each
+  // entry's result is the same, since gemm's own split never depends on the thread count (nested calls run
+  // their tasks inline).
+  const double flops = 2.0 * double(args.m) * double(args.n) * double(args.k);
+  if (batch > 1 && flops < 4e6) global_pool().parallel_for(batch, entry);
+  else for (int64_t e = 0; e < batch; ++e) entry(e);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,359 @@
+import { describe, expect, it } from 'vitest';
+import {
+  DTypeMismatchError,
+  gemm,
+  gemmBatched,
+  InvalidArgumentError,
+  linear,
+  ShapeMismatchError,
+  Tensor,
+  type DType,
+} from '../src/index.js';
+import { cpu, expectBitwiseEqual, f32, forEachIsa, randomFloats, rng, tensorF32, withThreads } from './helpers.js';
+import { fromHalfBits, type HalfDtype, toHalfBits } from './helpers-half.js';
+
+// Tolerance. The kernels accumulate in f32 with FMA (k reduced in blocks of up to 512), the reference in double.
+// Recursive f32 summation of k products is off by at most gamma_k = k * 2^-24 (to first order) times
+// S = |alpha| * sum_k |op(A)_ik| |op(B)_kj|; scaling by alpha, adding beta * C, bias and per-block partial
+// sums adds a few roundings more, each bounded by 2^-24 * S' with S' = S + |beta * C| + |bias|. So every
+// element must satisfy |got - want| <= max(1e-5, (k + 4) * 2^-24) * S'  (1e-5 covers k up to ~160).
+function tolerance(k: number): number {
+  return Math.max(1e-5, (k + 4) * 2 ** -24);
+}
+
+interface Problem {
+  m: number;
+  n: number;
+  k: number;
+  transA: boolean;
+  transB: boolean;
+}
+
+function label(p: Problem, extra = ''): string {
+  return `m=${p.m} n=${p.n} k=${p.k}${p.transA ? ' transA' : ''}${p.transB ? ' transB' : ''}${extra}`;
+}
+
+const aShape = (p: Problem): number[] => (p.transA ? [p.k, p.m] : [p.m, p.k]);
+const bShape = (p: Problem): number[] => (p.transB ? [p.n, p.k] : [p.k, p.n]);
+
+/** S' of the tolerance comment, per element of C (a and b are the values the kernel sees). */
+function errorScale(p: Problem, a: Float32Array, b: Float32Array, alpha: number, beta: number, c0?: Float32Array, bias?: Float32Array): Float64Array {
+  const s = new Float64Array(p.m * p.n);
+  for (let i = 0; i < p.m; i++) {
+    for (let j = 0; j < p.n; j++) {
+      let acc = 0;
+      for (let q = 0; q < p.k; q++) {
+        const av = p.transA ? a[q * p.m + i]! : a[i * p.k + q]!;
+        const bv = p.transB ? b[j * p.k + q]! : b[q * p.n + j]!;
+        acc += Math.abs(av * bv);
+      }
+      let v = Math.abs(alpha) * acc;
+      if (beta !== 0 && c0) v += Math.abs(beta * c0[i * p.n + j]!);
+      if (bias) v += Math.abs(bias[j]!);
+      s[i * p.n + j] = v;
+    }
+  }
+  return s;
+}
+
+function expectWithin(got: Float32Array, want: Float32Array, scale: Float64Array, k: number, what: string): void {
+  expect(got.length, `${what} length`).toBe(want.length);
+  const tol = tolerance(k);
+  for (let i = 0; i < want.length; i++) {
+    const err = Math.abs(got[i]! - want[i]!);
+    if (!(err <= tol * scale[i]!)) {
+      expect.fail(`${what}: element ${i} is ${got[i]}, reference ${want[i]} (|err| ${err} > ${tol} * ${scale[i]})`);
+    }
+  }
+}
+
+/** Weight data in the requested dtype, plus the f32 values it stands for. */
+function weight(data: Float32Array, shape: number[], dtype: DType): { t: Tensor; values: Float32Array } {
+  if (dtype === 'f32') return { t: tensorF32(data, shape), values: data };
+  const bits = toHalfBits(data, dtype as HalfDtype);
+  return { t: Tensor.from(bits, shape, { dtype, backend: cpu() }), values: fromHalfBits(bits, dtype as HalfDtype) };
+}
+
+const zeros = (shape: number[], dtype: DType = 'f32'): Tensor => Tensor.zeros(shape, dtype, cpu());
+
+const dims = [0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 65, 130];
+
+/** Seeded mixes of the sizes above, plus the edge cases every run must include. */
+function shapeMixes(count: number, seed: number): [number, number, number][] {
+  const r = rng(seed);
+  const pick = (): number => dims[Math.floor(r() * dims.length)]!;
+  const out: [number, number, number][] = [
+    [0, 5, 7], [5, 0, 7], [4, 6, 0], [1, 130, 65], [130, 1, 33], [65, 130, 130], [8, 17, 31], [17, 16, 15], [9, 33, 17],
+  ];
+  while (out.length < count) {
+    const m = pick(), n = pick(), k = pick();
+    if (m * n * k <= 300_000) out.push([m, n, k]);
+  }
+  return out;
+}
+
+interface RunSpec {
+  alpha: number;
+  beta: number;
+  withBias: boolean;
+  dtype: DType;
+}
+
+const variants: RunSpec[] = [
+  { alpha: 1, beta: 0, withBias: false, dtype: 'f32' },
+  { alpha: 1, beta: 0, withBias: true, dtype: 'f32' },
+  { alpha: -0.75, beta: 0.5, withBias: true, dtype: 'f32' },
+  { alpha: 2, beta: -1, withBias: false, dtype: 'f32' },
+];
+
+/** Runs every ISA's gemm against the reference for one problem and one variant. */
+function checkProblem(p: Problem, spec: RunSpec, seed: number): void {
+  const aData = randomFloats(p.m * p.k, seed);
+  const a = tensorF32(aData, aShape(p));
+  const w = weight(randomFloats(p.n * p.k, seed + 1), bShape(p), spec.dtype);
+  const biasData = spec.withBias ? randomFloats(p.n, seed + 2) : undefined;
+  const bias = biasData ? tensorF32(biasData, [p.n]) : undefined;
+  const c0 = randomFloats(p.m * p.n, seed + 3, -2, 2);
+  const opts = { transA: p.transA, transB: p.transB, alpha: spec.alpha, beta: spec.beta, ...(bias ? { bias } : {}) };
+  const run = (reference: boolean): Float32Array => {
+    const out = tensorF32(c0, [p.m, p.n]);
+    gemm(a, w.t, { ...opts, out, reference });
+    const result = f32(out);
+    out.dispose();
+    return result;
+  };
+  const want = run(true);
+  const scale = errorScale(p, aData, w.values, spec.alpha, spec.beta, c0, biasData);
+  forEachIsa((isa) => {
+    expectWithin(run(false), want, scale, p.k, `${isa} ${label(p, ` ${spec.dtype} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`)}`);
+  });
+  a.dispose();
+  w.t.dispose();
+  bias?.dispose();
+}
+
+const transposes: [boolean, boolean][] = [[false, false], [false, true], [true, false], [true, true]];
+
+describe('gemm against the double-precision reference', () => {
+  it('f32 on every ISA: random shapes, all transpose combinations, alpha/beta/bias variants', () => {
+    shapeMixes(40, 11).forEach(([m, n, k], i) => {
+      for (const [transA, transB] of transposes) {
+        checkProblem({ m, n, k, transA, transB }, variants[(i + (transA ? 1 : 0) + (transB ? 2 : 0)) % variants.length]!, 100 + i);
+      }
+    });
+  });
+
+  it('f16 and bf16 weights match the reference run on the same rounded weights', () => {
+    shapeMixes(18, 12).forEach(([m, n, k], i) => {
+      for (const dtype of ['f16', 'bf16'] as const) {
+        for (const transB of [true, false]) {
+          checkProblem({ m, n, k, transA: i % 3 === 0, transB }, { ...variants[i % variants.length]!, dtype }, 300 + i);
+        }
+      }
+    });
+  });
+
+  it('several k blocks: the first block applies beta and bias, later ones accumulate', () => {
+    // Plans with C stored as is reduce k in blocks of about 512; plans that store C transposed (transB) use
+    // blocks of up to 4096, hence the long k.
+    for (const [transA, transB] of transposes) {
+      for (const dtype of ['f32', 'bf16'] as const) {
+        checkProblem({ m: 37, n: 70, k: 555, transA, transB }, { alpha: 0.5, beta: 1.5, withBias: true, dtype }, 500);
+      }
+    }
+    for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+      checkProblem({ m: 9, n: 21, k: 4500, transA: false, transB: true }, { alpha: -1, beta: 0.25, withBias: true, dtype }, 510);
+    }
+  });
+
+  it('decode shapes (m <= 8, transB) with long rows and every row count', () => {
+    for (let m = 1; m <= 8; m++) {
+      for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+        checkProblem({ m, n: 45, k: 777, transA: m % 2 === 0, transB: true }, { alpha: 1, beta: 0, withBias: m % 3 === 0, dtype }, 600 + m);
+      }
+    }
+  });
+
+  it('the reference itself agrees with a direct double computation on decoded f16/bf16 weights', () => {
+    const p: Problem = { m: 3, n: 5, k: 9, transA: false, transB: true };
+    const aData = randomFloats(p.m * p.k, 41);
+    for (const dtype of ['f16', 'bf16'] as const) {
+      const w = weight(randomFloats(p.n * p.k, 42, -3, 3), bShape(p), dtype);
+      const got = f32(gemm(tensorF32(aData, aShape(p)), w.t, { transB: true, reference: true }));
+      for (let i = 0; i < p.m; i++) {
+        for (let j = 0; j < p.n; j++) {
+          let s = 0;
+          for (let q = 0; q < p.k; q++) s += aData[i * p.k + q]! * w.values[j * p.k + q]!;
+          expect(got[i * p.n + j]).toBe(Math.fround(s));
+        }
+      }
+    }
+  });
+
+  it('k = 0 gives C = beta * C + bias; m = 0 and n = 0 give empty results', () => {
+    forEachIsa(() => {
+      const bias = tensorF32(Float32Array.from([1, -2, 3]), [3]);
+      const c = tensorF32(Float32Array.from([10, 20, 30, 40, 50, 60]), [2, 3]);
+      gemm(zeros([2, 0]), zeros([0, 3]), { beta: 0.5, bias, out: c });
+      expect(Array.from(f32(c))).toEqual([6, 8, 18, 21, 23, 33]);
+      expect(Array.from(f32(gemm(zeros([2, 0]), zeros([3, 0]), { transB: true })))).toEqual([0, 0, 0, 0, 0, 0]);
+      expect(gemm(zeros([0, 4]), zeros([4, 3])).shape).toEqual([0, 3]);
+      expect(gemm(zeros([2, 4]), zeros([0, 4]), { transB: true }).shape).toEqual([2, 0]);
+    });
+  });
+
+  it('beta = 0 never reads C (NaN there stays out of the result); beta != 0 does', () => {
+    forEachIsa((isa) => {
+      for (const [m, transB] of [[3, true], [20, true], [20, false]] as const) {
+        const a = tensorF32(randomFloats(m * 24, 7), [m, 24]);
+        const b = tensorF32(randomFloats(24 * 19, 8), transB ? [19, 24] : [24, 19]);
+        const nanC = tensorF32(new Float32Array(m * 19).fill(Number.NaN), [m, 19]);
+        gemm(a, b, { transB, out: nanC });
+        const clean = f32(gemm(a, b, { transB }));
+        expectBitwiseEqual(f32(nanC), clean, `${isa} m=${m} beta=0 with NaN C`);
+        const ones = tensorF32(new Float32Array(m * 19).fill(1), [m, 19]);
+        gemm(a, b, { transB, beta: 2, out: ones });
+        const got = f32(ones);
+        for (let i = 0; i < got.length; i++) expect(Math.abs(got[i]! - (clean[i]! + 2))).toBeLessThan(1e-5);
+      }
+    });
+  });
+
+  it('splits big prepacked operands into chunks (op(A) of more than 8M floats)', () => {
+    const p: Problem = { m: 1100, n: 3, k: 8192, transA: false, transB: true };
+    const aData = randomFloats(p.m * p.k, 71);
+    const a = tensorF32(aData, aShape(p));
+    const wData = randomFloats(p.n * p.k, 72);
+    const w = tensorF32(wData, bShape(p));
+    const want = f32(gemm(a, w, { transB: true, reference: true }));
+    const got = f32(gemm(a, w, { transB: true }));
+    expectWithin(got, want, errorScale(p, aData, wData, 1, 0), p.k, label(p));
+    a.dispose();
+    w.dispose();
+  });
+});
+
+describe('gemmBatched', () => {
+  it('matches the reference with per-entry and shared (broadcast) B, on every ISA', () => {
+    const batch = 3;
+    const cases: [number, number, number][] = [[5, 7, 9], [1, 33, 17], [16, 31, 65], [0, 4, 3], [9, 1, 0], [40, 50, 60]];
+    cases.forEach(([m, n, k], ci) => {
+      for (const [transA, transB] of transposes) {
+        for (const shared of [false, true]) {
+          const p: Problem = { m, n, k, transA, transB };
+          const aData = randomFloats(batch * m * k, 800 + ci);
+          const a = tensorF32(aData, [batch, ...aShape(p)]);
+          const dtype: DType = ci % 2 === 0 ? 'f32' : 'bf16';
+          const bCount = (shared ? 1 : batch) * n * k;
+          const w = weight(randomFloats(bCount, 900 + ci), shared ? bShape(p) : [batch, ...bShape(p)], dtype);
+          const biasData = randomFloats(n, 950 + ci);
+          const bias = tensorF32(biasData, [n]);
+          const c0 = randomFloats(batch * m * n, 990 + ci);
+          const run = (reference: boolean): Float32Array => {
+            const out = tensorF32(c0, [batch, m, n]);
+            gemmBatched(a, w.t, { transA, transB, alpha: 1.25, beta: 0.5, bias, out, reference });
+            return f32(out);
+          };
+          const want = run(true);
+          // Per-entry error scale, laid end to end.
+          const scale = new Float64Array(batch * m * n);
+          for (let e = 0; e < batch; e++) {
+            const bVals = shared ? w.values : w.values.subarray(e * n * k, (e + 1) * n * k);
+            scale.set(errorScale(p, aData.subarray(e * m * k, (e + 1) * m * k), bVals, 1.25, 0.5, c0.subarray(e * m * n, (e + 1) * m * n), biasData), e * m * n);
+          }
+          forEachIsa((isa) => expectWithin(run(false), want, scale, k, `${isa} batched ${label(p, shared ? ' shared B' : '')} ${dtype}`));
+        }
+      }
+    });
+  });
+
+  it('a batch of one shared-B entry equals a plain gemm', () => {
+    const a = tensorF32(randomFloats(6 * 10, 3), [1, 6, 10]);
+    const w = tensorF32(randomFloats(8 * 10, 4), [8, 10]);
+    const batched = f32(gemmBatched(a, w, { transB: true }));
+    const plain = f32(gemm(a.reshape([6, 10]), w, { transB: true }));
+    expectBitwiseEqual(batched, plain, 'batch of one');
+  });
+});
+
+describe('determinism', () => {
+  it('gives bitwise-identical results on 1 and 2 threads for shapes that are split into many tasks', () => {
+    const problems: [Problem, DType][] = [
+      [{ m: 200, n: 300, k: 600, transA: false, transB: true }, 'f32'],
+      [{ m: 200, n: 300, k: 600, transA: false, transB: false }, 'f32'],
+      [{ m: 64, n: 200, k: 520, transA: true, transB: true }, 'bf16'],
+      [{ m: 5, n: 1000, k: 300, transA: false, transB: true }, 'bf16'],
+      [{ m: 8, n: 700, k: 250, transA: false, transB: true }, 'f16'],
+    ];
+    forEachIsa((isa) => {
+      problems.forEach(([p, dtype], i) => {
+        const a = tensorF32(randomFloats(p.m * p.k, 1000 + i), aShape(p));
+        const w = weight(randomFloats(p.n * p.k, 1100 + i), bShape(p), dtype);
+        const bias = tensorF32(randomFloats(p.n, 1200 + i), [p.n]);
+        const run = (): Float32Array => f32(gemm(a, w.t, { transA: p.transA, transB: p.transB, bias }));
+        expectBitwiseEqual(withThreads(1, run), withThreads(2, run), `${isa} ${label(p, ` ${dtype}`)}`);
+      });
+      const a = tensorF32(randomFloats(6 * 12 * 40, 1300), [6, 12, 40]);
+      const w = tensorF32(randomFloats(6 * 40 * 24, 1301), [6, 24, 40]);
+      const run = (): Float32Array => f32(gemmBatched(a, w, { transB: true }));
+      expectBitwiseEqual(withThreads(1, run), withThreads(2, run), `${isa} batched`);
+    });
+  });
+});
+
+describe('linear', () => {
+  it('is x @ weight^T + bias over the last dimension of x', () => {
+    const x = tensorF32(randomFloats(2 * 3 * 16, 5), [2, 3, 16]);
+    const w = weight(randomFloats(10 * 16, 6), [10, 16], 'bf16');
+    const bias = tensorF32(randomFloats(10, 7), [10]);
+    const y = linear(x, w.t, bias);
+    expect(y.shape).toEqual([2, 3, 10]);
+    expectBitwiseEqual(f32(y), f32(gemm(x.reshape([6, 16]), w.t, { transB: true, bias })), 'linear vs gemm');
+    const out = Tensor.empty([2, 3, 10], 'f32', cpu());
+    expect(linear(x, w.t, bias, { out })).toBe(out);
+    expectBitwiseEqual(f32(out), f32(y), 'linear into out');
+  });
+});
+
+describe('validation', () => {
+  const t = (shape: number[], dtype: DType = 'f32'): Tensor => Tensor.zeros(shape, dtype, cpu());
+
+  it('names both shapes when k disagrees', () => {
+    expect(() => gemm(t([4, 7]), t([5, 8]), { transB: true })).toThrow(ShapeMismatchError);
+    expect(() => gemm(t([4, 7]), t([5, 8]), { transB: true })).toThrow('gemm: a [4, 7] and b [5, 8] (transB) disagree on k: 7 vs 8');
+    expect(() => gemm(t([7, 4]), t([5, 8]), { transA: true })).toThrow('gemm: a [7, 4] (transA) and b [5, 8] disagree on k: 7 vs 5');
+    expect(() => gemmBatched(t([2, 4, 7]), t([3, 7, 5]))).toThrow(/a \[2, 4, 7\] and b \[3, 7, 5\] disagree on batch/);
+    expect(() => gemmBatched(t([2, 4, 7]), t([6, 5]))).toThrow(/a \[2, 4, 7\] and b \[6, 5\] disagree on k: 7 vs 6/);
+    expect(() => linear(t([3, 16]), t([10, 15]))).toThrow(/x \[3, 16\] and weight \[10, 15\] disagree on in_features/);
+  });
+
+  it('rejects wrong ranks, bias and out shapes', () => {
+    expect(() => gemm(t([4]), t([4, 2]))).toThrow(ShapeMismatchError);
+    expect(() => gemm(t([4, 3]), t([3, 2]), { bias: t([3]) })).toThrow(/bias \[3\] must be \[2\].*a \[4, 3\] and b \[3, 2\]/);
+    expect(() => gemm(t([4, 3]), t([3, 2]), { out: t([2, 4]) })).toThrow(ShapeMismatchError);
+  });
+
+  it('rejects dtypes other than f32 activations and f32/f16/bf16 weights', () => {
+    expect(() => gemm(t([4, 3], 'bf16'), t([3, 2]))).toThrow(DTypeMismatchError);
+    expect(() => gemm(t([4, 3]), t([3, 2], 'i32'))).toThrow(DTypeMismatchError);
+    expect(() => gemm(t([4, 3]), t([3, 2]), { bias: t([2], 'f16') })).toThrow(DTypeMismatchError);
+  });
+
+  it('requires out when beta != 0', () => {
+    expect(() => gemm(t([4, 3]), t([3, 2]), { beta: 1 })).toThrow(InvalidArgumentError);
+    expect(() => gemm(t([4, 3]), t([3, 2]), { beta: 1 })).toThrow(/beta = 1 accumulates into C, so pass C as `out`/);
+  });
+
+  it('the native binding validates on its own: bad direct calls throw instead of crashing', () => {
+    const b = cpu().binding;
+    const opts = { transA: false, transB: true, alpha: 1, beta: 0, bias: null };
+    expect(() => b.gemm(t([4, 7]).native, t([5, 8]).native, t([4, 5]).native, opts)).toThrow(/disagree on k: 7 vs 8/);
+    expect(() => b.gemm(t([4, 8]).native, t([5, 8]).native, t([5, 4]).native, opts)).toThrow(/c has shape \[5, 4\], expected \[4, 5\]/);
+    expect(() => b.gemm(t([4, 8]).native, t([5, 8], 'i32').native, t([4, 5]).native, opts)).toThrow(/must be f32, f16 or bf16/);
+    expect(() => b.gemm(t([4, 8]).native, t([5, 8]).native, t([4, 5]).native, { ...opts, bias: t([4]).native })).toThrow(/bias \[4\]/);
+    const a = t([4, 4]);
+    expect(() => b.gemm(a.native, t([4, 4]).native, a.native, opts)).toThrow(/overlaps an input/);
+    expect(() => b.gemmBatched(t([2, 4, 8]).native, t([3, 5, 8]).native, t([2, 4, 5]).native, opts)).toThrow(/disagree on batch/);
+    expect(() => b.gemmBatched(t([4, 8]).native, t([5, 8]).native, t([4, 5]).native, opts)).toThrow(/rank 3/);
+  });
+});
