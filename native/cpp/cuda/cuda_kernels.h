@@ -1,6 +1,7 @@
 // CUDA kernel launchers: plain C++ over device pointers and sizes, the GPU twin of cpu/kernels.h (same
-// semantics, same argument meaning). The bindings (bind_*.cc, compiled by the host compiler) validate shapes and
-// dtypes, then call these; the .cu files hold the kernels. Every launcher:
+// semantics; the argument types are the shared ones of core/op_args.h). The shared bindings (binding/ops/) validate
+// shapes, dtypes and indices, then backend_ops_cuda.cc (host compiler) calls these; the .cu files hold the kernels.
+// Every launcher:
 //   - enqueues on the legacy default stream and returns without waiting (read() / synchronize() wait);
 //   - returns at once, launching nothing, when there is no work (any zero dimension);
 //   - throws tessera::Error(ErrorCode::Device) when a launch fails.
@@ -10,27 +11,12 @@
 #include <cstdint>
 
 #include "../core/dtype.h"
+#include "../core/op_args.h"
 
 namespace tessera::gpu {
 
 // ---------------------------------------------------------------- GEMM
-// C[m,n] = alpha * op(A) @ op(B) + beta * C + bias[n]; the layout rules are those of cpu::GemmArgs:
-//   A f32: [m,k] (lda >= k) or with trans_a [k,m] (lda >= m); B f32/f16/bf16: [k,n] (ldb >= n) or with trans_b
-//   [n,k] (ldb >= k). beta == 0 never reads C. bias may be null.
-struct GemmArgs {
-  int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
-  int64_t lda = 0;
-  bool trans_a = false;
-  const void* b = nullptr;
-  DType b_dtype = DType::F32;
-  int64_t ldb = 0;
-  bool trans_b = false;
-  float* c = nullptr;
-  int64_t ldc = 0;
-  float alpha = 1.0f, beta = 0.0f;
-  const float* bias = nullptr;
-};
+// GemmArgs (core/op_args.h): C[m,n] = alpha * op(A) @ op(B) + beta * C + bias[n].
 
 // Which kernel runs. Auto picks by shape (see gemm.cu); the others force one path so tests can check each.
 //   Reference  one thread per output, double accumulation, exact B conversion.
@@ -47,20 +33,18 @@ void gemm(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_
 GemmKernel gemm_auto_kernel(int64_t m, int64_t n, int64_t k);
 
 // ---------------------------------------------------------------- gathers, copies
-// Indices are validated on the host by the bindings before these run.
+// Indices are validated on the host by the bindings before these run (read_indices in binding/backend_ops.h).
 void embedding(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t n, float* out, bool reference);
 void gather_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst);
-// dst[dst_rows[i]] = src[src_rows ? src_rows[i] : i]; the binding removes duplicate destinations first (last wins),
+// dst[dst_rows[i]] = src[src_rows ? src_rows[i] : i]; the caller removes duplicate destinations first (last wins),
 // so no two threads write one row.
 void scatter_rows(const void* src, int64_t row_bytes, const int32_t* src_rows, const int32_t* dst_rows, int64_t n, void* dst);
 // f32/f16/bf16 conversion with the same rounding (nearest even) and NaN encoding as core/dtype.h.
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, bool reference);
 
 // ---------------------------------------------------------------- elementwise (f32)
-enum class BinaryOp : int { Add = 0, Mul = 1 };
 void binary(BinaryOp op, const float* a, int64_t n, const float* b, int64_t b_n, float* out, bool reference);
 void scale(const float* x, int64_t n, float s, float* out, bool reference);
-enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2 };
 void activation(Activation act, const float* x, int64_t n, float* out, bool reference);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool reference);
 
@@ -72,24 +56,9 @@ void softmax(const float* x, int64_t rows, int64_t dim, float scale, float* out,
 // ---------------------------------------------------------------- RoPE (in place, rotate_half layout)
 void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base, bool reference);
 
-// ---------------------------------------------------------------- attention (f32)
-struct PrefillAttentionArgs {
-  const float* q = nullptr; const float* k = nullptr; const float* v = nullptr; float* out = nullptr;
-  int64_t batch = 0, seq = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  const uint8_t* key_mask = nullptr;
-  bool causal = false;
-  float scale = 1.0f;
-};
+// ---------------------------------------------------------------- attention (f32; the args: core/op_args.h)
 void attention_prefill(const PrefillAttentionArgs& a, bool reference);
 
-constexpr int64_t kPageSize = 16;
-struct DecodeAttentionArgs {
-  const float* q = nullptr; const float* k_cache = nullptr; const float* v_cache = nullptr; float* out = nullptr;
-  const int32_t* block_table = nullptr; const int32_t* context_lens = nullptr;
-  int64_t batch = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, num_pages = 0, max_pages = 0;
-  int64_t page_size = kPageSize;
-  float scale = 1.0f;
-};
 void attention_decode(const DecodeAttentionArgs& a, bool reference);
 // The fast attention kernels keep one query row in registers: head_dim up to this; larger runs the reference.
 constexpr int64_t kAttentionMaxFastHeadDim = 256;

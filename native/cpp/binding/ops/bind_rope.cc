@@ -1,9 +1,11 @@
 // N-API binding for rotary position embedding: rope(x, positions, {rotDim, base, reference}), in place.
+// Shared by both addons: validation here, the kernel call in backend_ops_{cpu,cuda}.cc.
 #include <cmath>
+#include <string>
 
-#include "../binding/napi_util.h"
-#include "bind_checks.h"
-#include "kernels.h"
+#include "../backend_ops.h"
+#include "../napi_util.h"
+#include "checks.h"
 
 using namespace tessera;
 using namespace tessera::binding;
@@ -18,7 +20,7 @@ TESSERA_REGISTER_OPS(rope) {
     expect_dtype(x, DType::F32, "x");
     expect_dtype(positions, DType::I32, "positions");
     expect_rank(x, 3, "x");
-    const int64_t tokens = x.dim(0), heads = x.dim(1), head_dim = x.dim(2);
+    const int64_t tokens = x.dim(0), head_dim = x.dim(2);
     if (positions.shape != Shape{tokens})
       fail(ErrorCode::ShapeMismatch, "rope: positions " + shape_str(positions.shape) + " must be [tokens] for x " + shape_str(x.shape));
     if (head_dim % 2 != 0) fail(ErrorCode::ShapeMismatch, "rope: x " + shape_str(x.shape) + " has an odd head dimension");
@@ -28,10 +30,7 @@ TESSERA_REGISTER_OPS(rope) {
                                            shape_str(x.shape) + ", got " + number_str(rot));
     const double base = finite_opt(opts, "base", 10000.0, 0.0, true, "rope");
     expect_disjoint("rope", x, "x", positions, "positions");
-    const int64_t rot_dim = static_cast<int64_t>(rot);
-    if (bool_opt(opts, "reference", false))
-      cpu::rope_ref(x.data<float>(), tokens, heads, head_dim, rot_dim, positions.data<int32_t>(), static_cast<float>(base));
-    else cpu::rope(x.data<float>(), tokens, heads, head_dim, rot_dim, positions.data<int32_t>(), static_cast<float>(base));
+    backend::rope(x, positions, static_cast<int64_t>(rot), static_cast<float>(base), reference_opt(opts));
     return info.Env().Undefined();
   });
 }

@@ -1,28 +1,23 @@
 // N-API bindings for lookups and copies: embedding, gatherRows, scatterRows, convert.
-#include "../binding/napi_util.h"
-#include "bind_checks.h"
-#include "kernels.h"
+// Shared by both addons: validation here (index tensors are read back to the host and checked before any kernel
+// runs, so a bad index throws instead of reading out of bounds or faulting the GPU), the kernel call in
+// backend_ops_{cpu,cuda}.cc.
+#include <string>
+#include <vector>
+
+#include "../backend_ops.h"
+#include "../napi_util.h"
+#include "checks.h"
 
 using namespace tessera;
 using namespace tessera::binding;
 
 namespace {
 
-bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 Shape row_shape(const Tensor& t) { return Shape(t.shape.begin() + 1, t.shape.end()); }
 
-int64_t row_bytes(const Tensor& t) { return shape_numel(row_shape(t)) * static_cast<int64_t>(dtype_size(t.dtype)); }
-
-// Every index must lie in [0, limit): checked here so a bad direct call can never read or write out of bounds.
-void expect_indices_below(const std::string& op, const char* name, const Tensor& idx, int64_t limit, const std::string& what) {
-  const int32_t* p = idx.data<int32_t>();
-  const int64_t n = idx.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    if (p[i] < 0 || p[i] >= limit)
-      fail(ErrorCode::InvalidArgument, op + ": " + name + "[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
-                                           " is outside [0, " + std::to_string(limit) + ") (" + what + ")");
-  }
+std::string rows_of(const char* name, const Tensor& t) {
+  return std::string(name) + " " + shape_str(t.shape) + " has " + std::to_string(t.dim(0)) + " rows";
 }
 
 }  // namespace
@@ -45,10 +40,8 @@ TESSERA_REGISTER_OPS(gather) {
     expect_shape(out, want, "out");
     expect_disjoint("embedding", out, "out", table, "table");
     expect_disjoint("embedding", out, "out", ids, "ids");
-    expect_indices_below("embedding", "ids", ids, vocab, "vocabulary size " + std::to_string(vocab));
-    if (bool_opt(opts, "reference", false))
-      cpu::embedding_ref(table.raw(), table.dtype, dim, ids.data<int32_t>(), ids.numel(), out.data<float>());
-    else cpu::embedding(table.raw(), table.dtype, dim, ids.data<int32_t>(), ids.numel(), out.data<float>());
+    expect_indices_below("embedding", "ids", backend::read_indices(ids), vocab, "vocabulary size " + std::to_string(vocab));
+    backend::embedding(table, ids, out, reference_opt(opts));
     return info.Env().Undefined();
   });
 
@@ -66,8 +59,8 @@ TESSERA_REGISTER_OPS(gather) {
     expect_shape(out, want, "out");
     expect_disjoint("gatherRows", out, "out", src, "src");
     expect_disjoint("gatherRows", out, "out", idx, "idx");
-    expect_indices_below("gatherRows", "idx", idx, src.dim(0), "src " + shape_str(src.shape) + " has " + std::to_string(src.dim(0)) + " rows");
-    cpu::gather_rows(src.raw(), row_bytes(src), idx.data<int32_t>(), idx.numel(), out.raw());
+    expect_indices_below("gatherRows", "idx", backend::read_indices(idx), src.dim(0), rows_of("src", src));
+    backend::gather_rows(src, idx, out);
     return info.Env().Undefined();
   });
 
@@ -87,8 +80,9 @@ TESSERA_REGISTER_OPS(gather) {
                                          shape_str(dst.shape) + " do not fit (src [n, ...row], idx [n], dst [rows, ...row])");
     expect_disjoint("scatterRows", dst, "dst", src, "src");
     expect_disjoint("scatterRows", dst, "dst", idx, "idx");
-    expect_indices_below("scatterRows", "idx", idx, dst.dim(0), "dst " + shape_str(dst.shape) + " has " + std::to_string(dst.dim(0)) + " rows");
-    cpu::scatter_rows(src.raw(), row_bytes(src), idx.data<int32_t>(), idx.numel(), dst.raw());
+    const std::vector<int32_t> host_idx = backend::read_indices(idx);
+    expect_indices_below("scatterRows", "idx", host_idx, dst.dim(0), rows_of("dst", dst));
+    backend::scatter_rows(src, idx, host_idx, dst);
     return info.Env().Undefined();
   });
 
@@ -102,8 +96,7 @@ TESSERA_REGISTER_OPS(gather) {
                                          " (conversions are between f32, f16 and bf16)");
     expect_shape(dst, src.shape, "dst");
     expect_disjoint("convert", dst, "dst", src, "src");
-    if (bool_opt(opts, "reference", false)) cpu::convert_ref(src.raw(), src.dtype, dst.raw(), dst.dtype, src.numel());
-    else cpu::convert(src.raw(), src.dtype, dst.raw(), dst.dtype, src.numel());
+    backend::convert(src, dst, reference_opt(opts));
     return info.Env().Undefined();
   });
 }

@@ -1,7 +1,11 @@
 // N-API bindings for GEMM: gemm(a, b, c, opts) and gemmBatched(a, b, c, opts), opts = {transA, transB, alpha,
-// beta, bias, reference}. The TS layer validates first; these checks keep a bad direct call from crashing.
-#include "../binding/napi_util.h"
-#include "kernels.h"
+// beta, bias, reference, kernel}. Shared by both addons: validation here, the kernel call in
+// backend_ops_{cpu,cuda}.cc (`kernel` is a backend-specific choice the CUDA backend interprets).
+#include <string>
+
+#include "../backend_ops.h"
+#include "../napi_util.h"
+#include "checks.h"
 
 using namespace tessera;
 using namespace tessera::binding;
@@ -12,6 +16,7 @@ struct GemmOpts {
   bool trans_a = false, trans_b = false, reference = false;
   float alpha = 1.0f, beta = 0.0f;
   Tensor* bias = nullptr;
+  std::optional<std::string> kernel;
 };
 
 GemmOpts parse_opts(const Napi::CallbackInfo& info, size_t index) {
@@ -19,26 +24,20 @@ GemmOpts parse_opts(const Napi::CallbackInfo& info, size_t index) {
   GemmOpts g;
   g.trans_a = bool_opt(o, "transA", false);
   g.trans_b = bool_opt(o, "transB", false);
-  g.reference = bool_opt(o, "reference", false);
+  g.reference = reference_opt(o);
   g.alpha = static_cast<float>(number_opt(o, "alpha", 1.0));
   g.beta = static_cast<float>(number_opt(o, "beta", 0.0));
   g.bias = optional_tensor_arg(o.Get("bias"), "bias");
+  const Napi::Value kernel = o.Get("kernel");
+  if (!kernel.IsUndefined() && !kernel.IsNull()) g.kernel = kernel.IsString() ? kernel.As<Napi::String>().Utf8Value() : "";
   return g;
 }
 
-bool is_gemm_weight_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-bool overlaps(const Tensor& x, const Tensor& y) {
-  if (x.nbytes() == 0 || y.nbytes() == 0) return false;
-  const char* xb = static_cast<const char*>(x.raw());
-  const char* yb = static_cast<const char*>(y.raw());
-  return xb < yb + y.nbytes() && yb < xb + x.nbytes();
-}
-
-// Checks dtypes, bias and aliasing; fills everything of GemmArgs except the shape-dependent fields.
-cpu::GemmArgs common_args(const char* op, Tensor& a, Tensor& b, Tensor& c, const GemmOpts& o, int64_t n) {
+// Checks dtypes, bias and aliasing (the shapes are checked by the caller); fills one GEMM's args. c is dense: ldc = n.
+backend::GemmCall make_call(const char* op, Tensor& a, Tensor& b, Tensor& c, const GemmOpts& o, int64_t m, int64_t n, int64_t k,
+                            int64_t lda, int64_t ldb) {
   expect_dtype(a, DType::F32, "a");
-  if (!is_gemm_weight_dtype(b.dtype))
+  if (!is_float_dtype(b.dtype))
     fail(ErrorCode::DTypeMismatch, std::string(op) + ": b " + shape_str(b.shape) + " must be f32, f16 or bf16, got " + dtype_name(b.dtype));
   expect_dtype(c, DType::F32, "c");
   if (o.bias) {
@@ -48,9 +47,16 @@ cpu::GemmArgs common_args(const char* op, Tensor& a, Tensor& b, Tensor& c, const
                                          "] for c " + shape_str(c.shape));
   }
   // C is written while A, B and bias are read; an overlapping output would corrupt its own inputs.
-  if (overlaps(c, a) || overlaps(c, b) || (o.bias && overlaps(c, *o.bias)))
+  if (bytes_overlap(c, a) || bytes_overlap(c, b) || (o.bias && bytes_overlap(c, *o.bias)))
     fail(ErrorCode::InvalidArgument, std::string(op) + ": c " + shape_str(c.shape) + " overlaps an input");
-  cpu::GemmArgs g;
+  backend::GemmCall call;
+  GemmArgs& g = call.args;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = lda;
+  g.ldb = ldb;
+  g.ldc = n;
   g.a = a.data<float>();
   g.b = b.raw();
   g.b_dtype = b.dtype;
@@ -60,7 +66,9 @@ cpu::GemmArgs common_args(const char* op, Tensor& a, Tensor& b, Tensor& c, const
   g.alpha = o.alpha;
   g.beta = o.beta;
   g.bias = o.bias ? o.bias->data<float>() : nullptr;
-  return g;
+  call.reference = o.reference;
+  call.kernel = o.kernel;
+  return call;
 }
 
 [[noreturn]] void k_mismatch(const char* op, const Tensor& a, const Tensor& b, const GemmOpts& o, int64_t ka, int64_t kb) {
@@ -85,15 +93,7 @@ TESSERA_REGISTER_OPS(gemm) {
     const int64_t kb = o.trans_b ? b.dim(1) : b.dim(0), n = o.trans_b ? b.dim(0) : b.dim(1);
     if (k != kb) k_mismatch("gemm", a, b, o, k, kb);
     expect_shape(c, {m, n}, "c");
-    cpu::GemmArgs g = common_args("gemm", a, b, c, o, n);
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.lda = a.dim(1);
-    g.ldb = b.dim(1);
-    g.ldc = n;
-    if (o.reference) cpu::gemm_ref(g);
-    else cpu::gemm(g);
+    backend::gemm(make_call("gemm", a, b, c, o, m, n, k, a.dim(1), b.dim(1)));
     return info.Env().Undefined();
   });
 
@@ -118,16 +118,13 @@ TESSERA_REGISTER_OPS(gemm) {
     const int64_t kb = o.trans_b ? b.dim(bo + 1) : b.dim(bo), n = o.trans_b ? b.dim(bo) : b.dim(bo + 1);
     if (k != kb) k_mismatch("gemmBatched", a, b, o, k, kb);
     expect_shape(c, {batch, m, n}, "c");
-    cpu::GemmArgs g = common_args("gemmBatched", a, b, c, o, n);
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.lda = a.dim(2);
-    g.ldb = b.dim(bo + 1);
-    g.ldc = n;
-    const int64_t stride_a = m * k, stride_b = shared ? 0 : k * n, stride_c = m * n;
-    if (o.reference) cpu::gemm_batched_ref(g, batch, stride_a, stride_b, stride_c);
-    else cpu::gemm_batched(g, batch, stride_a, stride_b, stride_c);
+    backend::GemmCall call = make_call("gemmBatched", a, b, c, o, m, n, k, a.dim(2), b.dim(bo + 1));
+    call.batched = true;
+    call.batch = batch;
+    call.stride_a = m * k;
+    call.stride_b = shared ? 0 : k * n;
+    call.stride_c = m * n;
+    backend::gemm(call);
     return info.Env().Undefined();
   });
 }

@@ -1,0 +1,83 @@
+// The CPU backend of the shared op bindings (binding/backend_ops.h): each op runs its cpu:: kernel, or the scalar
+// `_ref` oracle when `reference` is set. Kernels run synchronously on the calling thread and global_pool().
+#include "../binding/backend_ops.h"
+#include "kernels.h"
+
+namespace tessera::backend {
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, bool reference) {
+  (reference ? cpu::binary_ref : cpu::binary)(op, a.data<float>(), a.numel(), b.data<float>(), b.numel(), out.data<float>());
+}
+
+void scale(const Tensor& x, float s, Tensor& out, bool reference) {
+  (reference ? cpu::scale_ref : cpu::scale)(x.data<float>(), x.numel(), s, out.data<float>());
+}
+
+void activation(Activation act, const Tensor& x, Tensor& out, bool reference) {
+  (reference ? cpu::activation_ref : cpu::activation)(act, x.data<float>(), x.numel(), out.data<float>());
+}
+
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, bool reference) {
+  (reference ? cpu::silu_mul_ref : cpu::silu_mul)(gate.data<float>(), up.data<float>(), gate.numel(), out.data<float>());
+}
+
+namespace {
+const float* f32_or_null(const Tensor* t) { return t ? t->data<float>() : nullptr; }
+}  // namespace
+
+void layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps, Tensor& out, bool reference) {
+  const RowSplit r = row_split(x);
+  (reference ? cpu::layer_norm_ref : cpu::layer_norm)(x.data<float>(), r.rows, r.dim, f32_or_null(gamma), f32_or_null(beta), eps,
+                                                      out.data<float>());
+}
+
+void rms_norm(const Tensor& x, const Tensor* gamma, float eps, Tensor& out, bool reference) {
+  const RowSplit r = row_split(x);
+  (reference ? cpu::rms_norm_ref : cpu::rms_norm)(x.data<float>(), r.rows, r.dim, f32_or_null(gamma), eps, out.data<float>());
+}
+
+void softmax(const Tensor& x, float scale, Tensor& out, bool reference) {
+  const RowSplit r = row_split(x);
+  (reference ? cpu::softmax_ref : cpu::softmax)(x.data<float>(), r.rows, r.dim, scale, out.data<float>());
+}
+
+void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool reference) {
+  (reference ? cpu::rope_ref : cpu::rope)(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), rot_dim, positions.data<int32_t>(), base);
+}
+
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out, bool reference) {
+  (reference ? cpu::embedding_ref : cpu::embedding)(table.raw(), table.dtype, table.dim(1), ids.data<int32_t>(), ids.numel(),
+                                                    out.data<float>());
+}
+
+void gather_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
+  cpu::gather_rows(src.raw(), row_bytes(src), idx.data<int32_t>(), idx.numel(), out.raw());
+}
+
+// Sequential in index order, so with repeated indices the last write wins; host_idx is not needed (idx is host memory).
+void scatter_rows(const Tensor& src, const Tensor& idx, const std::vector<int32_t>& /*host_idx*/, Tensor& dst) {
+  cpu::scatter_rows(src.raw(), row_bytes(src), idx.data<int32_t>(), idx.numel(), dst.raw());
+}
+
+void convert(const Tensor& src, Tensor& dst, bool reference) {
+  (reference ? cpu::convert_ref : cpu::convert)(src.raw(), src.dtype, dst.raw(), dst.dtype, src.numel());
+}
+
+// The CPU has one dispatching GEMM path: call.kernel (a CUDA kernel choice) does not apply and is ignored.
+void gemm(const GemmCall& call) {
+  if (!call.batched) {
+    (call.reference ? cpu::gemm_ref : cpu::gemm)(call.args);
+    return;
+  }
+  (call.reference ? cpu::gemm_batched_ref : cpu::gemm_batched)(call.args, call.batch, call.stride_a, call.stride_b, call.stride_c);
+}
+
+void attention_prefill(const PrefillAttentionArgs& args, bool reference) {
+  (reference ? cpu::attention_prefill_ref : cpu::attention_prefill)(args);
+}
+
+void attention_decode(const DecodeAttentionArgs& args, bool reference) {
+  (reference ? cpu::attention_decode_ref : cpu::attention_decode)(args);
+}
+
+}  // namespace tessera::backend

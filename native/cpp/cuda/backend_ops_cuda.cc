@@ -1,0 +1,163 @@
+// The CUDA backend of the shared op bindings (binding/backend_ops.h): each op makes the backend's device current on
+// this thread and enqueues its launcher (cuda_kernels.h) on the legacy default stream; `reference` selects the
+// double-accumulating oracle kernels. Also the CUDA-only GEMM controls: the `kernel` option and cudaGemmKernel().
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../binding/backend_ops.h"
+#include "../binding/device.h"
+#include "../binding/napi_util.h"
+#include "cuda_kernels.h"
+#include "device_cuda.h"
+
+namespace tessera::gpu {
+namespace {
+
+// Makes this thread's current device the backend's (and initialises it); every launch goes through this first.
+void ready() { ensure_current_device(); }
+
+const float* f32_or_null(const Tensor* t) { return t ? t->data<float>() : nullptr; }
+
+// The GEMM `kernel` option: auto (default) | reference | simt | skinny | tensor; `reference: true` wins over it.
+GemmKernel gemm_kernel(const backend::GemmCall& call) {
+  if (call.reference) return GemmKernel::Reference;
+  if (!call.kernel) return GemmKernel::Auto;
+  const std::string& s = *call.kernel;
+  if (s == "auto") return GemmKernel::Auto;
+  if (s == "reference") return GemmKernel::Reference;
+  if (s == "simt") return GemmKernel::Simt;
+  if (s == "skinny") return GemmKernel::Skinny;
+  if (s == "tensor") return GemmKernel::Tensor;
+  fail(ErrorCode::InvalidArgument, "gemm: option kernel must be auto, reference, simt, skinny or tensor, got \"" + s + "\"");
+}
+
+const char* gemm_kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::Reference: return "reference";
+    case GemmKernel::Simt: return "simt";
+    case GemmKernel::Skinny: return "skinny";
+    case GemmKernel::Tensor: return "tensor";
+    default: return "auto";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::gpu
+
+namespace tessera::backend {
+
+using gpu::ready;
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, bool reference) {
+  ready();
+  gpu::binary(op, a.data<float>(), a.numel(), b.data<float>(), b.numel(), out.data<float>(), reference);
+}
+
+void scale(const Tensor& x, float s, Tensor& out, bool reference) {
+  ready();
+  gpu::scale(x.data<float>(), x.numel(), s, out.data<float>(), reference);
+}
+
+void activation(Activation act, const Tensor& x, Tensor& out, bool reference) {
+  ready();
+  gpu::activation(act, x.data<float>(), x.numel(), out.data<float>(), reference);
+}
+
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, bool reference) {
+  ready();
+  gpu::silu_mul(gate.data<float>(), up.data<float>(), gate.numel(), out.data<float>(), reference);
+}
+
+void layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps, Tensor& out, bool reference) {
+  const RowSplit r = row_split(x);
+  ready();
+  gpu::layer_norm(x.data<float>(), r.rows, r.dim, gpu::f32_or_null(gamma), gpu::f32_or_null(beta), eps, out.data<float>(), reference);
+}
+
+void rms_norm(const Tensor& x, const Tensor* gamma, float eps, Tensor& out, bool reference) {
+  const RowSplit r = row_split(x);
+  ready();
+  gpu::rms_norm(x.data<float>(), r.rows, r.dim, gpu::f32_or_null(gamma), eps, out.data<float>(), reference);
+}
+
+void softmax(const Tensor& x, float scale, Tensor& out, bool reference) {
+  const RowSplit r = row_split(x);
+  ready();
+  gpu::softmax(x.data<float>(), r.rows, r.dim, scale, out.data<float>(), reference);
+}
+
+void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool reference) {
+  ready();
+  gpu::rope(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), rot_dim, positions.data<int32_t>(), base, reference);
+}
+
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out, bool reference) {
+  ready();
+  gpu::embedding(table.raw(), table.dtype, table.dim(1), ids.data<int32_t>(), ids.numel(), out.data<float>(), reference);
+}
+
+void gather_rows(const Tensor& src, const Tensor& idx, Tensor& out) {
+  ready();
+  gpu::gather_rows(src.raw(), row_bytes(src), idx.data<int32_t>(), idx.numel(), out.raw());
+}
+
+void scatter_rows(const Tensor& src, const Tensor& idx, const std::vector<int32_t>& host_idx, Tensor& dst) {
+  ready();
+  // Parallel writes to one row would race, so repeated destinations are reduced to their last source first.
+  std::unordered_map<int32_t, int32_t> last;  // destination row -> last source row
+  last.reserve(host_idx.size());
+  for (size_t i = 0; i < host_idx.size(); ++i) last[host_idx[i]] = static_cast<int32_t>(i);
+  if (last.size() == host_idx.size()) {
+    gpu::scatter_rows(src.raw(), row_bytes(src), nullptr, idx.data<int32_t>(), idx.numel(), dst.raw());
+    return;
+  }
+  std::vector<int32_t> pairs;  // [src rows..., dst rows...], in source order
+  pairs.reserve(last.size() * 2);
+  for (size_t i = 0; i < host_idx.size(); ++i)
+    if (last[host_idx[i]] == static_cast<int32_t>(i)) pairs.push_back(static_cast<int32_t>(i));
+  const int64_t kept = static_cast<int64_t>(pairs.size());
+  for (int64_t i = 0; i < kept; ++i) pairs.push_back(host_idx[static_cast<size_t>(pairs[static_cast<size_t>(i)])]);
+  // The scratch list is charged to the budget like any allocation.
+  binding::Device& device = binding::device();
+  Tensor list = Tensor::empty(device.allocator(), DType::I32, {2 * kept});
+  device.upload(list.raw(), pairs.data(), list.nbytes());
+  gpu::scatter_rows(src.raw(), row_bytes(src), list.data<int32_t>(), list.data<int32_t>() + kept, kept, dst.raw());
+  device.synchronize();  // the kernel reads `list`, which is freed on return
+}
+
+void convert(const Tensor& src, Tensor& dst, bool reference) {
+  ready();
+  gpu::convert(src.raw(), src.dtype, dst.raw(), dst.dtype, src.numel(), reference);
+}
+
+void gemm(const GemmCall& call) {
+  const gpu::GemmKernel kernel = gpu::gemm_kernel(call);
+  ready();
+  if (call.batched) gpu::gemm(call.args, call.batch, call.stride_a, call.stride_b, call.stride_c, kernel);
+  else gpu::gemm(call.args, 1, 0, 0, 0, kernel);
+}
+
+void attention_prefill(const PrefillAttentionArgs& args, bool reference) {
+  ready();
+  gpu::attention_prefill(args, reference);
+}
+
+void attention_decode(const DecodeAttentionArgs& args, bool reference) {
+  ready();
+  gpu::attention_decode(args, reference);
+}
+
+}  // namespace tessera::backend
+
+using namespace tessera;
+using namespace tessera::binding;
+
+TESSERA_REGISTER_OPS(cuda_gemm_kernel) {
+  // cudaGemmKernel(m, n, k) -> the kernel `auto` runs for these sizes (tests use it to know which path they hit).
+  export_fn(env, exports, "cudaGemmKernel", [](const Napi::CallbackInfo& info) -> Napi::Value {
+    const int64_t m = info[0].As<Napi::Number>().Int64Value(), n = info[1].As<Napi::Number>().Int64Value(),
+                  k = info[2].As<Napi::Number>().Int64Value();
+    return Napi::String::New(info.Env(), gpu::gemm_kernel_name(gpu::gemm_auto_kernel(m, n, k)));
+  });
+}
