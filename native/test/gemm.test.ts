@@ -174,6 +174,14 @@ describe('gemm against the double-precision reference', () => {
     }
   });
 
+  it('row counts just past a multiple of 16 with transB (the extra rows are computed as dot products)', () => {
+    [17, 20, 24, 25, 40, 56].forEach((m, i) => {
+      for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+        checkProblem({ m, n: 19, k: 70, transA: i % 2 === 1, transB: true }, { alpha: 0.5, beta: i % 3 === 0 ? 0 : -2, withBias: true, dtype }, 700 + i);
+      }
+    });
+  });
+
   it('the reference itself agrees with a direct double computation on decoded f16/bf16 weights', () => {
     const p: Problem = { m: 3, n: 5, k: 9, transA: false, transB: true };
     const aData = randomFloats(p.m * p.k, 41);

@@ -76,7 +76,7 @@ struct Kern {
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = false;
   static constexpr bool kPackInMicro = false;
-  static void micro_pack(int, int, int64_t, const float*, int64_t, const GemmPlan&, int64_t, float*, int64_t, int64_t, int64_t, bool) {}
+  static constexpr bool kDotTail = false;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     if (plan.x_trans) {
