@@ -122,12 +122,13 @@ void micro_tile(int cols, int64_t kc, const float* xt, int64_t xs, const float* 
     __m256 yv[NV];
     for (int v = 0; v < NV; ++v) yv[v] = _mm256_loadu_ps(y + v * 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(xt + r * xs + kk);
+      // set1 of a plain load, not _mm256_broadcast_ss: GCC treats that builtin as a possible store and then
+      // keeps every accumulator on the stack inside the loop.
+      const __m256 xb = _mm256_set1_ps(xt[r * xs + kk]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(xb, yv[v], acc[r][v]);
     }
     y += ys;
   }
-
   if (plan.z_trans) {  // C^T: rare enough on AVX2 machines that a scalar transposed update is fine
     alignas(32) float tile[R][NV * 8];
     for (int r = 0; r < R; ++r)
