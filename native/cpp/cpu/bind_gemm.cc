@@ -39,7 +39,8 @@ bool overlaps(const Tensor& x, const Tensor& y) {
 cpu::GemmArgs common_args(const char* op, Tensor& a, Tensor& b, Tensor& c, const GemmOpts& o, int64_t n) {
   expect_dtype(a, DType::F32, "a");
   if (!is_gemm_weight_dtype(b.dtype))
-    fail(ErrorCode::DTypeMismatch, std::string(op) + ": b " + shape_str(b.shape) + " must be f32, f16 or bf16, got " + dtype_name(b.dtype));
+    fail(ErrorCode::DTypeMismatch,
+         std::string(op) + ": b " + shape_str(b.shape) + " must be f32, f16 or bf16, got " + dtype_name(b.dtype));
   expect_dtype(c, DType::F32, "c");
   if (o.bias) {
     expect_dtype(*o.bias, DType::F32, "bias");
@@ -111,8 +112,8 @@ TESSERA_REGISTER_OPS(gemm) {
     const bool shared = b.shape.size() == 2;
     const int64_t batch = a.dim(0);
     if (!shared && b.dim(0) != batch)
-      fail(ErrorCode::ShapeMismatch, "gemmBatched: a " + shape_str(a.shape) + " and b " + shape_str(b.shape) + " disagree on batch: " +
-                                         std::to_string(batch) + " vs " + std::to_string(b.dim(0)));
+      fail(ErrorCode::ShapeMismatch, "gemmBatched: a " + shape_str(a.shape) + " and b " + shape_str(b.shape) +
+                                         " disagree on batch: " + std::to_string(batch) + " vs " + std::to_string(b.dim(0)));
     const size_t bo = shared ? 0 : 1;  // index of b's first matrix dimension
     const int64_t m = o.trans_a ? a.dim(2) : a.dim(1), k = o.trans_a ? a.dim(1) : a.dim(2);
     const int64_t kb = o.trans_b ? b.dim(bo + 1) : b.dim(bo), n = o.trans_b ? b.dim(bo) : b.dim(bo + 1);

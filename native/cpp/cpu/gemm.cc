@@ -47,8 +47,6 @@ constexpr int64_t kMaxPrepackFloats = int64_t(8) << 20;
 // Rows of op(A) past a multiple of 16 that are computed as dot products rather than in mostly empty vectors.
 constexpr int64_t kMaxDotTail = 8;
 
-
-
 // ---------------------------------------------------------------- scalar path
 
 struct ScalarKern {
@@ -76,15 +74,15 @@ struct ScalarKern {
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const void* xv, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                    int64_t q, bool first) {
-    const float* xt = static_cast<const float*>(xv);  // always f32 here: kDirectBf16 is false
+  static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType, const float* y, int64_t ys,
+                    const GemmPlan& plan, int64_t p, int64_t q, bool first) {
+    const float* xf = static_cast<const float*>(x);  // always f32 here: kDirectBf16 is false
     float acc[kMr][kNr] = {};
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* yr = y + kk * ys;
       for (int r = 0; r < rows; ++r) {
-        const float xv = xt[r * xs + kk];
-        for (int j = 0; j < kNr; ++j) acc[r][j] += xv * yr[j];
+        const float xe = xf[r * xs + kk];
+        for (int j = 0; j < kNr; ++j) acc[r][j] += xe * yr[j];
       }
     }
     gemm_detail::gemm_store_tile_scalar(&acc[0][0], kNr, rows, cols, plan, p, q, first);

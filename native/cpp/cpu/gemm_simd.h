@@ -1,16 +1,19 @@
 // GEMM internals shared by gemm.cc (dispatch, scalar path) and gemm_avx2.cc / gemm_avx512.cc (SIMD bodies).
 //
-// Every packed GEMM runs as Z[P,Q] = X[P,K] · Y[K,Q], oriented so that neither big operand needs a transpose:
+// Every packed GEMM runs as Z[P,Q] = X[P,K] · Y[K,Q], oriented so that the big operand is never transposed:
 //   trans_b (HF Linear, W stored [n,k]):  X = W (rows contiguous in k), Y = op(A)^T, Z = C^T (stored transposed)
 //   otherwise (B stored [k,n]):           X = op(A),                    Y = B,       Z = C
-// The micro-kernel broadcasts X (one scalar per row per k) against vectors of Y along q, so X is only copied
-// (and converted from f16/bf16) row by row into a small L1 tile, and Y is read as k-rows of q-vectors.
-// For trans_b, Y = op(A)^T is small and is packed once per call (prepack_at) into panels every task reads.
+// The micro-kernel broadcasts one X element per row and k against vectors of Y along q. X rows are read in
+// place (f32, and bf16 on AVX-512, converted by a shift in the kernel) or converted into a small tile first;
+// Y is read as k-rows of q-vectors from packed panels. For trans_b, Y = op(A)^T is small and packed once per
+// call (prepack_at) into panels every task reads, and tasks walk each tile of weight rows along all of k, so
+// weights stream from memory exactly once in long sequential runs. Otherwise each task packs its block of B
+// (on AVX-512 inside the first micro-kernel of each k block, which hides the loads behind arithmetic).
 // Work is split into tasks over (P blocks x Q blocks); each task owns its Z block and reduces k in a fixed
 // block order, so results do not depend on the thread count.
 //
-// Decode (m <= kDotMaxRows with trans_b) instead streams each weight row once: dot products vectorised over
-// k against all m activation rows (see GemmDotPlan).
+// Decode (m <= kGemmDotMaxRows with trans_b) instead streams each weight row once: dot products vectorised
+// over k against all m activation rows (see GemmDotPlan).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -36,7 +39,7 @@ struct GemmPlan {
   int64_t ldx = 0;
   DType x_dtype = DType::F32;
   bool x_trans = false;
-  // Y: either prepacked panels (y_packed != null; see gemm_packed_panel) or Y(k, q) = y[k * ldy + q].
+  // Y: either prepacked panels (y_packed != null; see gemm_panel_stride) or Y(k, q) = y[k * ldy + q].
   const float* y_packed = nullptr;
   const void* y = nullptr;
   int64_t ldy = 0;
@@ -141,7 +144,6 @@ class GemmScratch {
   float* p_ = nullptr;
   size_t bytes_ = 0;
 };
-
 
 // Runs one task of a packed plan. Kern provides kMr, kNr, kLanes and
 //   pack_x(plan, p, rows, k0, kc, xt)         rows of X into xt[r * kGemmXStride + kk]
