@@ -366,6 +366,14 @@ void gemm(const GemmArgs& args) {
 
 void gemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   if (batch <= 0 || args.m <= 0 || args.n <= 0) return;
+  // A shared B with entries of A and C laid end to end row by row is one GEMM over batch * m rows: the weights
+  // are then streamed once instead of once per entry.
+  if (stride_b == 0 && !args.trans_a && stride_a == args.m * args.lda && stride_c == args.m * args.ldc) {
+    GemmArgs g = args;
+    g.m = args.m * batch;
+    gemm(g);
+    return;
+  }
   auto entry = [&](int64_t e) {
     GemmArgs g = args;
     g.a = args.a + e * stride_a;
