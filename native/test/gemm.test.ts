@@ -9,7 +9,7 @@ import {
   Tensor,
   type DType,
 } from '../src/index.js';
-import { cpu, expectBitwiseEqual, f32, forEachIsa, randomFloats, rng, tensorF32, withThreads } from './helpers.js';
+import { cpu, expectBitwiseEqual, expectClose, f32, forEachIsa, randomFloats, rng, tensorF32, withThreads } from './helpers.js';
 import { fromHalfBits, type HalfDtype, toHalfBits } from './helpers-half.js';
 
 // Tolerance. The kernels accumulate in f32 with FMA (k reduced in blocks of up to 512), the reference in double.
@@ -334,6 +334,15 @@ describe('linear', () => {
     const out = Tensor.empty([2, 3, 10], 'f32', cpu());
     expect(linear(x, w.t, bias, { out })).toBe(out);
     expectBitwiseEqual(f32(out), f32(y), 'linear into out');
+    const row = linear(x.reshape([6, 16]).rows(4, 1).reshape([16]), w.t, bias);
+    expect(row.shape).toEqual([10]);
+    // A single row takes the decode path; it may round differently from the 6-row call, within f32 accuracy.
+    expectClose(f32(row), f32(y).subarray(40, 50), 1e-5, 1e-5, 'linear of one vector');
+  });
+
+  it('handles an empty batch and empty rows', () => {
+    expect(gemmBatched(zeros([0, 3, 4]), zeros([5, 4]), { transB: true }).shape).toEqual([0, 3, 5]);
+    expect(linear(zeros([0, 4]), zeros([5, 4])).shape).toEqual([0, 5]);
   });
 });
 
