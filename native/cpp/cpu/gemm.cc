@@ -39,7 +39,7 @@ constexpr int64_t kKc = 512;
 constexpr int64_t kKcTransposed = 4096;
 constexpr int64_t kQBlock = 256;
 constexpr int64_t kPBlock = 512;
-constexpr int64_t kTargetTasks = 16;
+constexpr int64_t kTargetTasks = 32;
 constexpr int64_t kXOuterMaxYBytes = int64_t(2) << 20;
 static_assert(kKc <= kGemmKcMax && kKcTransposed <= kGemmKcMax, "k block exceeds the packed X tile");
 // Prepacked op(A)^T is built in chunks of columns of at most this many floats (32 MB).
