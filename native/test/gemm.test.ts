@@ -9,7 +9,7 @@ import {
   Tensor,
   type DType,
 } from '../src/index.js';
-import { cpu, expectBitwiseEqual, f32, forEachIsa, randomFloats, rng, tensorF32, withThreads } from './helpers.js';
+import { cpu, expectBitwiseEqual, expectClose, f32, forEachIsa, randomFloats, rng, tensorF32, withThreads } from './helpers.js';
 import { fromHalfBits, type HalfDtype, toHalfBits } from './helpers-half.js';
 
 // Tolerance. The kernels accumulate in f32 with FMA (k reduced in blocks of up to 512), the reference in double.
@@ -37,7 +37,15 @@ const aShape = (p: Problem): number[] => (p.transA ? [p.k, p.m] : [p.m, p.k]);
 const bShape = (p: Problem): number[] => (p.transB ? [p.n, p.k] : [p.k, p.n]);
 
 /** S' of the tolerance comment, per element of C (a and b are the values the kernel sees). */
-function errorScale(p: Problem, a: Float32Array, b: Float32Array, alpha: number, beta: number, c0?: Float32Array, bias?: Float32Array): Float64Array {
+function errorScale(
+  p: Problem,
+  a: Float32Array,
+  b: Float32Array,
+  alpha: number,
+  beta: number,
+  c0?: Float32Array,
+  bias?: Float32Array,
+): Float64Array {
   const s = new Float64Array(p.m * p.n);
   for (let i = 0; i < p.m; i++) {
     for (let j = 0; j < p.n; j++) {
@@ -125,7 +133,8 @@ function checkProblem(p: Problem, spec: RunSpec, seed: number): void {
   const want = run(true);
   const scale = errorScale(p, aData, w.values, spec.alpha, spec.beta, c0, biasData);
   forEachIsa((isa) => {
-    expectWithin(run(false), want, scale, p.k, `${isa} ${label(p, ` ${spec.dtype} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`)}`);
+    const what = label(p, ` ${spec.dtype} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`);
+    expectWithin(run(false), want, scale, p.k, `${isa} ${what}`);
   });
   a.dispose();
   w.t.dispose();
@@ -169,9 +178,19 @@ describe('gemm against the double-precision reference', () => {
   it('decode shapes (m <= 8, transB) with long rows and every row count', () => {
     for (let m = 1; m <= 8; m++) {
       for (const dtype of ['f32', 'f16', 'bf16'] as const) {
-        checkProblem({ m, n: 45, k: 777, transA: m % 2 === 0, transB: true }, { alpha: 1, beta: 0, withBias: m % 3 === 0, dtype }, 600 + m);
+        const spec: RunSpec = { alpha: 1, beta: 0, withBias: m % 3 === 0, dtype };
+        checkProblem({ m, n: 45, k: 777, transA: m % 2 === 0, transB: true }, spec, 600 + m);
       }
     }
+  });
+
+  it('row counts just past a multiple of 16 with transB (the extra rows are computed as dot products)', () => {
+    [17, 20, 24, 25, 40, 56].forEach((m, i) => {
+      for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+        const spec: RunSpec = { alpha: 0.5, beta: i % 3 === 0 ? 0 : -2, withBias: true, dtype };
+        checkProblem({ m, n: 19, k: 70, transA: i % 2 === 1, transB: true }, spec, 700 + i);
+      }
+    });
   });
 
   it('the reference itself agrees with a direct double computation on decoded f16/bf16 weights', () => {
@@ -259,9 +278,12 @@ describe('gemmBatched', () => {
           const scale = new Float64Array(batch * m * n);
           for (let e = 0; e < batch; e++) {
             const bVals = shared ? w.values : w.values.subarray(e * n * k, (e + 1) * n * k);
-            scale.set(errorScale(p, aData.subarray(e * m * k, (e + 1) * m * k), bVals, 1.25, 0.5, c0.subarray(e * m * n, (e + 1) * m * n), biasData), e * m * n);
+            const aEntry = aData.subarray(e * m * k, (e + 1) * m * k);
+            const cEntry = c0.subarray(e * m * n, (e + 1) * m * n);
+            scale.set(errorScale(p, aEntry, bVals, 1.25, 0.5, cEntry, biasData), e * m * n);
           }
-          forEachIsa((isa) => expectWithin(run(false), want, scale, k, `${isa} batched ${label(p, shared ? ' shared B' : '')} ${dtype}`));
+          const what = `batched ${label(p, shared ? ' shared B' : '')} ${dtype}`;
+          forEachIsa((isa) => expectWithin(run(false), want, scale, k, `${isa} ${what}`));
         }
       }
     });
@@ -312,6 +334,15 @@ describe('linear', () => {
     const out = Tensor.empty([2, 3, 10], 'f32', cpu());
     expect(linear(x, w.t, bias, { out })).toBe(out);
     expectBitwiseEqual(f32(out), f32(y), 'linear into out');
+    const row = linear(x.reshape([6, 16]).rows(4, 1).reshape([16]), w.t, bias);
+    expect(row.shape).toEqual([10]);
+    // A single row takes the decode path; it may round differently from the 6-row call, within f32 accuracy.
+    expectClose(f32(row), f32(y).subarray(40, 50), 1e-5, 1e-5, 'linear of one vector');
+  });
+
+  it('handles an empty batch and empty rows', () => {
+    expect(gemmBatched(zeros([0, 3, 4]), zeros([5, 4]), { transB: true }).shape).toEqual([0, 3, 5]);
+    expect(linear(zeros([0, 4]), zeros([5, 4])).shape).toEqual([0, 5]);
   });
 });
 
@@ -348,9 +379,12 @@ describe('validation', () => {
     const b = cpu().binding;
     const opts = { transA: false, transB: true, alpha: 1, beta: 0, bias: null };
     expect(() => b.gemm(t([4, 7]).native, t([5, 8]).native, t([4, 5]).native, opts)).toThrow(/disagree on k: 7 vs 8/);
-    expect(() => b.gemm(t([4, 8]).native, t([5, 8]).native, t([5, 4]).native, opts)).toThrow(/c has shape \[5, 4\], expected \[4, 5\]/);
+    expect(() => b.gemm(t([4, 8]).native, t([5, 8]).native, t([5, 4]).native, opts)).toThrow(
+      /c has shape \[5, 4\], expected \[4, 5\]/,
+    );
     expect(() => b.gemm(t([4, 8]).native, t([5, 8], 'i32').native, t([4, 5]).native, opts)).toThrow(/must be f32, f16 or bf16/);
-    expect(() => b.gemm(t([4, 8]).native, t([5, 8]).native, t([4, 5]).native, { ...opts, bias: t([4]).native })).toThrow(/bias \[4\]/);
+    const wrongBias = { ...opts, bias: t([4]).native };
+    expect(() => b.gemm(t([4, 8]).native, t([5, 8]).native, t([4, 5]).native, wrongBias)).toThrow(/bias \[4\]/);
     const a = t([4, 4]);
     expect(() => b.gemm(a.native, t([4, 4]).native, a.native, opts)).toThrow(/overlaps an input/);
     expect(() => b.gemmBatched(t([2, 4, 8]).native, t([3, 5, 8]).native, t([2, 4, 5]).native, opts)).toThrow(/disagree on batch/);

@@ -39,13 +39,13 @@ constexpr int64_t kKc = 512;
 constexpr int64_t kKcTransposed = 4096;
 constexpr int64_t kQBlock = 256;
 constexpr int64_t kPBlock = 512;
-constexpr int64_t kTargetTasks = 16;
+constexpr int64_t kTargetTasks = 32;
 constexpr int64_t kXOuterMaxYBytes = int64_t(2) << 20;
 static_assert(kKc <= kGemmKcMax && kKcTransposed <= kGemmKcMax, "k block exceeds the packed X tile");
 // Prepacked op(A)^T is built in chunks of columns of at most this many floats (32 MB).
 constexpr int64_t kMaxPrepackFloats = int64_t(8) << 20;
-
-
+// Rows of op(A) past a multiple of 16 that are computed as dot products rather than in mostly empty vectors.
+constexpr int64_t kMaxDotTail = 8;
 
 // ---------------------------------------------------------------- scalar path
 
@@ -55,7 +55,7 @@ struct ScalarKern {
   static constexpr int kLanes = 8;
   static constexpr bool kDirectBf16 = false;
   static constexpr bool kPackInMicro = false;
-  static void micro_pack(int, int, int64_t, const float*, int64_t, const GemmPlan&, int64_t, float*, int64_t, int64_t, int64_t, bool) {}
+  static constexpr bool kDotTail = false;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     for (int r = 0; r < rows; ++r) {
@@ -74,15 +74,15 @@ struct ScalarKern {
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const void* xv, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                    int64_t q, bool first) {
-    const float* xt = static_cast<const float*>(xv);  // always f32 here: kDirectBf16 is false
+  static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType, const float* y, int64_t ys,
+                    const GemmPlan& plan, int64_t p, int64_t q, bool first) {
+    const float* xf = static_cast<const float*>(x);  // always f32 here: kDirectBf16 is false
     float acc[kMr][kNr] = {};
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* yr = y + kk * ys;
       for (int r = 0; r < rows; ++r) {
-        const float xv = xt[r * xs + kk];
-        for (int j = 0; j < kNr; ++j) acc[r][j] += xv * yr[j];
+        const float xe = xf[r * xs + kk];
+        for (int j = 0; j < kNr; ++j) acc[r][j] += xe * yr[j];
       }
     }
     gemm_detail::gemm_store_tile_scalar(&acc[0][0], kNr, rows, cols, plan, p, q, first);
@@ -281,19 +281,42 @@ void gemm_packed(const GemmArgs& g, Isa isa) {
   plan.ldx = g.ldb;
   plan.x_dtype = g.b_dtype;
   plan.z_trans = true;
+  // The last m % 16 rows of op(A) would fill vectors that are mostly empty lanes; where the ISA has a dot
+  // product tail, up to kMaxDotTail of them are computed that way (see GemmPlan::q_tail).
+  static thread_local GemmScratch at_scratch, tail_scratch;
+  int64_t tail = 0;
+  if (isa == Isa::Avx512) {
+    const int64_t t = g.m % s.lanes;
+    if (t <= kMaxDotTail && g.m > t) tail = t;
+  }
+  const int64_t m_main = g.m - tail;
+  const float* tail_a = g.a + m_main * g.lda;
+  int64_t tail_lda = g.lda;
+  if (tail > 0 && g.trans_a) {  // the tail wants rows of op(A) contiguous in k
+    float* rows = tail_scratch.get(tail * g.k);
+    for (int64_t t = 0; t < tail; ++t)
+      for (int64_t p = 0; p < g.k; ++p) rows[t * g.k + p] = g.a[p * g.lda + m_main + t];
+    tail_a = rows;
+    tail_lda = g.k;
+  }
   const int64_t chunk = std::max<int64_t>(s.nr, kMaxPrepackFloats / g.k / s.nr * s.nr);
-  static thread_local GemmScratch at_scratch;
-  for (int64_t q0 = 0; q0 < g.m; q0 += chunk) {
-    const int64_t Q = std::min(chunk, g.m - q0);
+  for (int64_t q0 = 0; q0 < m_main; q0 += chunk) {
+    const int64_t Q = std::min(chunk, m_main - q0);
     float* packed = at_scratch.get(gemm_prepacked_floats(Q, g.k, s));
     prepack_at(isa, g.trans_a ? g.a + q0 : g.a + q0 * g.lda, g.lda, g.trans_a, Q, g.k, packed);
     plan.Q = Q;
     plan.y_packed = packed;
     plan.c = g.c + q0 * g.ldc;
+    if (q0 + Q == m_main && tail > 0) {
+      plan.q_tail = tail;
+      plan.tail_a = tail_a;
+      plan.tail_lda = tail_lda;
+    }
     choose_blocks(plan, s);
     run_plan(isa, plan);
   }
   at_scratch.trim(int64_t(4) << 20);
+  tail_scratch.trim(int64_t(1) << 20);
 }
 
 }  // namespace
@@ -343,6 +366,14 @@ void gemm(const GemmArgs& args) {
 
 void gemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   if (batch <= 0 || args.m <= 0 || args.n <= 0) return;
+  // A shared B with entries of A and C laid end to end row by row is one GEMM over batch * m rows: the weights
+  // are then streamed once instead of once per entry.
+  if (stride_b == 0 && !args.trans_a && stride_a == args.m * args.lda && stride_c == args.m * args.ldc) {
+    GemmArgs g = args;
+    g.m = args.m * batch;
+    gemm(g);
+    return;
+  }
   auto entry = [&](int64_t e) {
     GemmArgs g = args;
     g.a = args.a + e * stride_a;

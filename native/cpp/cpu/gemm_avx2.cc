@@ -1,6 +1,11 @@
 // GEMM bodies compiled for AVX2 + FMA + F16C; see gemm_simd.h for the plan they execute.
 // Micro-kernel: 6 rows of X broadcast against 2 ymm of Y = a 6 x 16 tile in 12 of the 16 ymm registers
 // (two FMA ports with 4-5 cycle latency need at least 8-10 independent accumulators).
+// GCC 12's intrinsic headers build "undefined" vectors as self-initialised locals, which trips
+// -W(maybe-)uninitialized hundreds of times once the intrinsics are inlined here; the warnings say nothing
+// about this file's code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <type_traits>
@@ -22,7 +27,8 @@ constexpr int kNr = kNv * kLanes;
 constexpr int64_t XS = kGemmXStride;
 
 inline __m256i lane_mask(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), lanes);
 }
 
 template <DType DT>
@@ -76,7 +82,7 @@ struct Kern {
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = false;
   static constexpr bool kPackInMicro = false;
-  static void micro_pack(int, int, int64_t, const float*, int64_t, const GemmPlan&, int64_t, float*, int64_t, int64_t, int64_t, bool) {}
+  static constexpr bool kDotTail = false;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     if (plan.x_trans) {
@@ -100,21 +106,22 @@ struct Kern {
   static void pack_y(const GemmPlan& plan, int64_t k0, int64_t kc, int64_t q, int cols, float* dst, int64_t stride) {
     for (int64_t kk = 0; kk < kc; ++kk) {
       const int64_t off = (k0 + kk) * plan.ldy + q;
+      float* row = dst + kk * stride;
       switch (plan.y_dtype) {
-        case DType::F16: convert_row_padded<DType::F16>(offset_elems<DType::F16>(plan.y, off), cols, dst + kk * stride, stride); break;
-        case DType::BF16: convert_row_padded<DType::BF16>(offset_elems<DType::BF16>(plan.y, off), cols, dst + kk * stride, stride); break;
-        default: convert_row_padded<DType::F32>(offset_elems<DType::F32>(plan.y, off), cols, dst + kk * stride, stride);
+        case DType::F16: convert_row_padded<DType::F16>(offset_elems<DType::F16>(plan.y, off), cols, row, stride); break;
+        case DType::BF16: convert_row_padded<DType::BF16>(offset_elems<DType::BF16>(plan.y, off), cols, row, stride); break;
+        default: convert_row_padded<DType::F32>(offset_elems<DType::F32>(plan.y, off), cols, row, stride);
       }
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType xdt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                    int64_t q, bool first);
+  static void micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType xdt, const float* y, int64_t ys,
+                    const GemmPlan& plan, int64_t p, int64_t q, bool first);
 };
 
 template <int R, int NV>
-void micro_tile(int cols, int64_t kc, const float* xt, int64_t xs, const float* y, int64_t ys, const GemmPlan& plan, int64_t p, int64_t q,
-                bool first) {
+void micro_tile(int cols, int64_t kc, const float* xt, int64_t xs, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
+                int64_t q, bool first) {
   __m256 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
@@ -122,12 +129,13 @@ void micro_tile(int cols, int64_t kc, const float* xt, int64_t xs, const float* 
     __m256 yv[NV];
     for (int v = 0; v < NV; ++v) yv[v] = _mm256_loadu_ps(y + v * 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(xt + r * xs + kk);
+      // set1 of a plain load, not _mm256_broadcast_ss: GCC treats that builtin as a possible store and then
+      // keeps every accumulator on the stack inside the loop.
+      const __m256 xb = _mm256_set1_ps(xt[r * xs + kk]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(xb, yv[v], acc[r][v]);
     }
     y += ys;
   }
-
   if (plan.z_trans) {  // C^T: rare enough on AVX2 machines that a scalar transposed update is fine
     alignas(32) float tile[R][NV * 8];
     for (int r = 0; r < R; ++r)
@@ -158,8 +166,8 @@ void micro_tile(int cols, int64_t kc, const float* xt, int64_t xs, const float* 
 
 using MicroFn = void (*)(int, int64_t, const float*, int64_t, const float*, int64_t, const GemmPlan&, int64_t, int64_t, bool);
 
-void Kern::micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                 int64_t q, bool first) {
+void Kern::micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType, const float* y, int64_t ys, const GemmPlan& plan,
+                 int64_t p, int64_t q, bool first) {
   static constexpr MicroFn table[kMr][kNv] = {
       {&micro_tile<1, 1>, &micro_tile<1, 2>}, {&micro_tile<2, 1>, &micro_tile<2, 2>}, {&micro_tile<3, 1>, &micro_tile<3, 2>},
       {&micro_tile<4, 1>, &micro_tile<4, 2>}, {&micro_tile<5, 1>, &micro_tile<5, 2>}, {&micro_tile<6, 1>, &micro_tile<6, 2>},

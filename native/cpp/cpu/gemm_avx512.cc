@@ -2,6 +2,11 @@
 // Micro-kernel: kMr rows of X broadcast against up to 3 zmm of Y = an 8 x 48 tile in 24 zmm accumulators
 // (Zen 4 and Skylake-X retire one 16-lane FMA per cycle per port group; 24 independent chains hide the
 // 4-cycle FMA latency and leave registers for the 3 Y vectors).
+// GCC 12's intrinsic headers build "undefined" vectors as self-initialised locals, which trips
+// -W(maybe-)uninitialized hundreds of times once the intrinsics are inlined here; the warnings say nothing
+// about this file's code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cstring>
@@ -131,6 +136,7 @@ struct Kern {
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = true;
   static constexpr bool kPackInMicro = true;
+  static constexpr bool kDotTail = true;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     if (plan.x_trans) {  // X(p, k) = x[k * ldx + p]: op(A) with trans_a, gathered column by column
@@ -154,18 +160,21 @@ struct Kern {
   static void pack_y(const GemmPlan& plan, int64_t k0, int64_t kc, int64_t q, int cols, float* dst, int64_t stride) {
     for (int64_t kk = 0; kk < kc; ++kk) {
       const int64_t off = (k0 + kk) * plan.ldy + q;
+      float* row = dst + kk * stride;
       switch (plan.y_dtype) {
-        case DType::F16: convert_row_padded<DType::F16>(offset_elems<DType::F16>(plan.y, off), cols, dst + kk * stride, stride); break;
-        case DType::BF16: convert_row_padded<DType::BF16>(offset_elems<DType::BF16>(plan.y, off), cols, dst + kk * stride, stride); break;
-        default: convert_row_padded<DType::F32>(offset_elems<DType::F32>(plan.y, off), cols, dst + kk * stride, stride);
+        case DType::F16: convert_row_padded<DType::F16>(offset_elems<DType::F16>(plan.y, off), cols, row, stride); break;
+        case DType::BF16: convert_row_padded<DType::BF16>(offset_elems<DType::BF16>(plan.y, off), cols, row, stride); break;
+        default: convert_row_padded<DType::F32>(offset_elems<DType::F32>(plan.y, off), cols, row, stride);
       }
     }
   }
 
-  static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys, const GemmPlan& plan, int64_t p,
-                    int64_t q, bool first);
+  static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys,
+                    const GemmPlan& plan, int64_t p, int64_t q, bool first);
   static void micro_pack(int rows, int cols, int64_t kc, const float* x, int64_t xs, const GemmPlan& plan, int64_t k0, float* ydst,
                          int64_t ys, int64_t p, int64_t q, bool first);
+  static void dot_tail(const GemmPlan& plan, int64_t p, int rows, const void* x, int64_t xs, DType xdt, int64_t k0, int64_t kc,
+                       bool first);
 };
 
 // ---------------------------------------------------------------- micro-kernel
@@ -326,17 +335,22 @@ constexpr MicroFn micro_for(int nv) {
 template <DType XDT>
 struct MicroTable {
   static constexpr MicroFn fn[kMr][kNv] = {
-      {micro_for<1, XDT>(1), micro_for<1, XDT>(2), micro_for<1, XDT>(3)}, {micro_for<2, XDT>(1), micro_for<2, XDT>(2), micro_for<2, XDT>(3)},
-      {micro_for<3, XDT>(1), micro_for<3, XDT>(2), micro_for<3, XDT>(3)}, {micro_for<4, XDT>(1), micro_for<4, XDT>(2), micro_for<4, XDT>(3)},
-      {micro_for<5, XDT>(1), micro_for<5, XDT>(2), micro_for<5, XDT>(3)}, {micro_for<6, XDT>(1), micro_for<6, XDT>(2), micro_for<6, XDT>(3)},
-      {micro_for<7, XDT>(1), micro_for<7, XDT>(2), micro_for<7, XDT>(3)}, {micro_for<8, XDT>(1), micro_for<8, XDT>(2), micro_for<8, XDT>(3)},
+      {micro_for<1, XDT>(1), micro_for<1, XDT>(2), micro_for<1, XDT>(3)},
+      {micro_for<2, XDT>(1), micro_for<2, XDT>(2), micro_for<2, XDT>(3)},
+      {micro_for<3, XDT>(1), micro_for<3, XDT>(2), micro_for<3, XDT>(3)},
+      {micro_for<4, XDT>(1), micro_for<4, XDT>(2), micro_for<4, XDT>(3)},
+      {micro_for<5, XDT>(1), micro_for<5, XDT>(2), micro_for<5, XDT>(3)},
+      {micro_for<6, XDT>(1), micro_for<6, XDT>(2), micro_for<6, XDT>(3)},
+      {micro_for<7, XDT>(1), micro_for<7, XDT>(2), micro_for<7, XDT>(3)},
+      {micro_for<8, XDT>(1), micro_for<8, XDT>(2), micro_for<8, XDT>(3)},
   };
 };
 
 void Kern::micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys,
                  const GemmPlan& plan, int64_t p, int64_t q, bool first) {
   const int nv = (cols + 15) / 16;
-  const MicroFn fn = xdt == DType::BF16 ? MicroTable<DType::BF16>::fn[rows - 1][nv - 1] : MicroTable<DType::F32>::fn[rows - 1][nv - 1];
+  const MicroFn fn = xdt == DType::BF16 ? MicroTable<DType::BF16>::fn[rows - 1][nv - 1]
+                                        : MicroTable<DType::F32>::fn[rows - 1][nv - 1];
   fn(cols, kc, x, xs, y, ys, plan, p, q, first);
 }
 
@@ -365,18 +379,79 @@ void Kern::micro_pack(int rows, int cols, int64_t kc, const float* x, int64_t xs
                       int64_t ys, int64_t p, int64_t q, bool first) {
   const int nv = (cols + 15) / 16;
   const int64_t off = k0 * plan.ldy + q;
+  MicroPackFn fn;
+  const void* src;
   switch (plan.y_dtype) {
     case DType::F16:
-      MicroPackTable<DType::F16>::fn[rows - 1][nv - 1](cols, kc, x, xs, offset_elems<DType::F16>(plan.y, off), plan.ldy, ydst, ys, plan, p,
-                                                       q, first);
+      fn = MicroPackTable<DType::F16>::fn[rows - 1][nv - 1];
+      src = offset_elems<DType::F16>(plan.y, off);
       break;
     case DType::BF16:
-      MicroPackTable<DType::BF16>::fn[rows - 1][nv - 1](cols, kc, x, xs, offset_elems<DType::BF16>(plan.y, off), plan.ldy, ydst, ys, plan,
-                                                        p, q, first);
+      fn = MicroPackTable<DType::BF16>::fn[rows - 1][nv - 1];
+      src = offset_elems<DType::BF16>(plan.y, off);
       break;
     default:
-      MicroPackTable<DType::F32>::fn[rows - 1][nv - 1](cols, kc, x, xs, offset_elems<DType::F32>(plan.y, off), plan.ldy, ydst, ys, plan, p,
-                                                       q, first);
+      fn = MicroPackTable<DType::F32>::fn[rows - 1][nv - 1];
+      src = offset_elems<DType::F32>(plan.y, off);
+  }
+  fn(cols, kc, x, xs, src, plan.ldy, ydst, ys, plan, p, q, first);
+}
+
+// ---------------------------------------------------------------- tail columns as dot products
+
+// Z(p + r, Q + t) over k block [k0, k0 + kc) for r < 8, t < TA: acc[r][t] sums x_r * a_t over 16-lane chunks
+// of k. X rows past `rows` repeat row 0 (valid memory); their sums are dropped.
+template <int TA, DType XDT>
+void dot_tail_rows(const GemmPlan& plan, int64_t p, int rows, const void* x, int64_t xs, int64_t k0, int64_t kc, int64_t t0,
+                   bool first) {
+  __m512 acc[kMr][TA];
+  for (int r = 0; r < kMr; ++r)
+    for (int t = 0; t < TA; ++t) acc[r][t] = _mm512_setzero_ps();
+  const void* xrow[kMr];
+  for (int r = 0; r < kMr; ++r) xrow[r] = offset_elems<XDT>(x, (r < rows ? r : 0) * xs);
+  const float* arow[TA];
+  for (int t = 0; t < TA; ++t) arow[t] = plan.tail_a + (t0 + t) * plan.tail_lda + k0;
+  int64_t kk = 0;
+  for (; kk + 16 <= kc; kk += 16) {
+    __m512 av[TA];
+    for (int t = 0; t < TA; ++t) av[t] = _mm512_loadu_ps(arow[t] + kk);
+    for (int r = 0; r < kMr; ++r) {
+      __m512 xv = load16_full<XDT>(xrow[r], kk);
+      __asm__("" : "+v"(xv));
+      for (int t = 0; t < TA; ++t) acc[r][t] = _mm512_fmadd_ps(xv, av[t], acc[r][t]);
+    }
+  }
+  if (kk < kc) {
+    const __mmask16 m = lane_mask(kc - kk);
+    __m512 av[TA];
+    for (int t = 0; t < TA; ++t) av[t] = _mm512_maskz_loadu_ps(m, arow[t] + kk);
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 xv = load16<XDT>(xrow[r], kk, m);
+      for (int t = 0; t < TA; ++t) acc[r][t] = _mm512_fmadd_ps(xv, av[t], acc[r][t]);
+    }
+  }
+  for (int t = 0; t < TA; ++t) {
+    float* c = plan.c + (plan.Q + t0 + t) * plan.ldc + p;  // Z is C^T here: tail column q is C's row q
+    for (int r = 0; r < rows; ++r)
+      gemm_store_scalar(c + r, _mm512_reduce_add_ps(acc[r][t]), plan.alpha, plan.beta, plan.bias ? plan.bias + p + r : nullptr,
+                        first);
+  }
+}
+
+void Kern::dot_tail(const GemmPlan& plan, int64_t p, int rows, const void* x, int64_t xs, DType xdt, int64_t k0, int64_t kc,
+                    bool first) {
+  // Three tail rows at a time keep 24 accumulators in registers.
+  for (int64_t t0 = 0; t0 < plan.q_tail; t0 += 3) {
+    const int64_t ta = std::min<int64_t>(3, plan.q_tail - t0);
+    if (xdt == DType::BF16) {
+      if (ta == 3) dot_tail_rows<3, DType::BF16>(plan, p, rows, x, xs, k0, kc, t0, first);
+      else if (ta == 2) dot_tail_rows<2, DType::BF16>(plan, p, rows, x, xs, k0, kc, t0, first);
+      else dot_tail_rows<1, DType::BF16>(plan, p, rows, x, xs, k0, kc, t0, first);
+    } else {
+      if (ta == 3) dot_tail_rows<3, DType::F32>(plan, p, rows, x, xs, k0, kc, t0, first);
+      else if (ta == 2) dot_tail_rows<2, DType::F32>(plan, p, rows, x, xs, k0, kc, t0, first);
+      else dot_tail_rows<1, DType::F32>(plan, p, rows, x, xs, k0, kc, t0, first);
+    }
   }
 }
 

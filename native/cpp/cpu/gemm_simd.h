@@ -1,16 +1,19 @@
 // GEMM internals shared by gemm.cc (dispatch, scalar path) and gemm_avx2.cc / gemm_avx512.cc (SIMD bodies).
 //
-// Every packed GEMM runs as Z[P,Q] = X[P,K] · Y[K,Q], oriented so that neither big operand needs a transpose:
+// Every packed GEMM runs as Z[P,Q] = X[P,K] · Y[K,Q], oriented so that the big operand is never transposed:
 //   trans_b (HF Linear, W stored [n,k]):  X = W (rows contiguous in k), Y = op(A)^T, Z = C^T (stored transposed)
 //   otherwise (B stored [k,n]):           X = op(A),                    Y = B,       Z = C
-// The micro-kernel broadcasts X (one scalar per row per k) against vectors of Y along q, so X is only copied
-// (and converted from f16/bf16) row by row into a small L1 tile, and Y is read as k-rows of q-vectors.
-// For trans_b, Y = op(A)^T is small and is packed once per call (prepack_at) into panels every task reads.
+// The micro-kernel broadcasts one X element per row and k against vectors of Y along q. X rows are read in
+// place (f32, and bf16 on AVX-512, converted by a shift in the kernel) or converted into a small tile first;
+// Y is read as k-rows of q-vectors from packed panels. For trans_b, Y = op(A)^T is small and packed once per
+// call (prepack_at) into panels every task reads, and tasks walk each tile of weight rows along all of k, so
+// weights stream from memory exactly once in long sequential runs. Otherwise each task packs its block of B
+// (on AVX-512 inside the first micro-kernel of each k block, which hides the loads behind arithmetic).
 // Work is split into tasks over (P blocks x Q blocks); each task owns its Z block and reduces k in a fixed
 // block order, so results do not depend on the thread count.
 //
-// Decode (m <= kDotMaxRows with trans_b) instead streams each weight row once: dot products vectorised over
-// k against all m activation rows (see GemmDotPlan).
+// Decode (m <= kGemmDotMaxRows with trans_b) instead streams each weight row once: dot products vectorised
+// over k against all m activation rows (see GemmDotPlan).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -36,7 +39,7 @@ struct GemmPlan {
   int64_t ldx = 0;
   DType x_dtype = DType::F32;
   bool x_trans = false;
-  // Y: either prepacked panels (y_packed != null; see gemm_packed_panel) or Y(k, q) = y[k * ldy + q].
+  // Y: either prepacked panels (y_packed != null; see gemm_panel_stride) or Y(k, q) = y[k * ldy + q].
   const float* y_packed = nullptr;
   const void* y = nullptr;
   int64_t ldy = 0;
@@ -51,6 +54,11 @@ struct GemmPlan {
   int64_t kc = 0, p_block = 0, q_block = 0, p_blocks = 0, q_blocks = 0;  // tasks = p_blocks * q_blocks
   // Loop order inside a task: X tile outer and k blocks inner (only with y_packed), or k blocks outer.
   bool x_outer = false;
+  // A few more columns of Z after Q (fewer than one vector's worth), computed by the tasks of the last Q block
+  // as dot products over k with rows tail_a[t * tail_lda + k] instead of mostly empty vector lanes.
+  int64_t q_tail = 0;
+  const float* tail_a = nullptr;
+  int64_t tail_lda = 0;
 };
 
 // The decode path: C[i, j] = alpha * dot(a_i, w_j) + beta * C[i, j] + bias[j] for i < m <= kGemmDotMaxRows.
@@ -137,14 +145,15 @@ class GemmScratch {
   size_t bytes_ = 0;
 };
 
-
 // Runs one task of a packed plan. Kern provides kMr, kNr, kLanes and
 //   pack_x(plan, p, rows, k0, kc, xt)         rows of X into xt[r * kGemmXStride + kk]
 //   pack_y(plan, k0, kc, q, cols, dst, stride) Y rows k0.. into dst[kk * stride + j], zero padded to stride
 //   micro(rows, cols, kc, x, xs, xdt, y, ystride, plan, p, q, first)   one register tile, including the C
 //       update; X row r is x + r * xs elements of dtype xdt (f32, or bf16 where kDirectBf16)
 //   micro_pack(rows, cols, kc, x, xs, plan, k0, ydst, ystride, p, q, first)   the same with f32 X, reading Y
-//       from plan.y and packing it into ydst on the way (only called where kPackInMicro)
+//       from plan.y and packing it into ydst on the way (only where kPackInMicro)
+//   dot_tail(plan, p, rows, x, xs, xdt, k0, kc, first)   the plan.q_tail extra columns of Z for these X rows,
+//       as dot products against plan.tail_a (only where kDotTail)
 template <class Kern>
 void run_gemm_task(const GemmPlan& plan, int64_t task) {
   constexpr int MR = Kern::kMr, NR = Kern::kNr, VL = Kern::kLanes;
@@ -184,8 +193,16 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
       }
       const int64_t stride = cols == NR ? NR : gemm_round_up(cols, VL);
       float* y = yblk + (q - q0) * kc;
-      if (pack_y) Kern::micro_pack(rows, cols, kc, static_cast<const float*>(xr), xs, plan, k0, y, stride, p, q, k0 == 0);
-      else Kern::micro(rows, cols, kc, xr, xs, xdt, y, stride, plan, p, q, k0 == 0);
+      if constexpr (Kern::kPackInMicro) {
+        if (pack_y) {
+          Kern::micro_pack(rows, cols, kc, static_cast<const float*>(xr), xs, plan, k0, y, stride, p, q, k0 == 0);
+          continue;
+        }
+      }
+      Kern::micro(rows, cols, kc, xr, xs, xdt, y, stride, plan, p, q, k0 == 0);
+    }
+    if constexpr (Kern::kDotTail) {
+      if (plan.q_tail > 0 && q1 == plan.Q) Kern::dot_tail(plan, p, rows, xr, xs, xdt, k0, kc, k0 == 0);
     }
   };
 

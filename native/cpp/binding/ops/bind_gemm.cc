@@ -111,8 +111,8 @@ TESSERA_REGISTER_OPS(gemm) {
     const bool shared = b.shape.size() == 2;
     const int64_t batch = a.dim(0);
     if (!shared && b.dim(0) != batch)
-      fail(ErrorCode::ShapeMismatch, "gemmBatched: a " + shape_str(a.shape) + " and b " + shape_str(b.shape) + " disagree on batch: " +
-                                         std::to_string(batch) + " vs " + std::to_string(b.dim(0)));
+      fail(ErrorCode::ShapeMismatch, "gemmBatched: a " + shape_str(a.shape) + " and b " + shape_str(b.shape) +
+                                         " disagree on batch: " + std::to_string(batch) + " vs " + std::to_string(b.dim(0)));
     const size_t bo = shared ? 0 : 1;  // index of b's first matrix dimension
     const int64_t m = o.trans_a ? a.dim(2) : a.dim(1), k = o.trans_a ? a.dim(1) : a.dim(2);
     const int64_t kb = o.trans_b ? b.dim(bo + 1) : b.dim(bo), n = o.trans_b ? b.dim(bo) : b.dim(bo + 1);
