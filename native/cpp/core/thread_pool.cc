@@ -29,7 +29,14 @@ void ThreadPool::run_tasks() {
   for (;;) {
     const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (t >= job_tasks_) break;
-    (*job_)(t);
+    try {
+      (*job_)(t);
+    } catch (...) {
+      // An exception escaping a worker thread would terminate the process: keep the first, skip the rest.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      next_task_.store(job_tasks_, std::memory_order_relaxed);
+    }
   }
   t_inside_pool = was_inside;
 }
@@ -63,6 +70,7 @@ void ThreadPool::parallel_for(int64_t tasks, const std::function<void(int64_t)>&
     job_ = &fn;
     job_tasks_ = tasks;
     next_task_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
     active_ = static_cast<int>(workers_.size());
     ++generation_;
   }
@@ -71,6 +79,12 @@ void ThreadPool::parallel_for(int64_t tasks, const std::function<void(int64_t)>&
   std::unique_lock<std::mutex> lock(mu_);
   cv_done_.wait(lock, [&] { return active_ == 0; });
   job_ = nullptr;
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    lock.unlock();
+    std::rethrow_exception(e);
+  }
 }
 
 void ThreadPool::parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

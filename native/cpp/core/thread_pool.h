@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -22,7 +23,8 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }  // the caller participates
 
   // Runs fn(task) for task in [0, tasks). Blocks until all are done. Tasks are claimed dynamically;
-  // results must not depend on which thread ran which task. Nested calls run inline.
+  // results must not depend on which thread ran which task. Nested calls run inline. If a task throws, the
+  // remaining unclaimed tasks are skipped and the first exception is rethrown on the calling thread.
   void parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn);
 
   // Convenience: splits [0, n) into chunks of at least `grain` items, fn(begin, end).
@@ -39,6 +41,7 @@ class ThreadPool {
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t job_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
+  std::exception_ptr error_;  // first exception thrown by a task of the current job (guarded by mu_)
   int active_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
