@@ -6,7 +6,7 @@ import {
   ShapeMismatchError,
   Tensor,
 } from '../src/index.js';
-import { cpu } from './helpers.js';
+import { cpu, withThreads } from './helpers.js';
 
 describe('Tensor', () => {
   it('round-trips every dtype through native memory', () => {
@@ -109,5 +109,17 @@ describe('Tensor', () => {
     // Several copies in flight at once all land.
     const many = await Promise.all([1, 2, 3, 4].map((k) => Tensor.fromAsync(new Float32Array(4096).fill(k), [4096], { backend: cpu() })));
     many.forEach((m, i) => expect((m.toArray() as Float32Array)[4095]).toBe(i + 1));
+  });
+});
+
+describe('thread pool', () => {
+  it('turns a failing task into a JS error on the caller and stays usable', () => {
+    const probe = (cpu().binding as unknown as { _poolFailureProbe(tasks: number, throwAt: number): number })._poolFailureProbe;
+    for (const threads of [1, 2]) {
+      withThreads(threads, () => {
+        expect(() => probe(64, 17)).toThrow(/pool task 17 failed on purpose/);
+        expect(probe(64, -1)).toBe(64);
+      });
+    }
   });
 });

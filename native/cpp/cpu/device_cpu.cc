@@ -2,6 +2,7 @@
 // (thread count, ISA cap) that tests use to compare paths.
 #include <napi.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -63,6 +64,18 @@ TESSERA_REGISTER_OPS(cpu_controls) {
     if (n < 1 || n > 1024) fail(ErrorCode::InvalidArgument, "setThreads: thread count must be 1..1024");
     set_global_threads(n);
     return Napi::Number::New(info.Env(), global_pool().size());
+  });
+  // Diagnostic for tests: runs `tasks` pool tasks of which task `throw_at` throws, and returns how many ran.
+  // Proves a failing task surfaces as a JS error on the caller and leaves the pool usable.
+  export_fn(env, exports, "_poolFailureProbe", [](const Napi::CallbackInfo& info) -> Napi::Value {
+    const int64_t tasks = info[0].As<Napi::Number>().Int64Value();
+    const int64_t throw_at = info[1].As<Napi::Number>().Int64Value();
+    std::atomic<int64_t> ran{0};
+    global_pool().parallel_for(tasks, [&](int64_t t) {
+      if (t == throw_at) fail(ErrorCode::InvalidArgument, "pool task " + std::to_string(t) + " failed on purpose");
+      ran.fetch_add(1, std::memory_order_relaxed);
+    });
+    return Napi::Number::New(info.Env(), static_cast<double>(ran.load()));
   });
   export_fn(env, exports, "setIsa", [](const Napi::CallbackInfo& info) -> Napi::Value {
     const std::string want = info[0].As<Napi::String>().Utf8Value();
