@@ -21,7 +21,13 @@ export default defineConfig({
         ],
       },
       { text: 'Architecture', items: [{ text: 'Layers and decisions', link: '/architecture' }] },
-      { text: 'Packages', items: [{ text: '@tessera/native', link: '/packages/native' }] },
+      {
+        text: 'Packages',
+        items: [
+          { text: '@tessera/native', link: '/packages/native' },
+          { text: '@tessera/bench', link: '/packages/bench' },
+        ],
+      },
     ],
     search: { provider: 'local' },
   },
