@@ -42,9 +42,11 @@ class ThreadPool {
   int64_t job_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
   std::exception_ptr error_;  // first exception thrown by a task of the current job (guarded by mu_)
-  int active_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  // Atomic so that a worker spinning after a job (see worker_loop) sees the next job, and the caller sees the
+  // workers finish, without taking mu_; they are still written under mu_ where a sleeper must be woken.
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
   std::mutex run_mu_;  // one parallel_for at a time
 };
 

@@ -482,14 +482,17 @@ template <int M, int NW>
 __attribute__((always_inline)) inline void dot_store(const __m512 (&acc)[M][NW], const GemmDotPlan& pl, int64_t j) {
   constexpr int N = M * NW;
   constexpr int NP = (N + 15) / 16 * 16;
-  __m512 flat[NP];
-  for (int r = 0; r < M; ++r)
-    for (int w = 0; w < NW; ++w) flat[r * NW + w] = acc[r][w];
-  for (int i = N; i < NP; ++i) flat[i] = _mm512_setzero_ps();
+  // The 16-vector groups are taken straight from acc (indices are compile-time constants once unrolled):
+  // copying acc into a zero-padded array first made GCC clear it in memory with a rep stos on every call.
   alignas(64) float sums[NP];
+#pragma GCC unroll 4
   for (int c = 0; c < NP / 16; ++c) {
     __m512 v[16];
-    for (int i = 0; i < 16; ++i) v[i] = flat[c * 16 + i];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      const int f = c * 16 + i;
+      v[i] = f < N ? acc[f / NW][f % NW] : _mm512_setzero_ps();
+    }
     _mm512_store_ps(sums + c * 16, hsum16(v));
   }
   const __mmask16 m = lane_mask(NW);
