@@ -15,26 +15,14 @@
 namespace tessera::cpu {
 namespace {
 
-using gemm_detail::gemm_panel_stride;
-using gemm_detail::gemm_round_up;
-using gemm_detail::gemm_store_scalar;
-using gemm_detail::gemm_store_tile_scalar;
-
 constexpr int kMr = 6;
 constexpr int kNv = 2;
 constexpr int kLanes = 8;
 constexpr int kNr = kNv * kLanes;
-constexpr int64_t XS = kGemmXStride;
 
 inline __m256i lane_mask(int64_t n) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), lanes);
-}
-
-template <DType DT>
-inline const void* offset_elems(const void* base, int64_t i) {
-  if constexpr (DT == DType::F32) return static_cast<const float*>(base) + i;
-  else return static_cast<const uint16_t*>(base) + i;
 }
 
 template <DType DT>
@@ -76,44 +64,15 @@ void convert_row_padded(const void* src, int64_t n, float* dst, int64_t stride) 
   for (int64_t i = 0; i < stride; i += 8) _mm256_storeu_ps(dst + i, load8_partial<DT>(src, i, n - i));
 }
 
-struct Kern {
+#include "gemm_common.inl"
+
+struct Kern : KernPacking {
   static constexpr int kMr = tessera::cpu::kMr;
   static constexpr int kNr = tessera::cpu::kNr;
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = false;
   static constexpr bool kPackInMicro = false;
   static constexpr bool kDotTail = false;
-
-  static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
-    if (plan.x_trans) {
-      const float* x = static_cast<const float*>(plan.x);
-      for (int64_t kk = 0; kk < kc; ++kk) {
-        const float* src = x + (k0 + kk) * plan.ldx + p;
-        for (int r = 0; r < rows; ++r) xt[r * XS + kk] = src[r];
-      }
-      return;
-    }
-    for (int r = 0; r < rows; ++r) {
-      const int64_t off = (p + r) * plan.ldx + k0;
-      switch (plan.x_dtype) {
-        case DType::F16: convert_row<DType::F16>(offset_elems<DType::F16>(plan.x, off), kc, xt + r * XS); break;
-        case DType::BF16: convert_row<DType::BF16>(offset_elems<DType::BF16>(plan.x, off), kc, xt + r * XS); break;
-        default: convert_row<DType::F32>(offset_elems<DType::F32>(plan.x, off), kc, xt + r * XS);
-      }
-    }
-  }
-
-  static void pack_y(const GemmPlan& plan, int64_t k0, int64_t kc, int64_t q, int cols, float* dst, int64_t stride) {
-    for (int64_t kk = 0; kk < kc; ++kk) {
-      const int64_t off = (k0 + kk) * plan.ldy + q;
-      float* row = dst + kk * stride;
-      switch (plan.y_dtype) {
-        case DType::F16: convert_row_padded<DType::F16>(offset_elems<DType::F16>(plan.y, off), cols, row, stride); break;
-        case DType::BF16: convert_row_padded<DType::BF16>(offset_elems<DType::BF16>(plan.y, off), cols, row, stride); break;
-        default: convert_row_padded<DType::F32>(offset_elems<DType::F32>(plan.y, off), cols, row, stride);
-      }
-    }
-  }
 
   static void micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType xdt, const float* y, int64_t ys,
                     const GemmPlan& plan, int64_t p, int64_t q, bool first);
@@ -220,17 +179,13 @@ void dot_rows(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
   for (; j < j1; ++j) dot_group<M, 1, DT>(pl, j);
 }
 
-template <DType DT>
-void dot_rows_dt(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
-  switch (pl.m) {
-    case 1: dot_rows<1, DT>(pl, j0, j1); break;
-    case 2: dot_rows<2, DT>(pl, j0, j1); break;
-    case 3: dot_rows<3, DT>(pl, j0, j1); break;
-    case 4: dot_rows<4, DT>(pl, j0, j1); break;
-    case 5: dot_rows<5, DT>(pl, j0, j1); break;
-    case 6: dot_rows<6, DT>(pl, j0, j1); break;
-    case 7: dot_rows<7, DT>(pl, j0, j1); break;
-    default: dot_rows<8, DT>(pl, j0, j1); break;
+// A scalar transpose: op(A) is small next to W here, so this is not the hot path.
+void pack_panel_transposed(const float* a, int64_t lda, int64_t q0, int64_t width, int64_t k, int64_t stride, float* panel) {
+  for (int64_t kk = 0; kk < k; ++kk) {
+    float* dst_row = panel + kk * stride;
+    int64_t i = 0;
+    for (; i < width; ++i) dst_row[i] = a[(q0 + i) * lda + kk];
+    for (; i < stride; ++i) dst_row[i] = 0.0f;
   }
 }
 
@@ -241,34 +196,9 @@ GemmShape gemm_shape_avx2() { return GemmShape{kMr, kNr, kLanes}; }
 void gemm_task_avx2(const GemmPlan& plan, int64_t task) { gemm_detail::run_gemm_task<Kern>(plan, task); }
 
 void gemm_prepack_at_avx2(const float* a, int64_t lda, bool trans_a, int64_t m, int64_t k, float* dst) {
-  const GemmShape shape{kMr, kNr, kLanes};
-  for (int64_t j = 0; j * kNr < m; ++j) {
-    const int64_t q0 = j * kNr;
-    const int64_t width = std::min<int64_t>(kNr, m - q0);
-    const int64_t stride = gemm_panel_stride(m, j, shape);
-    float* panel = dst + q0 * k;
-    if (trans_a) {
-      for (int64_t kk = 0; kk < k; ++kk) convert_row_padded<DType::F32>(a + kk * lda + q0, width, panel + kk * stride, stride);
-      continue;
-    }
-    // A scalar transpose: op(A) is small next to W here, so this is not the hot path.
-    for (int64_t kk = 0; kk < k; ++kk) {
-      float* dst_row = panel + kk * stride;
-      int64_t i = 0;
-      for (; i < width; ++i) dst_row[i] = a[(q0 + i) * lda + kk];
-      for (; i < stride; ++i) dst_row[i] = 0.0f;
-    }
-  }
+  prepack_at(a, lda, trans_a, m, k, dst);
 }
 
-void gemm_dot_task_avx2(const GemmDotPlan& pl, int64_t task) {
-  const int64_t j0 = task * pl.rows_per_task, j1 = std::min(pl.n, j0 + pl.rows_per_task);
-  if (j0 >= j1) return;
-  switch (pl.w_dtype) {
-    case DType::F16: dot_rows_dt<DType::F16>(pl, j0, j1); break;
-    case DType::BF16: dot_rows_dt<DType::BF16>(pl, j0, j1); break;
-    default: dot_rows_dt<DType::F32>(pl, j0, j1);
-  }
-}
+void gemm_dot_task_avx2(const GemmDotPlan& pl, int64_t task) { dot_task(pl, task); }
 
 }  // namespace tessera::cpu

@@ -16,16 +16,10 @@
 namespace tessera::cpu {
 namespace {
 
-using gemm_detail::gemm_panel_stride;
-using gemm_detail::gemm_round_up;
-using gemm_detail::gemm_store_scalar;
-using gemm_detail::gemm_store_tile_scalar;
-
 constexpr int kMr = 8;
 constexpr int kNv = 3;
 constexpr int kLanes = 16;
 constexpr int kNr = kNv * kLanes;
-constexpr int64_t XS = kGemmXStride;
 
 inline __mmask16 lane_mask(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : n <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << n) - 1u);
@@ -53,12 +47,6 @@ inline __m512 load16_full(const void* base, int64_t i) {
   }
 }
 
-template <DType DT>
-inline const void* offset_elems(const void* base, int64_t i) {
-  if constexpr (DT == DType::F32) return static_cast<const float*>(base) + i;
-  else return static_cast<const uint16_t*>(base) + i;
-}
-
 // dst[0..n) = float(src[0..n))
 template <DType DT>
 void convert_row(const void* src, int64_t n, float* dst) {
@@ -72,6 +60,8 @@ template <DType DT>
 void convert_row_padded(const void* src, int64_t n, float* dst, int64_t stride) {
   for (int64_t i = 0; i < stride; i += 16) _mm512_storeu_ps(dst + i, load16<DT>(src, i, lane_mask(n - i)));
 }
+
+#include "gemm_common.inl"
 
 // ---------------------------------------------------------------- 16 x 16 transposes
 
@@ -128,46 +118,15 @@ inline void transpose8x16(const __m512 r[8], __m256 col[16]) {
   }
 }
 
-// ---------------------------------------------------------------- packing
+// ---------------------------------------------------------------- Kern (packing: gemm_common.inl)
 
-struct Kern {
+struct Kern : KernPacking {
   static constexpr int kMr = tessera::cpu::kMr;
   static constexpr int kNr = tessera::cpu::kNr;
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = true;
   static constexpr bool kPackInMicro = true;
   static constexpr bool kDotTail = true;
-
-  static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
-    if (plan.x_trans) {  // X(p, k) = x[k * ldx + p]: op(A) with trans_a, gathered column by column
-      const float* x = static_cast<const float*>(plan.x);
-      for (int64_t kk = 0; kk < kc; ++kk) {
-        const float* src = x + (k0 + kk) * plan.ldx + p;
-        for (int r = 0; r < rows; ++r) xt[r * XS + kk] = src[r];
-      }
-      return;
-    }
-    for (int r = 0; r < rows; ++r) {
-      const int64_t off = (p + r) * plan.ldx + k0;
-      switch (plan.x_dtype) {
-        case DType::F16: convert_row<DType::F16>(offset_elems<DType::F16>(plan.x, off), kc, xt + r * XS); break;
-        case DType::BF16: convert_row<DType::BF16>(offset_elems<DType::BF16>(plan.x, off), kc, xt + r * XS); break;
-        default: convert_row<DType::F32>(offset_elems<DType::F32>(plan.x, off), kc, xt + r * XS);
-      }
-    }
-  }
-
-  static void pack_y(const GemmPlan& plan, int64_t k0, int64_t kc, int64_t q, int cols, float* dst, int64_t stride) {
-    for (int64_t kk = 0; kk < kc; ++kk) {
-      const int64_t off = (k0 + kk) * plan.ldy + q;
-      float* row = dst + kk * stride;
-      switch (plan.y_dtype) {
-        case DType::F16: convert_row_padded<DType::F16>(offset_elems<DType::F16>(plan.y, off), cols, row, stride); break;
-        case DType::BF16: convert_row_padded<DType::BF16>(offset_elems<DType::BF16>(plan.y, off), cols, row, stride); break;
-        default: convert_row_padded<DType::F32>(offset_elems<DType::F32>(plan.y, off), cols, row, stride);
-      }
-    }
-  }
 
   static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys,
                     const GemmPlan& plan, int64_t p, int64_t q, bool first);
@@ -609,17 +568,19 @@ void dot_rows(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
   }
 }
 
-template <DType DT>
-void dot_rows_dt(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
-  switch (pl.m) {
-    case 1: dot_rows<1, DT>(pl, j0, j1); break;
-    case 2: dot_rows<2, DT>(pl, j0, j1); break;
-    case 3: dot_rows<3, DT>(pl, j0, j1); break;
-    case 4: dot_rows<4, DT>(pl, j0, j1); break;
-    case 5: dot_rows<5, DT>(pl, j0, j1); break;
-    case 6: dot_rows<6, DT>(pl, j0, j1); break;
-    case 7: dot_rows<7, DT>(pl, j0, j1); break;
-    default: dot_rows<8, DT>(pl, j0, j1); break;
+// 16 rows x 16 k at a time through registers (groups past `width` are the zero padding).
+void pack_panel_transposed(const float* a, int64_t lda, int64_t q0, int64_t width, int64_t k, int64_t stride, float* panel) {
+  for (int64_t g = 0; g * 16 < stride; ++g) {
+    const int64_t rows = std::min<int64_t>(16, width - g * 16);  // may be <= 0 for a padded group
+    for (int64_t kk = 0; kk < k; kk += 16) {
+      const __mmask16 km = lane_mask(k - kk);
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < rows ? _mm512_maskz_loadu_ps(km, a + (q0 + g * 16 + i) * lda + kk) : _mm512_setzero_ps();
+      transpose16(r);
+      const int64_t kn = std::min<int64_t>(16, k - kk);
+      for (int i = 0; i < kn; ++i) _mm512_storeu_ps(panel + (kk + i) * stride + g * 16, r[i]);
+    }
   }
 }
 
@@ -630,30 +591,7 @@ GemmShape gemm_shape_avx512() { return GemmShape{kMr, kNr, kLanes}; }
 void gemm_task_avx512(const GemmPlan& plan, int64_t task) { gemm_detail::run_gemm_task<Kern>(plan, task); }
 
 void gemm_prepack_at_avx512(const float* a, int64_t lda, bool trans_a, int64_t m, int64_t k, float* dst) {
-  const GemmShape shape{kMr, kNr, kLanes};
-  for (int64_t j = 0; j * kNr < m; ++j) {
-    const int64_t q0 = j * kNr;
-    const int64_t width = std::min<int64_t>(kNr, m - q0);
-    const int64_t stride = gemm_panel_stride(m, j, shape);
-    float* panel = dst + q0 * k;
-    if (trans_a) {  // op(A)^T row kk is A's stored row kk
-      for (int64_t kk = 0; kk < k; ++kk) convert_row_padded<DType::F32>(a + kk * lda + q0, width, panel + kk * stride, stride);
-      continue;
-    }
-    // op(A) = A [m, k]: transpose 16 rows x 16 k at a time.
-    for (int64_t g = 0; g * 16 < stride; ++g) {
-      const int64_t rows = std::min<int64_t>(16, width - g * 16);  // may be <= 0 for a padded group
-      for (int64_t kk = 0; kk < k; kk += 16) {
-        const __mmask16 km = lane_mask(k - kk);
-        __m512 r[16];
-        for (int i = 0; i < 16; ++i)
-          r[i] = i < rows ? _mm512_maskz_loadu_ps(km, a + (q0 + g * 16 + i) * lda + kk) : _mm512_setzero_ps();
-        transpose16(r);
-        const int64_t kn = std::min<int64_t>(16, k - kk);
-        for (int i = 0; i < kn; ++i) _mm512_storeu_ps(panel + (kk + i) * stride + g * 16, r[i]);
-      }
-    }
-  }
+  prepack_at(a, lda, trans_a, m, k, dst);
 }
 
 // Padded by one cache line so that consecutive rows do not alias in L1 (see gemm_dot).
@@ -674,14 +612,6 @@ void gemm_dot_pair_a_avx512(const float* a, int64_t lda, int64_t m, int64_t k, f
   }
 }
 
-void gemm_dot_task_avx512(const GemmDotPlan& pl, int64_t task) {
-  const int64_t j0 = task * pl.rows_per_task, j1 = std::min(pl.n, j0 + pl.rows_per_task);
-  if (j0 >= j1) return;
-  switch (pl.w_dtype) {
-    case DType::F16: dot_rows_dt<DType::F16>(pl, j0, j1); break;
-    case DType::BF16: dot_rows_dt<DType::BF16>(pl, j0, j1); break;
-    default: dot_rows_dt<DType::F32>(pl, j0, j1);
-  }
-}
+void gemm_dot_task_avx512(const GemmDotPlan& pl, int64_t task) { dot_task(pl, task); }
 
 }  // namespace tessera::cpu
