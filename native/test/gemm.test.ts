@@ -8,9 +8,11 @@ import {
   ShapeMismatchError,
   Tensor,
   type DType,
+  fromHalfBits,
+  type HalfDtype,
+  toHalfBits,
 } from '../src/index.js';
 import { cpu, expectBitwiseEqual, expectClose, f32, forEachIsa, randomFloats, rng, tensorF32, withThreads } from './helpers.js';
-import { fromHalfBits, type HalfDtype, toHalfBits } from './helpers-half.js';
 
 // Tolerance. The kernels accumulate in f32 with FMA (k reduced in blocks of up to 512), the reference in double.
 // Recursive f32 summation of k products is off by at most gamma_k = k * 2^-24 (to first order) times

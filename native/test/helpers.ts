@@ -2,32 +2,7 @@
 import { expect } from 'vitest';
 import { type Backend, deviceInfo, getCpuBackend, type Isa, setIsa, setThreads, Tensor } from '../src/index.js';
 
-/** mulberry32: small, fast, identical on every machine. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Uniform floats in [lo, hi). */
-export function randomFloats(n: number, seed: number, lo = -1, hi = 1): Float32Array {
-  const r = rng(seed);
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = lo + (hi - lo) * r();
-  return out;
-}
-
-export function randomInts(n: number, seed: number, lo: number, hiExclusive: number): Int32Array {
-  const r = rng(seed);
-  const out = new Int32Array(n);
-  for (let i = 0; i < n; i++) out[i] = lo + Math.floor(r() * (hiExclusive - lo));
-  return out;
-}
+export { randomFloats, randomInts, rng } from '@tessera/test-utils';
 
 export function f32(t: Tensor): Float32Array {
   return t.toArray() as Float32Array;

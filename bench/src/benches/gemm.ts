@@ -9,9 +9,9 @@
  * against a float64 reference on sampled outputs): timing a wrong result would be worthless.
  */
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
-import { gemm, Tensor } from '@tessera/native';
+import { fromHalfBits, gemm, Tensor, toHalfBits } from '@tessera/native';
 
-import { fromBf16, maxRelErr, randomFloats, toBf16, transpose } from '../data.js';
+import { maxRelErr, randomFloats, transpose } from '../data.js';
 import { lastLevelCacheMiB } from '../machine.js';
 import { matmulModel } from '../onnx.js';
 import { measure, measureAsync, type MeasureOptions, type Timing } from '../stats.js';
@@ -111,8 +111,8 @@ export const gemmBench: Bench = {
       const label = `${shape.model} ${shape.layer} ${k}->${n}`;
       ctx.log(`gemm: ${label}: preparing weights and the ORT session`);
       const w = randomFloats(n * k, seed++);
-      const wBits = toBf16(w);
-      const wBf16Values = fromBf16(wBits);
+      const wBits = toHalfBits(w, 'bf16');
+      const wBf16Values = fromHalfBits(wBits, 'bf16');
       const wT = Tensor.from(w, [n, k]);
       const wB = Tensor.from(wBits, [n, k], { dtype: 'bf16' });
       let session: InferenceSession | null = null;

@@ -1,4 +1,7 @@
-/** f16 / bf16 bit conversions for tests (round to nearest even, as the native converters do). */
+/**
+ * Host-side f16 / bf16 conversions (round to nearest even, NaNs kept quiet, f16 subnormals and overflow to
+ * infinity), bit-identical to the native `cast`. For preparing half-precision weights in JS without a native call.
+ */
 
 const f32Scratch = new Float32Array(1);
 const u32Scratch = new Uint32Array(f32Scratch.buffer);
