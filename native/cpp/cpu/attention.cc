@@ -140,6 +140,33 @@ void attention_prefill_ref(const PrefillAttentionArgs& a) {
   }
 }
 
+// One task's online-softmax state for `rows` query rows, and the AttendBlock that points into it
+// (the caller fills q, nk and each block's k/v/mask).
+struct AttendScratch {
+  std::vector<SoftmaxRow> state;
+  std::vector<float> acc;
+  std::vector<const float*> q_rows;
+  std::vector<int64_t> nk;
+  AttendBlock blk;
+
+  AttendScratch(int64_t rows, int64_t d, int64_t kv_stride, float scale)
+      : state(static_cast<size_t>(rows), SoftmaxRow{-INFINITY, 0.0f}),
+        acc(static_cast<size_t>(rows * d), 0.0f),
+        q_rows(static_cast<size_t>(rows)),
+        nk(static_cast<size_t>(rows)) {
+    blk.kv_stride = kv_stride;
+    blk.d = d;
+    blk.scale = scale;
+    blk.rows = rows;
+    blk.q = q_rows.data();
+    blk.nk = nk.data();
+    blk.state = state.data();
+    blk.acc = acc.data();
+  }
+  AttendScratch(const AttendScratch&) = delete;  // blk points into the vectors
+  AttendScratch& operator=(const AttendScratch&) = delete;
+};
+
 void attention_prefill(const PrefillAttentionArgs& a) {
   const int64_t B = a.batch, S = a.seq, H = a.n_heads, KVH = a.n_kv_heads, D = a.head_dim;
   if (B == 0 || S == 0 || H == 0 || D == 0) return;
@@ -158,20 +185,9 @@ void attention_prefill(const PrefillAttentionArgs& a) {
     const int64_t i0 = qblock * queries_per_task, i1 = std::min(S, i0 + queries_per_task);
     const int64_t rows = (i1 - i0) * group;
     // Row r = (query i0 + r / group, head g * group + r % group): the group's heads for one query are adjacent.
-    std::vector<SoftmaxRow> state(static_cast<size_t>(rows), SoftmaxRow{-INFINITY, 0.0f});
-    std::vector<float> acc(static_cast<size_t>(rows * D), 0.0f);
-    std::vector<const float*> q_rows(static_cast<size_t>(rows));
-    std::vector<int64_t> nk(static_cast<size_t>(rows));
+    AttendScratch scratch(rows, D, kv_stride, a.scale);
+    auto& [state, acc, q_rows, nk, blk] = scratch;
     for (int64_t r = 0; r < rows; ++r) q_rows[r] = a.q + ((b * S + i0 + r / group) * H + g * group + r % group) * D;
-    AttendBlock blk;
-    blk.kv_stride = kv_stride;
-    blk.d = D;
-    blk.scale = a.scale;
-    blk.rows = rows;
-    blk.q = q_rows.data();
-    blk.nk = nk.data();
-    blk.state = state.data();
-    blk.acc = acc.data();
     const int64_t key_end = a.causal ? i1 : S;  // causal: no query here sees past i1 - 1
     // Blocks start at multiples of kKeyBlock in every task, so a row's result does not depend on its task.
     for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
@@ -227,20 +243,9 @@ void attention_decode(const DecodeAttentionArgs& a) {
     const int64_t b = task / KVH, g = task % KVH;
     const int64_t len = a.context_lens[b];
     const int32_t* pages = a.block_table + b * a.max_pages;
-    std::vector<SoftmaxRow> state(static_cast<size_t>(group), SoftmaxRow{-INFINITY, 0.0f});
-    std::vector<float> acc(static_cast<size_t>(group * D), 0.0f);
-    std::vector<const float*> q_rows(static_cast<size_t>(group));
-    std::vector<int64_t> nk(static_cast<size_t>(group));
+    AttendScratch scratch(group, D, kv_stride, a.scale);
+    auto& [state, acc, q_rows, nk, blk] = scratch;
     for (int64_t t = 0; t < group; ++t) q_rows[t] = a.q + (b * H + g * group + t) * D;
-    AttendBlock blk;
-    blk.kv_stride = kv_stride;
-    blk.d = D;
-    blk.scale = a.scale;
-    blk.rows = group;
-    blk.q = q_rows.data();
-    blk.nk = nk.data();
-    blk.state = state.data();
-    blk.acc = acc.data();
     for (int64_t pos = 0; pos < len; pos += P) {
       const int64_t page_base = static_cast<int64_t>(pages[pos / P]) * page_elems + g * D;
       const int64_t in_page = std::min(P, len - pos);

@@ -24,6 +24,17 @@ namespace {
 // Rows per task: about 8k elements, so small rows are batched and every long row is its own task.
 int64_t row_grain(int64_t dim) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(dim, 1)); }
 
+// Splits rows over the pool (chunking depends only on rows and dim) and runs the active ISA's row kernel on
+// each chunk: kernel(isa, x_block, n_rows, y_block).
+template <typename RowKernel>
+void parallel_rows(const float* x, int64_t rows, int64_t dim, float* out, RowKernel&& kernel) {
+  if (rows <= 0 || dim <= 0) return;
+  const Isa isa = active_isa();
+  global_pool().parallel_range(rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
+    kernel(isa, x + r0 * dim, r1 - r0, out + r0 * dim);
+  });
+}
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // ---- scalar paths (baseline ISA): the same algorithms as the SIMD bodies, with sequential double sums.
@@ -114,15 +125,11 @@ void layer_norm_ref(const float* x, int64_t rows, int64_t dim, const float* gamm
 }
 
 void layer_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out) {
-  if (rows <= 0 || dim <= 0) return;
-  const Isa isa = active_isa();
-  global_pool().parallel_range(rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
-    const float* xb = x + r0 * dim;
-    float* yb = out + r0 * dim;
+  parallel_rows(x, rows, dim, out, [&](Isa isa, const float* xb, int64_t n, float* yb) {
     switch (isa) {
-      case Isa::Avx512: layer_norm_rows_avx512(xb, r1 - r0, dim, gamma, beta, eps, yb); break;
-      case Isa::Avx2: layer_norm_rows_avx2(xb, r1 - r0, dim, gamma, beta, eps, yb); break;
-      default: layer_norm_rows_scalar(xb, r1 - r0, dim, gamma, beta, eps, yb);
+      case Isa::Avx512: layer_norm_rows_avx512(xb, n, dim, gamma, beta, eps, yb); break;
+      case Isa::Avx2: layer_norm_rows_avx2(xb, n, dim, gamma, beta, eps, yb); break;
+      default: layer_norm_rows_scalar(xb, n, dim, gamma, beta, eps, yb);
     }
   });
 }
@@ -140,15 +147,11 @@ void rms_norm_ref(const float* x, int64_t rows, int64_t dim, const float* gamma,
 }
 
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* out) {
-  if (rows <= 0 || dim <= 0) return;
-  const Isa isa = active_isa();
-  global_pool().parallel_range(rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
-    const float* xb = x + r0 * dim;
-    float* yb = out + r0 * dim;
+  parallel_rows(x, rows, dim, out, [&](Isa isa, const float* xb, int64_t n, float* yb) {
     switch (isa) {
-      case Isa::Avx512: rms_norm_rows_avx512(xb, r1 - r0, dim, gamma, eps, yb); break;
-      case Isa::Avx2: rms_norm_rows_avx2(xb, r1 - r0, dim, gamma, eps, yb); break;
-      default: rms_norm_rows_scalar(xb, r1 - r0, dim, gamma, eps, yb);
+      case Isa::Avx512: rms_norm_rows_avx512(xb, n, dim, gamma, eps, yb); break;
+      case Isa::Avx2: rms_norm_rows_avx2(xb, n, dim, gamma, eps, yb); break;
+      default: rms_norm_rows_scalar(xb, n, dim, gamma, eps, yb);
     }
   });
 }
@@ -177,15 +180,11 @@ void softmax_ref(const float* x, int64_t rows, int64_t dim, float scale, float* 
 }
 
 void softmax(const float* x, int64_t rows, int64_t dim, float scale, float* out) {
-  if (rows <= 0 || dim <= 0) return;
-  const Isa isa = active_isa();
-  global_pool().parallel_range(rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
-    const float* xb = x + r0 * dim;
-    float* yb = out + r0 * dim;
+  parallel_rows(x, rows, dim, out, [&](Isa isa, const float* xb, int64_t n, float* yb) {
     switch (isa) {
-      case Isa::Avx512: softmax_rows_avx512(xb, r1 - r0, dim, scale, yb); break;
-      case Isa::Avx2: softmax_rows_avx2(xb, r1 - r0, dim, scale, yb); break;
-      default: softmax_rows_scalar(xb, r1 - r0, dim, scale, yb);
+      case Isa::Avx512: softmax_rows_avx512(xb, n, dim, scale, yb); break;
+      case Isa::Avx2: softmax_rows_avx2(xb, n, dim, scale, yb); break;
+      default: softmax_rows_scalar(xb, n, dim, scale, yb);
     }
   });
 }
