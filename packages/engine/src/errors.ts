@@ -1,0 +1,70 @@
+/**
+ * The engine's typed errors. Every bad model file, config or adapter ends in one of these (never a crash and
+ * never a half-loaded model): callers can `instanceof`-check, servers map them to 4xx bodies.
+ */
+import { TesseraError } from '@tessera/native';
+
+/** A model, adapter or tokenizer file is unreadable or malformed. `path` names the file. */
+export class ModelFormatError extends TesseraError {
+  readonly path: string;
+  constructor(code: string, path: string, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.path = path;
+  }
+}
+
+/** The file ends before the header or a tensor's bytes do. */
+export class TruncatedFileError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_TRUNCATED_FILE', path, message, options);
+  }
+}
+
+/** The safetensors header (length prefix or JSON) is not valid: bad JSON, overlapping or out-of-range offsets. */
+export class BadHeaderError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_BAD_HEADER', path, message, options);
+  }
+}
+
+/** A tensor has a dtype this engine does not read (the message names the tensor and the dtype). */
+export class UnknownDtypeError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_UNKNOWN_DTYPE', path, message, options);
+  }
+}
+
+/** A tensor's shape differs from the one the config implies (the message names the tensor and both shapes). */
+export class TensorShapeError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_TENSOR_SHAPE', path, message, options);
+  }
+}
+
+/** A tensor the config requires is absent from the file(s). */
+export class MissingTensorError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_MISSING_TENSOR', path, message, options);
+  }
+}
+
+/** A path (from a config, an index file or a caller) resolves outside the model directory. */
+export class PathOutsideModelError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_PATH_OUTSIDE_MODEL', path, message, options);
+  }
+}
+
+/** config.json / adapter_config.json / tokenizer.json is missing a field, has a wrong type, or an unsupported value. */
+export class ConfigError extends ModelFormatError {
+  constructor(path: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_CONFIG', path, message, options);
+  }
+}
+
+/** The paged KV cache has no free page left. Nothing was allocated; the caller may evict and retry. */
+export class KvCacheExhaustedError extends TesseraError {
+  constructor(message: string) {
+    super('TESSERA_KV_EXHAUSTED', message);
+  }
+}

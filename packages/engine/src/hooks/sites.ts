@@ -1,0 +1,55 @@
+/**
+ * Hook sites: where multi-tenant deltas (LoRA, adapters, sparse diffs, BitFit, …) attach to a model family
+ * without forking it. The engine calls every registered {@link ModelDelta} after computing each site's base
+ * output; a delta adds its per-segment contribution in place. The engine knows no adapter type by name.
+ */
+import type { Tensor } from '@tessera/native';
+import type { SegmentLayout } from './segment-layout.js';
+
+/** Linear sites of the encoder. `qkv` is one site with three column slices: query, key, value. */
+export type EncoderLinearSite = 'qkv' | 'attn_out' | 'ffn_in' | 'ffn_out';
+/** Norm sites of the encoder: the LayerNorm after attention and after the FFN (post-LN). */
+export type EncoderNormSite = 'attn_ln' | 'ffn_ln';
+/** Linear sites of the decoder. */
+export type DecoderLinearSite = 'q' | 'k' | 'v' | 'o' | 'gate' | 'up' | 'down';
+/** Norm sites of the decoder (pre-norm RMSNorms). */
+export type DecoderNormSite = 'input_norm' | 'post_attn_norm';
+
+/** One output slice of a linear site: its HF module name (what PEFT's target_modules match) and its output rows. */
+export interface SiteOutput {
+  /** 'query' | 'key' | 'value' for the encoder's qkv; the site name otherwise. */
+  readonly slice: string;
+  /** The Hugging Face module this slice is, e.g. 'bert.encoder.layer.0.attention.self.query'. */
+  readonly module: string;
+  /** f32 [rows, outFeatures]: x Wᵀ + b, already computed; deltas add into it in place. */
+  readonly y: Tensor;
+}
+
+export interface LinearSiteCall {
+  readonly family: 'encoder' | 'decoder';
+  readonly site: EncoderLinearSite | DecoderLinearSite;
+  readonly layer: number;
+  /** f32 [rows, inFeatures]: the site's input. Read only. */
+  readonly x: Tensor;
+  readonly outputs: readonly SiteOutput[];
+  readonly layout: SegmentLayout;
+}
+
+export interface NormSiteCall {
+  readonly family: 'encoder' | 'decoder';
+  readonly site: EncoderNormSite | DecoderNormSite;
+  readonly layer: number;
+  /** HF module name of the norm, e.g. 'bert.encoder.layer.0.output.LayerNorm'. */
+  readonly module: string;
+  /** f32 [rows, hidden]: the norm's input (for the encoder: residual + sublayer output). Read only. */
+  readonly x: Tensor;
+  /** f32 [rows, hidden]: the base norm's output; a delta may rewrite its segments' rows (e.g. a task LayerNorm). */
+  readonly y: Tensor;
+  readonly layout: SegmentLayout;
+}
+
+/** What a multi-tenant delta implements. Both methods are optional; each mutates `y` in place for its segments. */
+export interface ModelDelta {
+  linear?(call: LinearSiteCall): void;
+  norm?(call: NormSiteCall): void;
+}
