@@ -1,0 +1,93 @@
+/**
+ * Model weights: native tensors by Hugging Face name, loaded from any {@link TensorSource} (a safetensors file, a
+ * sharded directory, or an in-memory map) and checked against the shapes the config implies.
+ */
+import { type Backend, type DType, Tensor, cast, getBackend } from '@tessera/native';
+import { MissingTensorError, TensorShapeError } from '../errors.js';
+
+/** What the loader needs from a tensor container (SafetensorsFile and ModelTensors implement it). */
+export interface TensorSource {
+  /** Where the tensors come from, for error messages. */
+  readonly path: string;
+  has(name: string): boolean;
+  info(name: string): { dtype: DType; shape: readonly number[] };
+  read(name: string, options?: { backend?: Backend; dtype?: DType }): Tensor;
+}
+
+/** Model weights by HF tensor name. Linear weights keep their stored dtype (the GEMM reads f32/f16/bf16). */
+export class ModelWeights {
+  readonly tensors: Map<string, Tensor>;
+  readonly backend: Backend;
+
+  constructor(tensors: Map<string, Tensor>, backend: Backend) {
+    this.tensors = tensors;
+    this.backend = backend;
+  }
+
+  /**
+   * Reads every tensor of `shapes` from `source`. Weights of 2-D Linear/embedding tensors keep their dtype;
+   * 1-D tensors (biases, norm weights) become f32, which the row ops require. All-or-nothing: a missing or
+   * misshapen tensor throws before anything is read, and a failure while reading frees what was read.
+   */
+  static load(source: TensorSource, shapes: Map<string, number[]>, backend: Backend = getBackend()): ModelWeights {
+    const missing = [...shapes.keys()].filter((n) => !source.has(n));
+    if (missing.length > 0) {
+      const list = missing.slice(0, 5).join(', ');
+      throw new MissingTensorError(source.path, `${source.path} lacks ${missing.length} tensor(s) the config requires: ${list}${missing.length > 5 ? ', …' : ''}`);
+    }
+    for (const [name, shape] of shapes) {
+      const found = source.info(name).shape;
+      if (found.length !== shape.length || found.some((d, i) => d !== shape[i])) {
+        throw new TensorShapeError(source.path, `${source.path}: tensor ${name} is [${found.join(', ')}], the config implies [${shape.join(', ')}]`);
+      }
+    }
+    const tensors = new Map<string, Tensor>();
+    try {
+      for (const [name, shape] of shapes) {
+        const stored = source.info(name).dtype;
+        const dtype: DType = shape.length === 1 ? 'f32' : stored;
+        tensors.set(name, source.read(name, { backend, dtype }));
+      }
+    } catch (err) {
+      for (const t of tensors.values()) t.dispose();
+      throw err;
+    }
+    return new ModelWeights(tensors, backend);
+  }
+
+  /** Wraps host arrays (f32) as weights; used by tests and by `fromHost` users. */
+  static fromHost(arrays: Map<string, { data: Float32Array; shape: readonly number[] }>, backend: Backend = getBackend()): ModelWeights {
+    const tensors = new Map<string, Tensor>();
+    for (const [name, { data, shape }] of arrays) tensors.set(name, Tensor.from(data, shape, { backend }));
+    return new ModelWeights(tensors, backend);
+  }
+
+  get(name: string): Tensor {
+    const t = this.tensors.get(name);
+    if (!t) throw new MissingTensorError('(weights)', `no weight named ${name}`);
+    return t;
+  }
+
+  /** The weight as f32 host data (a copy), e.g. for ONNX export or merging. */
+  hostF32(name: string): Float32Array {
+    const t = this.get(name);
+    if (t.dtype === 'f32') return t.toArray() as Float32Array;
+    const f = cast(t, 'f32');
+    try {
+      return f.toArray() as Float32Array;
+    } finally {
+      f.dispose();
+    }
+  }
+
+  /** Bytes held by all weights. */
+  get nbytes(): number {
+    let n = 0;
+    for (const t of this.tensors.values()) n += t.nbytes;
+    return n;
+  }
+
+  dispose(): void {
+    for (const t of this.tensors.values()) t.dispose();
+  }
+}
