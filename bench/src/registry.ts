@@ -22,6 +22,11 @@ export const BENCHES: readonly BenchEntry[] = [
     summary: 'our GEMM (f32 and bf16 weights) vs onnxruntime MatMul on BERT-base and Llama-7B projections',
     load: async () => (await import('./benches/gemm.js')).gemmBench,
   },
+  {
+    name: 'engine',
+    summary: 'mini encoder tokens/s vs onnxruntime; mini decoder decode-step latency at batch 1..32; generation tokens/s',
+    load: async () => (await import('./benches/engine.js')).engineBench,
+  },
 ];
 
 export function findBench(name: string): BenchEntry | undefined {
