@@ -1,7 +1,80 @@
 /**
  * @tessera/engine: the layer every Tessera app runs its models through.
+ *
+ *   formats/   safetensors, HF config.json, tokenizer.json, PEFT adapters (read and write)
+ *   models/    the encoder and decoder families on @tessera/native, weights, loading
+ *   hooks/     SegmentLayout and the hook-site interface multi-tenant deltas implement (LoRA included)
+ *   kv/        the paged KV cache
+ *   sampling/  samplers and stop conditions; generate.ts runs a batch of requests to completion
+ *   gen/       the seeded tiny/mini model and adapter generator (`tessera gen`)
+ *   onnx/      ONNX export of both families and the onnxruntime-node runner
  */
 export * from './errors.js';
 export type { DecoderConfig, EncoderConfig, ModelConfig } from './config.js';
 export * from './models/names.js';
+
+// formats
 export { SAFETENSORS_DTYPES, type SafetensorsEntry, writeSafetensors } from './formats/safetensors.js';
+export { type LoraAdapterConfig, toPeftConfigJson } from './formats/peft.js';
+export { toHfConfigJson } from './formats/hf-config.js';
+export { type LoraModuleWeights, loraAlphaFor, loraRankFor, loraScaling, writeLoraAdapter } from './formats/peft-writer.js';
+
+// models
+export { type DecoderForwardOptions, DecoderModel, type DecoderOutput, type DecoderSequence, type SequenceId } from './models/decoder.js';
+export { type EncoderForwardOptions, EncoderModel, type EncoderOutput, type EncoderSequence, unpadBatch } from './models/encoder.js';
+export { ModelWeights, type TensorSource } from './models/weights.js';
+export { type LoadOptions, loadDecoder, loadEncoder, loadModel } from './models/load.js';
+
+// hooks
+export { type Segment, SegmentLayout } from './hooks/segment-layout.js';
+export type {
+  DecoderLinearSite,
+  DecoderNormSite,
+  EncoderLinearSite,
+  EncoderNormSite,
+  LinearSiteCall,
+  ModelDelta,
+  NormSiteCall,
+  SiteOutput,
+} from './hooks/sites.js';
+export { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from './hooks/lora-delta.js';
+
+// generation
+export { type GenerateOptions, type GenerateRequest, type GenerateResult, generateBatch } from './generate.js';
+
+// generator
+export {
+  DEFAULT_LORA_TARGETS,
+  type GenerateLoraAdapterOptions,
+  type GenerateModelOptions,
+  type GeneratedLoraAdapter,
+  type GeneratedModel,
+  type ModelFamily,
+  type ModelSize,
+  type WeightDtype,
+  decoderPreset,
+  encoderPreset,
+  generateLoraAdapter,
+  generateModel,
+  parameterCount,
+  presetConfig,
+  weightBytes,
+} from './gen/index.js';
+
+// onnx
+export {
+  type EncoderOrtResult,
+  type HostWeights,
+  ONNX_IR_VERSION,
+  ONNX_OPSET,
+  type OnnxExportShape,
+  type OrtFeed,
+  OrtModel,
+  type OrtModelOptions,
+  type OrtOutput,
+  exportDecoderOnnx,
+  exportEncoderOnnx,
+  runDecoderBatchOrt,
+  runDecoderOrt,
+  runEncoderOrt,
+} from './onnx/index.js';
