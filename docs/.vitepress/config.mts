@@ -25,6 +25,7 @@ export default defineConfig({
         text: 'Packages',
         items: [
           { text: '@tessera/native', link: '/packages/native' },
+          { text: '@tessera/engine', link: '/packages/engine' },
           { text: '@tessera/bench', link: '/packages/bench' },
         ],
       },

@@ -39,7 +39,10 @@ export type {
 } from './hooks/sites.js';
 export { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from './hooks/lora-delta.js';
 
-// generation
+// KV cache, sampling, generation
+export { type KvBlockTable, type KvCacheShape, type KvCacheStats, type KvLayerTensors, PagedKvCache, type PagedKvCacheOptions, pagesForLength } from './kv/paged-kv-cache.js';
+export { argmax, createSampler, type Sampler, type SamplingParams } from './sampling/sampler.js';
+export { type FinishReason, StopChecker, type StopCheckerOptions, type StopStep } from './sampling/stop.js';
 export { type GenerateOptions, type GenerateRequest, type GenerateResult, generateBatch } from './generate.js';
 
 // generator
