@@ -229,6 +229,15 @@ function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { te
   return { tensors, metadata };
 }
 
+/** Closes the descriptor of a file that was garbage-collected without close(). */
+const leakedFiles = new FinalizationRegistry<number>((fd) => {
+  try {
+    closeSync(fd);
+  } catch {
+    /* already closed */
+  }
+});
+
 /**
  * A safetensors file opened for lazy, per-tensor reads. `open` reads only the length prefix and the JSON
  * header and validates every entry against the file size, so a bad file fails here, before any tensor is
@@ -253,6 +262,7 @@ export class SafetensorsFile {
     this.fileSize = fileSize;
     this.tensors = tensors;
     this.metadata = Object.freeze(metadata);
+    leakedFiles.register(this, fd, this);
   }
 
   /** Opens `path` and reads and validates its header. Throws a {@link ModelFormatError} subclass for a bad file. */
@@ -358,6 +368,7 @@ export class SafetensorsFile {
     if (this.fd === null) return;
     const fd = this.fd;
     this.fd = null;
+    leakedFiles.unregister(this);
     closeSync(fd);
   }
 
