@@ -14,9 +14,30 @@ export type { DecoderConfig, EncoderConfig, ModelConfig } from './config.js';
 export * from './models/names.js';
 
 // formats
-export { SAFETENSORS_DTYPES, type SafetensorsEntry, writeSafetensors } from './formats/safetensors.js';
-export { type LoraAdapterConfig, toPeftConfigJson } from './formats/peft.js';
-export { toHfConfigJson } from './formats/hf-config.js';
+export {
+  SAFETENSORS_DTYPES,
+  SafetensorsFile,
+  type SafetensorsEntry,
+  type SafetensorsReadOptions,
+  type SafetensorsTensorInfo,
+  writeSafetensors,
+} from './formats/safetensors.js';
+export { MODEL_SAFETENSORS, MODEL_SAFETENSORS_INDEX, ModelTensors, type ModelTensorInfo, resolveInside } from './formats/model-dir.js';
+export { parseHfConfig, readHfConfig, toHfConfigJson } from './formats/hf-config.js';
+export {
+  type LoadLoraAdapterOptions,
+  type LoraAdapter,
+  type LoraAdapterConfig,
+  type LoraModule,
+  loadLoraAdapter,
+  loadLoraAdapterAsync,
+  matchesTargetModules,
+  parseLoraAdapterConfig,
+  readLoraAdapterConfig,
+  resolveLoraParams,
+  toPeftConfigJson,
+} from './formats/peft.js';
+export { type DecodeOptions, type EncodeOptions, type SpecialTokenIds, TextTokenizer } from './formats/tokenizer.js';
 export { type LoraModuleWeights, loraAlphaFor, loraRankFor, loraScaling, writeLoraAdapter } from './formats/peft-writer.js';
 
 // models

@@ -161,6 +161,11 @@ export class ModelTensors {
     }
   }
 
+  /** The model directory (what error messages name). */
+  get path(): string {
+    return this.dir;
+  }
+
   /** The safetensors files behind this directory. */
   get paths(): string[] {
     return this.files.map((f) => f.path);

@@ -35,7 +35,8 @@ import { decoderLinearModules, decoderNormModules, decoderTensorShapes, decoderT
 import { Scope } from './scope.js';
 import { ModelWeights, type TensorSource } from './weights.js';
 
-export type { SequenceId } from '../kv/paged-kv-cache.js';
+import type { SequenceId } from '../kv/paged-kv-cache.js';
+export type { SequenceId };
 
 export interface DecoderSequence {
   /** The sequence's id in the KV cache (added to the cache on first use). */
