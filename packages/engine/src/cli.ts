@@ -11,7 +11,9 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
-import type { DecoderConfig, EncoderConfig, ModelConfig } from './config.js';
+import type { ModelConfig } from './config.js';
+import { ConfigError } from './errors.js';
+import { parseHfConfig } from './formats/hf-config.js';
 
 export interface CliIo {
   stdout(text: string): void;
@@ -222,73 +224,20 @@ async function genAdapter(args: string[], io: CliIo): Promise<number> {
   return 0;
 }
 
-/**
- * The base model's config.json, as far as LoRA module names and Linear shapes depend on it. Any problem is a
- * bad --base value (a UsageError naming the file).
- */
+/** The base model's config.json; any problem is a bad --base value (a UsageError naming the file and the key). */
 export function readBaseConfig(path: string): ModelConfig {
-  let json: Record<string, unknown>;
+  let json: unknown;
   try {
-    json = JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
+    json = JSON.parse(readFileSync(path, 'utf8'));
   } catch (err) {
     throw new UsageError(`--base: cannot read ${path}: ${(err as Error).message}`);
   }
-  const int = (key: string, fallback?: number): number => {
-    const v = json[key] ?? fallback;
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new UsageError(`--base: ${path}: "${key}" must be a non-negative integer, got ${JSON.stringify(v)}`);
-    return v;
-  };
-  const num = (key: string, fallback: number): number => {
-    const v = json[key] ?? fallback;
-    if (typeof v !== 'number') throw new UsageError(`--base: ${path}: "${key}" must be a number, got ${JSON.stringify(v)}`);
-    return v;
-  };
-  const architecture = Array.isArray(json.architectures) ? json.architectures[0] : undefined;
-  if (json.model_type === 'bert') {
-    const id2label = (json.id2label ?? {}) as Record<string, string>;
-    const labels = architecture === 'BertForSequenceClassification' ? Object.keys(id2label).sort((a, b) => Number(a) - Number(b)).map((k) => String(id2label[k])) : [];
-    const config: EncoderConfig = {
-      family: 'encoder',
-      architecture: architecture === 'BertForSequenceClassification' ? 'BertForSequenceClassification' : 'BertModel',
-      vocabSize: int('vocab_size'),
-      hiddenSize: int('hidden_size'),
-      numLayers: int('num_hidden_layers'),
-      numHeads: int('num_attention_heads'),
-      intermediateSize: int('intermediate_size'),
-      maxPositions: int('max_position_embeddings'),
-      typeVocabSize: int('type_vocab_size', 2),
-      layerNormEps: num('layer_norm_eps', 1e-12),
-      hiddenAct: (json.hidden_act ?? 'gelu') as EncoderConfig['hiddenAct'],
-      padTokenId: int('pad_token_id', 0),
-      numLabels: labels.length,
-      labels,
-    };
-    return config;
+  try {
+    return parseHfConfig(json, path);
+  } catch (err) {
+    if (err instanceof ConfigError) throw new UsageError(`--base: ${err.message}`);
+    throw err;
   }
-  if (json.model_type === 'llama') {
-    const hiddenSize = int('hidden_size');
-    const numHeads = int('num_attention_heads');
-    const eos = json.eos_token_id ?? 2;
-    const config: DecoderConfig = {
-      family: 'decoder',
-      architecture: 'LlamaForCausalLM',
-      vocabSize: int('vocab_size'),
-      hiddenSize,
-      numLayers: int('num_hidden_layers'),
-      numHeads,
-      numKvHeads: int('num_key_value_heads', numHeads),
-      headDim: int('head_dim', Math.floor(hiddenSize / Math.max(numHeads, 1))),
-      intermediateSize: int('intermediate_size'),
-      maxPositions: int('max_position_embeddings'),
-      rmsNormEps: num('rms_norm_eps', 1e-6),
-      ropeTheta: num('rope_theta', 10000),
-      tieWordEmbeddings: json.tie_word_embeddings === true,
-      bosTokenId: int('bos_token_id', 1),
-      eosTokenIds: Array.isArray(eos) ? (eos as number[]) : [eos as number],
-    };
-    return config;
-  }
-  throw new UsageError(`--base: ${path}: model_type ${JSON.stringify(json.model_type)} is not one the generator writes adapters for (bert, llama)`);
 }
 
 const invokedDirectly = process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href;
