@@ -14,6 +14,8 @@ export interface LoraWeights {
   readonly modules: ReadonlyMap<string, { readonly a: Tensor; readonly b: Tensor; readonly scale: number }>;
   /** Trained biases by HF tensor name (e.g. 'model.layers.0.self_attn.q_proj.bias'), when the adapter saved any. */
   readonly biases?: ReadonlyMap<string, Tensor>;
+  /** Full replacements of base tensors (PEFT `modules_to_save`, e.g. 'classifier.weight'). Only merging applies them. */
+  readonly savedModules?: ReadonlyMap<string, Tensor>;
 }
 
 export class LoraDelta implements ModelDelta {
@@ -27,6 +29,14 @@ export class LoraDelta implements ModelDelta {
    */
   constructor(adapters: ReadonlyMap<string, LoraWeights>, base?: ModelWeights) {
     this.adapters = adapters;
+    for (const adapter of adapters.values()) {
+      // A per-tenant head is not a hook site: applying the adapter without it would silently give wrong outputs.
+      if (adapter.savedModules && adapter.savedModules.size > 0) {
+        throw new InvalidArgumentError(
+          `LoraDelta: adapter ${adapter.name} replaces whole modules (${[...adapter.savedModules.keys()].join(', ')}); ` +
+            'hook sites cannot apply modules_to_save, merge the adapter into a copy of the base instead (mergeLoraIntoWeights)');
+      }
+    }
     for (const [key, adapter] of adapters) {
       if (!adapter.biases || adapter.biases.size === 0) continue;
       if (!base) throw new InvalidArgumentError(`LoraDelta: adapter ${adapter.name} carries trained biases; pass the base weights to apply them`);
@@ -107,7 +117,8 @@ export class LoraDelta implements ModelDelta {
 
 /**
  * Merges a LoRA adapter into the base weights in place: W += scale · B A for every module it targets (W becomes
- * f32 if it was stored in half precision), and trained biases replace the base ones. PEFT's `merge_and_unload`.
+ * f32 if it was stored in half precision); trained biases and `modules_to_save` tensors replace the base ones.
+ * PEFT's `merge_and_unload`.
  */
 export function mergeLoraIntoWeights(weights: ModelWeights, adapter: LoraWeights): void {
   for (const [module, lora] of adapter.modules) {
@@ -122,10 +133,13 @@ export function mergeLoraIntoWeights(weights: ModelWeights, adapter: LoraWeights
     }
     gemm(lora.b, lora.a, { alpha: lora.scale, beta: 1, out: target });
   }
-  for (const [name, b] of adapter.biases ?? []) {
+  for (const [name, replacement] of [...(adapter.biases ?? []), ...(adapter.savedModules ?? [])]) {
     const old = weights.tensors.get(name);
-    if (!old) throw new InvalidArgumentError(`mergeLoraIntoWeights: adapter ${adapter.name} has bias ${name}, which the base model lacks`);
-    weights.tensors.set(name, cast(b, 'f32'));
+    if (!old) throw new InvalidArgumentError(`mergeLoraIntoWeights: adapter ${adapter.name} has ${name}, which the base model lacks`);
+    if (old.shape.join() !== replacement.shape.join()) {
+      throw new InvalidArgumentError(`mergeLoraIntoWeights: adapter ${adapter.name} has ${name} [${replacement.shape.join(', ')}], the base has [${old.shape.join(', ')}]`);
+    }
+    weights.tensors.set(name, cast(replacement, 'f32'));
     old.dispose();
   }
 }
