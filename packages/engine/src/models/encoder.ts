@@ -90,6 +90,44 @@ export class EncoderModel {
     return this.weights.get(name);
   }
 
+  /** Per layer: the fused [3·hidden, hidden] q/k/v weight and [3·hidden] bias, and the tensors they were built from. */
+  private readonly fused: ({ weight: Tensor; bias: Tensor; parts: Tensor[] } | undefined)[] = [];
+
+  /**
+   * The layer's q, k and v projections as one weight. Built on first use by copying the three into one tensor;
+   * the weights map then holds row views of it under the HF names, so an in-place update of a projection (a LoRA
+   * merge) writes through. If a projection is later replaced by another tensor, the fused copy is rebuilt.
+   */
+  private fusedQkv(layer: number): { weight: Tensor; bias: Tensor } {
+    const lin = encoderLinearModules(this.config, layer);
+    const names = [lin.query, lin.key, lin.value].flatMap((m) => [`${m}.weight`, `${m}.bias`]);
+    const current = names.map((n) => this.w(n));
+    const cached = this.fused[layer];
+    if (cached && cached.parts.every((t, i) => t === current[i] && !t.disposed)) return cached;
+    const H = this.config.hiddenSize;
+    const ws = [current[0]!, current[2]!, current[4]!];
+    const dtype = ws.every((w) => w.dtype === ws[0]!.dtype) ? ws[0]!.dtype : 'f32';
+    const weight = Tensor.empty([3 * H, H], dtype, this.backend);
+    const bias = Tensor.empty([3 * H], 'f32', this.backend);
+    const parts: Tensor[] = [];
+    for (let i = 0; i < 3; i++) {
+      const wView = weight.rows(i * H, H);
+      const bView = bias.rows(i * H, H);
+      cast(current[2 * i]!, dtype, { out: wView });
+      cast(current[2 * i + 1]!, 'f32', { out: bView });
+      for (const [j, view] of [[2 * i, wView], [2 * i + 1, bView]] as const) {
+        this.weights.tensors.set(names[j]!, view);
+        current[j]!.dispose();
+        parts[j] = view;
+      }
+    }
+    cached?.weight.dispose();
+    cached?.bias.dispose();
+    const entry = { weight, bias, parts };
+    this.fused[layer] = entry;
+    return entry;
+  }
+
   forward(sequences: readonly EncoderSequence[], options: EncoderForwardOptions = {}): EncoderOutput {
     const c = this.config;
     const H = c.hiddenSize;
@@ -142,6 +180,10 @@ export class EncoderModel {
       const q = scope.keep(Tensor.empty([T, H], 'f32', be));
       const k = scope.keep(Tensor.empty([T, H], 'f32', be));
       const v = scope.keep(Tensor.empty([T, H], 'f32', be));
+      const qkvOut = scope.keep(Tensor.empty([T, 3 * H], 'f32', be));
+      const qkvRows = scope.reshape(qkvOut, [3 * T, H]);
+      const splitIdx = (part: number) => scope.keep(Tensor.from(Int32Array.from({ length: T }, (_, t) => 3 * t + part), [T], { backend: be }));
+      const split = { q: splitIdx(0), k: splitIdx(1), v: splitIdx(2) };
       const ctx = scope.keep(Tensor.empty([T, H], 'f32', be));
       const attn = scope.keep(Tensor.empty([T, H], 'f32', be));
       const inter = scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be));
@@ -190,9 +232,13 @@ export class EncoderModel {
         const ln = encoderNormModules(c, l);
         const wb = (m: string) => [this.w(`${m}.weight`), this.w(`${m}.bias`)] as const;
 
-        linear(h, ...wb(lin.query), { out: q });
-        linear(h, ...wb(lin.key), { out: k });
-        linear(h, ...wb(lin.value), { out: v });
+        // One GEMM for q, k and v (n = 3·hidden keeps the GEMM efficient at BERT sizes), then split: viewed as
+        // [3·tokens, hidden] rows, row 3t is token t's q, 3t + 1 its k, 3t + 2 its v.
+        const fused = this.fusedQkv(l);
+        linear(h, fused.weight, fused.bias, { out: qkvOut });
+        gatherRows(qkvRows, split.q, { out: q });
+        gatherRows(qkvRows, split.k, { out: k });
+        gatherRows(qkvRows, split.v, { out: v });
         const qkv: SiteOutput[] = [
           { slice: 'query', module: lin.query, y: q },
           { slice: 'key', module: lin.key, y: k },
@@ -239,6 +285,10 @@ export class EncoderModel {
   }
 
   dispose(): void {
+    for (const f of this.fused) {
+      f?.weight.dispose();
+      f?.bias.dispose();
+    }
     this.weights.dispose();
   }
 }
