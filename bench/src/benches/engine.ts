@@ -127,38 +127,40 @@ function decodeRows(model: DecoderModel, ctx: BenchContext, timing: MeasureOptio
   const batches = ctx.quick ? DECODE_BATCHES_QUICK : DECODE_BATCHES_FULL;
   const maxBatch = Math.max(...batches);
   // Room for every sequence's prompt plus all timed steps (a step adds one token per sequence).
-  const cache = PagedKvCache.create({ ...model.kvShape, numPages: maxBatch * Math.ceil((PROMPT + 512) / 16) }, model.backend);
+  const cache = PagedKvCache.create({ ...model.kvShape, numPages: maxBatch * Math.ceil((PROMPT + 256) / 16) }, model.backend);
   const rows: Row[] = [];
   const next = rng(12);
+  const best = new Map<number, { t: Timing; steps: number }>();
   try {
-    for (const batch of batches) {
-      const ids = Array.from({ length: batch }, (_, b) => `b${batch}-${b}`);
-      const prefill = model.forward(ids.map((id) => ({ id, tokens: randomTokens(PROMPT, c.vocabSize, next) })), { cache, logits: 'none' });
-      prefill.layout.dispose();
-      const tokens = randomTokens(batch, c.vocabSize, next);
-      let steps = 0;
-      const step = () => {
-        if (cache.length(ids[0]!) >= c.maxPositions - 1) throw new Error('engine: decode bench ran past the context');
-        const out = model.forward(ids.map((id, b) => ({ id, tokens: [tokens[b]!] })), { cache });
-        out.logits?.dispose();
-        out.layout.dispose();
-        steps++;
-      };
-      ctx.log(`engine: decode step at batch ${batch}: timing`);
-      const t = measure(step, { ...timing, maxSamples: 64, minSampleMs: 0 });
-      rows.push({
-        part: 'decode',
-        batch,
-        context: PROMPT,
-        step_ms: t.medianMs,
-        tokens_per_s: batch / (t.medianMs / 1000),
-        steps,
-        spread: t.spread,
-      });
-      for (const id of ids) cache.release(id);
+    // Two rounds over all batch sizes, keeping each size's better median: a disturbance (another process, the
+    // first touches of the weights) then costs one round, not the row.
+    for (let round = 0; round < 2; round++) {
+      for (const batch of batches) {
+        const ids = Array.from({ length: batch }, (_, b) => `r${round}-b${batch}-${b}`);
+        const prefill = model.forward(ids.map((id) => ({ id, tokens: randomTokens(PROMPT, c.vocabSize, next) })), { cache, logits: 'none' });
+        prefill.layout.dispose();
+        const tokens = randomTokens(batch, c.vocabSize, next);
+        let steps = 0;
+        const step = () => {
+          if (cache.length(ids[0]!) >= c.maxPositions - 1) throw new Error('engine: decode bench ran past the context');
+          const out = model.forward(ids.map((id, b) => ({ id, tokens: [tokens[b]!] })), { cache });
+          out.logits?.dispose();
+          out.layout.dispose();
+          steps++;
+        };
+        ctx.log(`engine: decode step at batch ${batch}: timing (round ${round + 1} of 2)`);
+        const t = measure(step, { ...timing, maxSamples: 48, minSampleMs: 0 });
+        const prev = best.get(batch);
+        if (!prev || t.medianMs < prev.t.medianMs) best.set(batch, { t, steps });
+        for (const id of ids) cache.release(id);
+      }
     }
   } finally {
     cache.dispose();
+  }
+  for (const batch of batches) {
+    const { t, steps } = best.get(batch)!;
+    rows.push({ part: 'decode', batch, context: PROMPT, step_ms: t.medianMs, tokens_per_s: batch / (t.medianMs / 1000), steps, spread: t.spread });
   }
   const b1 = rows.find((r) => r.batch === 1)?.step_ms as number;
   for (const r of rows) r.step_over_b1 = (r.step_ms as number) / b1;
