@@ -12,17 +12,8 @@ import { EncoderModel } from '../src/models/encoder.js';
 import { OrtModel, exportDecoderOnnx, exportEncoderOnnx, runDecoderOrt, runEncoderOrt } from '../src/onnx/index.js';
 import { type HostArrays, randomDecoder, randomEncoder, randomIds, tinyDecoderConfig, tinyEncoderConfig } from './support/random-models.js';
 import { referenceDecoder, referenceEncoder } from './support/reference-models.js';
+import { normwiseError } from './support/numerics.js';
 
-function normwise(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  expect(got.length).toBe(want.length);
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < want.length; i++) {
-    num = Math.max(num, Math.abs(got[i]! - want[i]!));
-    den = Math.max(den, Math.abs(want[i]!));
-  }
-  return num / den;
-}
 
 const hostFn = (host: HostArrays) => (name: string) => host.get(name)!.data;
 const sessions: OrtModel[] = [];
@@ -47,12 +38,12 @@ describe.each([
     seqs.forEach((ids, b) => {
       const ref = referenceEncoder(config, hostFn(host), ids);
       const rows = hidden.subarray(ours.offsets[b]! * config.hiddenSize, ours.offsets[b + 1]! * config.hiddenSize);
-      expect(normwise(rows, ref.hidden)).toBeLessThan(1e-5);
-      expect(normwise(rows, ort.lastHidden[b]!)).toBeLessThan(1e-4);
+      expect(normwiseError(rows, ref.hidden)).toBeLessThan(1e-5);
+      expect(normwiseError(rows, ort.lastHidden[b]!)).toBeLessThan(1e-4);
       if (logits) {
         const mine = logits.subarray(b * config.numLabels, (b + 1) * config.numLabels);
-        expect(normwise(mine, ref.logits!)).toBeLessThan(1e-5);
-        expect(normwise(mine, ort.logits![b]!)).toBeLessThan(1e-4);
+        expect(normwiseError(mine, ref.logits!)).toBeLessThan(1e-5);
+        expect(normwiseError(mine, ort.logits![b]!)).toBeLessThan(1e-4);
       }
     });
     model.dispose();
@@ -71,7 +62,7 @@ describe.each([
     const session = await OrtModel.create(exportDecoderOnnx(config, hostFn(host)));
     sessions.push(session);
     const ort = await runDecoderOrt(session, ids);
-    expect(normwise(ort, ref)).toBeLessThan(1e-4);
+    expect(normwiseError(ort, ref)).toBeLessThan(1e-4);
 
     const cache = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
     const prefill = model.forward([{ id: 0, tokens: ids.slice(0, 30) }], { cache, logits: 'all' }).logits!;
@@ -81,8 +72,8 @@ describe.each([
     for (let t = 30; t < ids.length; t++) {
       got.set(model.forward([{ id: 0, tokens: [ids[t]!] }], { cache }).logits!.toArray() as Float32Array, t * V);
     }
-    expect(normwise(got, ref)).toBeLessThan(1e-5);
-    expect(normwise(got, ort)).toBeLessThan(1e-4);
+    expect(normwiseError(got, ref)).toBeLessThan(1e-5);
+    expect(normwiseError(got, ort)).toBeLessThan(1e-4);
     cache.dispose();
     model.dispose();
   });

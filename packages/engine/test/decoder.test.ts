@@ -9,18 +9,10 @@ import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
 import { DecoderModel } from '../src/models/decoder.js';
 import { decoderLinearModules } from '../src/models/names.js';
 import { randomDecoder, randomIds, tinyDecoderConfig } from './support/random-models.js';
+import { normwiseError } from './support/numerics.js';
 
 const config = tinyDecoderConfig();
 
-function maxRel(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num = Math.max(num, Math.abs(a[i]! - b[i]!));
-    den = Math.max(den, Math.abs(b[i]!));
-  }
-  return num / Math.max(den, 1e-30);
-}
 
 function logitsOf(t: Tensor | undefined): Float32Array {
   const a = t!.toArray() as Float32Array;
@@ -48,16 +40,16 @@ describe('DecoderModel', () => {
     const cacheB = newCache();
     const split = 20;
     const first = logitsOf(model.forward([{ id: 'b', tokens: prompt.slice(0, split) }], { cache: cacheB, logits: 'all' }).logits);
-    expect(maxRel(first, all.subarray(0, split * config.vocabSize))).toBeLessThan(1e-5);
+    expect(normwiseError(first, all.subarray(0, split * config.vocabSize))).toBeLessThan(1e-5);
     for (let t = split; t < prompt.length; t++) {
       const step = logitsOf(model.forward([{ id: 'b', tokens: [prompt[t]!] }], { cache: cacheB }).logits);
-      expect(maxRel(step, all.subarray(t * config.vocabSize, (t + 1) * config.vocabSize))).toBeLessThan(1e-5);
+      expect(normwiseError(step, all.subarray(t * config.vocabSize, (t + 1) * config.vocabSize))).toBeLessThan(1e-5);
     }
     // A continued prompt (several new tokens after cached ones) takes the paged path for every row.
     const cacheC = newCache();
     model.forward([{ id: 'c', tokens: prompt.slice(0, 5) }], { cache: cacheC, logits: 'none' });
     const rest = logitsOf(model.forward([{ id: 'c', tokens: prompt.slice(5) }], { cache: cacheC, logits: 'all' }).logits);
-    expect(maxRel(rest, all.subarray(5 * config.vocabSize))).toBeLessThan(1e-5);
+    expect(normwiseError(rest, all.subarray(5 * config.vocabSize))).toBeLessThan(1e-5);
     for (const c of [cacheA, cacheB, cacheC]) c.dispose();
   });
 
@@ -87,7 +79,7 @@ describe('DecoderModel', () => {
       cache.dispose();
       return out;
     });
-    parts.forEach((p, b) => expect(maxRel(mixed.subarray(b * config.vocabSize, (b + 1) * config.vocabSize), p)).toBeLessThan(1e-5));
+    parts.forEach((p, b) => expect(normwiseError(mixed.subarray(b * config.vocabSize, (b + 1) * config.vocabSize), p)).toBeLessThan(1e-5));
     expect(mixedCache.length('new')).toBe(13);
     expect(mixedCache.length('cont')).toBe(9);
     mixedCache.dispose();
@@ -127,11 +119,11 @@ describe('DecoderModel', () => {
     const cache2 = newCache();
     const viaMerge = logitsOf(mergedModel.forward([{ id: 1, tokens: prompt }], { cache: cache2 }).logits);
     const V = config.vocabSize;
-    expect(maxRel(hooked.subarray(0, V), viaMerge)).toBeLessThan(1e-5);
+    expect(normwiseError(hooked.subarray(0, V), viaMerge)).toBeLessThan(1e-5);
     const cache3 = newCache();
     const base = logitsOf(model.forward([{ id: 2, tokens: prompt }], { cache: cache3 }).logits);
-    expect(maxRel(hooked.subarray(V), base)).toBeLessThan(1e-5);
-    expect(maxRel(hooked.subarray(0, V), base)).toBeGreaterThan(1e-2);
+    expect(normwiseError(hooked.subarray(V), base)).toBeLessThan(1e-5);
+    expect(normwiseError(hooked.subarray(0, V), base)).toBeGreaterThan(1e-2);
     mergedModel.dispose();
     for (const c of [cache, cache2, cache3]) c.dispose();
   });

@@ -6,6 +6,7 @@ import type { LinearSiteCall, ModelDelta, NormSiteCall } from '../src/hooks/site
 import { EncoderModel, unpadBatch } from '../src/models/encoder.js';
 import { encoderLinearModules } from '../src/models/names.js';
 import { randomEncoder, randomIds, tinyEncoderConfig } from './support/random-models.js';
+import { normwiseError } from './support/numerics.js';
 
 const config = tinyEncoderConfig();
 
@@ -15,15 +16,6 @@ function rowsOf(t: Tensor, start: number, count: number): Float32Array {
   return all.slice(start * w, (start + count) * w);
 }
 
-function maxRel(a: Float32Array, b: Float32Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num = Math.max(num, Math.abs(a[i]! - b[i]!));
-    den = Math.max(den, Math.abs(b[i]!));
-  }
-  return num / Math.max(den, 1e-30);
-}
 
 /** A random LoRA adapter for `modules` (A [r, in], B [out, r]) as LoraWeights. */
 function randomLora(name: string, modules: { module: string; in: number; out: number }[], r: number, seed: number, scale = 2): LoraWeights {
@@ -48,9 +40,9 @@ describe('EncoderModel', () => {
     const batch = model.forward(seqs.map((ids) => ({ ids })));
     seqs.forEach((ids, b) => {
       const alone = model.forward([{ ids }]);
-      expect(maxRel(rowsOf(batch.hidden!, batch.offsets[b]!, ids.length), alone.hidden!.toArray() as Float32Array)).toBeLessThan(1e-5);
-      expect(maxRel(rowsOf(batch.logits!, b, 1), alone.logits!.toArray() as Float32Array)).toBeLessThan(1e-5);
-      expect(maxRel(rowsOf(batch.pooled!, b, 1), alone.pooled!.toArray() as Float32Array)).toBeLessThan(1e-5);
+      expect(normwiseError(rowsOf(batch.hidden!, batch.offsets[b]!, ids.length), alone.hidden!.toArray() as Float32Array)).toBeLessThan(1e-5);
+      expect(normwiseError(rowsOf(batch.logits!, b, 1), alone.logits!.toArray() as Float32Array)).toBeLessThan(1e-5);
+      expect(normwiseError(rowsOf(batch.pooled!, b, 1), alone.pooled!.toArray() as Float32Array)).toBeLessThan(1e-5);
     });
     // Same batch twice: bitwise.
     expect(model.forward(seqs.map((ids) => ({ ids }))).hidden!.toArray()).toEqual(batch.hidden!.toArray());
@@ -142,11 +134,11 @@ describe('EncoderModel', () => {
     const hookedLogits = hooked.logits!.toArray() as Float32Array;
     const mergedLogits = viaMerge.logits!.toArray() as Float32Array;
     // Merged and hooked round differently (W + sBA in f32 vs two GEMMs), a few f32 ulps of the logits.
-    expect(maxRel(hookedLogits.slice(0, 3), mergedLogits.slice(0, 3))).toBeLessThan(1e-5);
-    expect(maxRel(hookedLogits.slice(6, 9), mergedLogits.slice(3, 6))).toBeLessThan(1e-5);
-    expect(maxRel(hookedLogits.slice(3, 6), base.logits!.toArray() as Float32Array)).toBeLessThan(1e-5);
+    expect(normwiseError(hookedLogits.slice(0, 3), mergedLogits.slice(0, 3))).toBeLessThan(1e-5);
+    expect(normwiseError(hookedLogits.slice(6, 9), mergedLogits.slice(3, 6))).toBeLessThan(1e-5);
+    expect(normwiseError(hookedLogits.slice(3, 6), base.logits!.toArray() as Float32Array)).toBeLessThan(1e-5);
     // The adapter really changes the output.
-    expect(maxRel(hookedLogits.slice(0, 3), model.forward([{ ids: seqs[0]! }]).logits!.toArray() as Float32Array)).toBeGreaterThan(1e-2);
+    expect(normwiseError(hookedLogits.slice(0, 3), model.forward([{ ids: seqs[0]! }]).logits!.toArray() as Float32Array)).toBeGreaterThan(1e-2);
     mergedModel.dispose();
   });
 

@@ -16,19 +16,11 @@ import { LoraDelta, mergeLoraIntoWeights } from '../src/hooks/lora-delta.js';
 import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
 import { loadDecoder, loadEncoder, loadModel } from '../src/models/load.js';
 import { OrtModel, exportDecoderOnnx, runDecoderOrt } from '../src/onnx/index.js';
+import { normwiseError } from './support/numerics.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tessera-files-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-function normwise(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < want.length; i++) {
-    num = Math.max(num, Math.abs(got[i]! - want[i]!));
-    den = Math.max(den, Math.abs(want[i]!));
-  }
-  return num / den;
-}
 
 describe('generated decoder directory', () => {
   const dir = join(root, 'llama');
@@ -58,7 +50,7 @@ describe('generated decoder directory', () => {
     const session = await OrtModel.create(exportDecoderOnnx(model.config, (n) => model.weights.hostF32(n)));
     const theirs = await runDecoderOrt(session, ids);
     await session.release();
-    expect(normwise(ours, theirs)).toBeLessThan(1e-4);
+    expect(normwiseError(ours, theirs)).toBeLessThan(1e-4);
     cache.dispose();
     model.dispose();
   });
@@ -76,7 +68,7 @@ describe('generated decoder directory', () => {
     const merged = loadDecoder(dir);
     mergeLoraIntoWeights(merged.weights, adapter);
     const viaMerge = merged.forward([{ id: 'm', tokens: prompt }], { cache }).logits!.toArray() as Float32Array;
-    expect(normwise(hooked, viaMerge)).toBeLessThan(1e-5);
+    expect(normwiseError(hooked, viaMerge)).toBeLessThan(1e-5);
     cache.release('h');
     cache.release('m');
 
@@ -124,8 +116,8 @@ describe('generated encoder directory', () => {
     const merged = loadEncoder(dir);
     mergeLoraIntoWeights(merged.weights, adapter);
     const viaMerge = merged.forward(seqs.map(({ ids }) => ({ ids })));
-    expect(normwise(hooked.hidden!.toArray() as Float32Array, viaMerge.hidden!.toArray() as Float32Array)).toBeLessThan(1e-5);
-    expect(normwise(hooked.logits!.toArray() as Float32Array, viaMerge.logits!.toArray() as Float32Array)).toBeLessThan(1e-5);
+    expect(normwiseError(hooked.hidden!.toArray() as Float32Array, viaMerge.hidden!.toArray() as Float32Array)).toBeLessThan(1e-5);
+    expect(normwiseError(hooked.logits!.toArray() as Float32Array, viaMerge.logits!.toArray() as Float32Array)).toBeLessThan(1e-5);
     expect(hooked.logits!.shape).toEqual([3, gen.config.numLabels]);
     adapter.dispose();
     delta.dispose();

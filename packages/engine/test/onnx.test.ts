@@ -24,21 +24,13 @@ import {
   runEncoderOrt,
 } from '../src/onnx/index.js';
 import { erf, geluErf, referenceDecoder, referenceEncoder } from './support/reference-models.js';
+import { normwiseError } from './support/numerics.js';
+import { tinyDecoderConfig, tinyEncoderConfig } from './support/random-models.js';
 
 const TOLERANCE = 1e-4;
 const { onnx } = onnxProto;
 
 /** max|a − b| / max(max|b|, 1e-12) over one tensor; b is the reference. */
-function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  expect(a.length).toBe(b.length);
-  let diff = 0;
-  let scale = 1e-12;
-  for (let i = 0; i < b.length; i++) {
-    diff = Math.max(diff, Math.abs(a[i]! - b[i]!));
-    scale = Math.max(scale, Math.abs(b[i]!));
-  }
-  return diff / scale;
-}
 
 /**
  * Seeded uniform weights for every tensor of `shapes`: norm weights in 1 ± 0.1, biases in ±0.1, embedding
@@ -74,44 +66,11 @@ function weightsFrom(tensors: Map<string, Float32Array>): HostWeights {
 const idsOf = (n: number, seed: number, vocab: number): number[] => Array.from(randomInts(n, seed, 0, vocab));
 
 function encoderConfig(over: Partial<EncoderConfig>): EncoderConfig {
-  return {
-    family: 'encoder',
-    architecture: 'BertForSequenceClassification',
-    vocabSize: 100,
-    hiddenSize: 48,
-    numLayers: 2,
-    numHeads: 4,
-    intermediateSize: 96,
-    maxPositions: 64,
-    typeVocabSize: 2,
-    layerNormEps: 1e-12,
-    hiddenAct: 'gelu',
-    padTokenId: 0,
-    numLabels: 3,
-    labels: ['LABEL_0', 'LABEL_1', 'LABEL_2'],
-    ...over,
-  };
+  return tinyEncoderConfig({ vocabSize: 100, numLayers: 2, labels: ['LABEL_0', 'LABEL_1', 'LABEL_2'], ...over });
 }
 
 function decoderConfig(over: Partial<DecoderConfig>): DecoderConfig {
-  return {
-    family: 'decoder',
-    architecture: 'LlamaForCausalLM',
-    vocabSize: 100,
-    hiddenSize: 64,
-    numLayers: 2,
-    numHeads: 4,
-    numKvHeads: 2,
-    headDim: 16,
-    intermediateSize: 128,
-    maxPositions: 64,
-    rmsNormEps: 1e-5,
-    ropeTheta: 10000,
-    tieWordEmbeddings: false,
-    bosTokenId: 1,
-    eosTokenIds: [2],
-    ...over,
-  };
+  return tinyDecoderConfig({ vocabSize: 100, hiddenSize: 64, headDim: 16, intermediateSize: 128, maxPositions: 64, rmsNormEps: 1e-5, ...over });
 }
 
 // Every session a test opens is released after it, pass or fail.
@@ -165,13 +124,13 @@ describe('encoder: ONNX in onnxruntime vs the float64 reference', () => {
     for (let r = 0; r < ids.length; r++) {
       const ref = referenceEncoder(config, weights, ids[r]!, types[r]);
       expect(out.lastHidden[r]).toHaveLength(ids[r]!.length * config.hiddenSize);
-      expect(relErr(out.lastHidden[r]!, ref.hidden)).toBeLessThanOrEqual(TOLERANCE);
-      expect(relErr(out.pooler![r]!, ref.pooler!)).toBeLessThanOrEqual(TOLERANCE);
-      expect(relErr(out.logits![r]!, ref.logits!)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(out.lastHidden[r]!, ref.hidden)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(out.pooler![r]!, ref.pooler!)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(out.logits![r]!, ref.logits!)).toBeLessThanOrEqual(TOLERANCE);
     }
     // Token types matter (the check above would not notice them being dropped otherwise).
     const untyped = referenceEncoder(config, weights, ids[1]!);
-    expect(relErr(out.lastHidden[1]!, untyped.hidden)).toBeGreaterThan(1e-2);
+    expect(normwiseError(out.lastHidden[1]!, untyped.hidden)).toBeGreaterThan(1e-2);
   });
 
   it('BertModel without head (gelu_new): only last_hidden_state', async () => {
@@ -192,12 +151,12 @@ describe('encoder: ONNX in onnxruntime vs the float64 reference', () => {
     expect(out.pooler).toBeUndefined();
     expect(out.logits).toBeUndefined();
     for (let r = 0; r < ids.length; r++) {
-      expect(relErr(out.lastHidden[r]!, referenceEncoder(config, weights, ids[r]!).hidden)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(out.lastHidden[r]!, referenceEncoder(config, weights, ids[r]!).hidden)).toBeLessThanOrEqual(TOLERANCE);
     }
     // The tanh form is not the erf form (here they differ by ~1.6e-4, against ORT's ~3e-7 from the reference):
     // the reference must follow the activation the config names.
     const asErf = referenceEncoder({ ...config, hiddenAct: 'gelu' }, weights, ids[0]!).hidden;
-    expect(relErr(out.lastHidden[0]!, asErf)).toBeGreaterThan(1e-5);
+    expect(normwiseError(out.lastHidden[0]!, asErf)).toBeGreaterThan(1e-5);
   });
 
   it('a static [batch 2, seq 16] export (gelu_pytorch_tanh) gives the dynamic export\'s outputs, chunked and padded', async () => {
@@ -212,10 +171,10 @@ describe('encoder: ONNX in onnxruntime vs the float64 reference', () => {
     const b = await runEncoderOrt(dynamic, ids);
     for (let r = 0; r < ids.length; r++) {
       const ref = referenceEncoder(config, weights, ids[r]!);
-      expect(relErr(a.lastHidden[r]!, ref.hidden)).toBeLessThanOrEqual(TOLERANCE);
-      expect(relErr(a.lastHidden[r]!, b.lastHidden[r]!)).toBeLessThanOrEqual(1e-6);
-      expect(relErr(a.logits![r]!, b.logits![r]!)).toBeLessThanOrEqual(1e-6);
-      expect(relErr(a.logits![r]!, ref.logits!)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(a.lastHidden[r]!, ref.hidden)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(a.lastHidden[r]!, b.lastHidden[r]!)).toBeLessThanOrEqual(1e-6);
+      expect(normwiseError(a.logits![r]!, b.logits![r]!)).toBeLessThanOrEqual(1e-6);
+      expect(normwiseError(a.logits![r]!, ref.logits!)).toBeLessThanOrEqual(TOLERANCE);
     }
     await expect(runEncoderOrt(fixed, [idsOf(17, 33, 100)])).rejects.toThrow(/17 tokens does not fit the model's static seq 16/);
     await expect(runEncoderOrt(fixed, [[]])).rejects.toBeInstanceOf(InvalidArgumentError);
@@ -234,7 +193,7 @@ describe('decoder: ONNX in onnxruntime vs the float64 reference', () => {
       const ids = idsOf(len, seed, config.vocabSize);
       const logits = await runDecoderOrt(model, ids);
       expect(logits).toHaveLength(len * config.vocabSize);
-      expect(relErr(logits, referenceDecoder(config, weights, ids))).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(logits, referenceDecoder(config, weights, ids))).toBeLessThanOrEqual(TOLERANCE);
     }
   });
 
@@ -248,7 +207,7 @@ describe('decoder: ONNX in onnxruntime vs the float64 reference', () => {
       [37, 51],
     ] as const) {
       const ids = idsOf(len, seed, config.vocabSize);
-      expect(relErr(await runDecoderOrt(model, ids), referenceDecoder(config, weights, ids))).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(await runDecoderOrt(model, ids), referenceDecoder(config, weights, ids))).toBeLessThanOrEqual(TOLERANCE);
     }
   });
 
@@ -262,8 +221,8 @@ describe('decoder: ONNX in onnxruntime vs the float64 reference', () => {
     const padded = await runDecoderBatchOrt(fixed, ids); // three runs of batch 1, each padded to 48
     for (let r = 0; r < ids.length; r++) {
       const ref = referenceDecoder(config, weights, ids[r]!);
-      expect(relErr(batched[r]!, ref)).toBeLessThanOrEqual(TOLERANCE);
-      expect(relErr(padded[r]!, batched[r]!)).toBeLessThanOrEqual(1e-6);
+      expect(normwiseError(batched[r]!, ref)).toBeLessThanOrEqual(TOLERANCE);
+      expect(normwiseError(padded[r]!, batched[r]!)).toBeLessThanOrEqual(1e-6);
     }
     await expect(runDecoderOrt(fixed, idsOf(49, 63, 100))).rejects.toThrow(/49 tokens does not fit the model's static seq 48/);
   });
@@ -324,7 +283,7 @@ describe("the oracle's conventions", () => {
     const ids = idsOf(9, 90, 100);
     const a = referenceDecoder(gqa, weightsFrom(tensors), ids);
     const b = referenceDecoder(mha, weightsFrom(repeated), ids);
-    expect(relErr(a, b)).toBeLessThanOrEqual(1e-13);
+    expect(normwiseError(a, b)).toBeLessThanOrEqual(1e-13);
   });
 
   it('tied embeddings equal an lm_head that is a copy of embed_tokens; logits are causal', () => {
@@ -336,10 +295,10 @@ describe("the oracle's conventions", () => {
     copied.set(`${decoderTopModules.lmHead}.weight`, tensors.get(`${decoderTopModules.embedTokens}.weight`)!);
     const ids = idsOf(12, 100, 100);
     const tied = referenceDecoder({ ...untied, tieWordEmbeddings: true }, weightsFrom(tiedTensors), ids);
-    expect(relErr(tied, referenceDecoder(untied, weightsFrom(copied), ids))).toBe(0);
+    expect(normwiseError(tied, referenceDecoder(untied, weightsFrom(copied), ids))).toBe(0);
     // Position t's logits depend on ids[0..t] only.
     const prefix = referenceDecoder(untied, weightsFrom(tensors), ids.slice(0, 5));
     const full = referenceDecoder(untied, weightsFrom(tensors), ids);
-    expect(relErr(full.subarray(0, prefix.length), prefix)).toBeLessThanOrEqual(1e-13);
+    expect(normwiseError(full.subarray(0, prefix.length), prefix)).toBeLessThanOrEqual(1e-13);
   });
 });

@@ -3,6 +3,7 @@
  * family. The one loading path for tests, demos, apps and users.
  */
 import { type Backend, getBackend } from '@tessera/native';
+import type { ModelConfig } from '../config.js';
 import { ConfigError } from '../errors.js';
 import { readHfConfig } from '../formats/hf-config.js';
 import { ModelTensors } from '../formats/model-dir.js';
@@ -24,24 +25,31 @@ function loadWeights(dir: string, shapes: Map<string, number[]>, backend: Backen
   }
 }
 
+function familyError(dir: string, config: ModelConfig, want: string): ConfigError {
+  return new ConfigError(dir, `${dir} holds a ${config.architecture}, not ${want}`);
+}
+
+function build(dir: string, config: ModelConfig, backend: Backend): EncoderModel | DecoderModel {
+  return config.family === 'encoder'
+    ? new EncoderModel(config, loadWeights(dir, encoderTensorShapes(config), backend))
+    : new DecoderModel(config, loadWeights(dir, decoderTensorShapes(config), backend));
+}
+
 /** Loads a BERT-style encoder directory. */
 export function loadEncoder(dir: string, options: LoadOptions = {}): EncoderModel {
   const config = readHfConfig(dir);
-  if (config.family !== 'encoder') throw new ConfigError(dir, `${dir} holds a ${config.architecture}, not an encoder`);
-  const backend = options.backend ?? getBackend();
-  return new EncoderModel(config, loadWeights(dir, encoderTensorShapes(config), backend));
+  if (config.family !== 'encoder') throw familyError(dir, config, 'an encoder');
+  return build(dir, config, options.backend ?? getBackend()) as EncoderModel;
 }
 
 /** Loads a Llama-style decoder directory. */
 export function loadDecoder(dir: string, options: LoadOptions = {}): DecoderModel {
   const config = readHfConfig(dir);
-  if (config.family !== 'decoder') throw new ConfigError(dir, `${dir} holds a ${config.architecture}, not a decoder`);
-  const backend = options.backend ?? getBackend();
-  return new DecoderModel(config, loadWeights(dir, decoderTensorShapes(config), backend));
+  if (config.family !== 'decoder') throw familyError(dir, config, 'a decoder');
+  return build(dir, config, options.backend ?? getBackend()) as DecoderModel;
 }
 
-/** Loads whichever family config.json names. */
+/** Loads whichever family config.json names (config.json is read once). */
 export function loadModel(dir: string, options: LoadOptions = {}): EncoderModel | DecoderModel {
-  const config = readHfConfig(dir);
-  return config.family === 'encoder' ? loadEncoder(dir, options) : loadDecoder(dir, options);
+  return build(dir, readHfConfig(dir), options.backend ?? getBackend());
 }
