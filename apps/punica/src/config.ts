@@ -1,0 +1,134 @@
+/**
+ * Command-line flags and their PUNICA_* environment equivalents (a flag wins over its variable).
+ */
+import { parseArgs } from 'node:util';
+
+export const USAGE = `tessera-punica: an OpenAI-compatible multi-LoRA server (Punica on one machine)
+
+Usage: tessera-punica [options]
+       pnpm --filter @tessera/punica start -- [options]
+
+Without --model, serves the demo: a tiny generated Llama-style model and eight LoRA adapters, generated once
+into .tessera/demo at the repository root (or --demo-dir) and reused afterwards.
+
+Model and adapters
+  --model <dir>                 Hugging Face Llama-style model directory            PUNICA_MODEL
+  --model-name <id>             the base model's id in the API (default: dir name)  PUNICA_MODEL_NAME
+  --adapters <dir>              register every subdirectory as a PEFT LoRA adapter  PUNICA_ADAPTERS
+  --demo                        serve the demo even if --model is set               PUNICA_DEMO=1
+  --demo-dir <dir>              where the demo is generated and cached              PUNICA_DEMO_DIR
+HTTP
+  --host <addr>                 listen address (default 127.0.0.1)                  PUNICA_HOST
+  --port <n>                    listen port (default 8000)                          PUNICA_PORT
+  --no-adapter-admin            disable /v1/load_lora_adapter and /v1/unload_lora_adapter   PUNICA_ADAPTER_ADMIN=0
+  --adapter-root <dir>          runtime-loaded adapters must live inside this dir   PUNICA_ADAPTER_ROOT
+  --log-level <level>           fatal|error|warn|info|debug|trace|silent (info)     PUNICA_LOG_LEVEL
+Engine
+  --max-batch <n>               most sequences per engine step (default 32)         PUNICA_MAX_BATCH
+  --kv-budget-mib <n>           KV-cache size in MiB (default 64)                   PUNICA_KV_BUDGET_MIB
+  --adapter-budget-mib <n>      device memory for resident adapters (default 64)    PUNICA_ADAPTER_BUDGET_MIB
+  --host-adapter-budget-mib <n> host cache of read adapters (default 256, 0 = off)  PUNICA_HOST_ADAPTER_BUDGET_MIB
+  --threads <n>                 CPU kernel threads (default: TESSERA_THREADS or all cores)  PUNICA_THREADS
+  -h, --help                    show this help
+
+The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
+`;
+
+export interface CliConfig {
+  modelDir: string | undefined;
+  modelName: string | undefined;
+  adaptersDir: string | undefined;
+  demo: boolean;
+  demoDir: string | undefined;
+  host: string;
+  port: number;
+  adapterAdmin: boolean;
+  adapterRoot: string | undefined;
+  logLevel: string;
+  maxBatch: number;
+  kvBudgetMiB: number;
+  adapterBudgetMiB: number;
+  hostAdapterBudgetMiB: number;
+  threads: number | undefined;
+}
+
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function integer(flag: string, value: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (value === undefined || value === '') return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`${flag} must be an integer in [${min}, ${max}], got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function flag(value: string | undefined, name: string): boolean | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (['1', 'true', 'yes', 'on'].includes(value.toLowerCase())) return true;
+  if (['0', 'false', 'no', 'off'].includes(value.toLowerCase())) return false;
+  throw new UsageError(`${name} must be 1/0, true/false, yes/no or on/off, got ${JSON.stringify(value)}`);
+}
+
+/** Parses argv (without node and the script) and the environment. Returns null for --help. */
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        model: { type: 'string' },
+        'model-name': { type: 'string' },
+        adapters: { type: 'string' },
+        demo: { type: 'boolean' },
+        'demo-dir': { type: 'string' },
+        host: { type: 'string' },
+        port: { type: 'string' },
+        'no-adapter-admin': { type: 'boolean' },
+        'adapter-root': { type: 'string' },
+        'log-level': { type: 'string' },
+        'max-batch': { type: 'string' },
+        'kv-budget-mib': { type: 'string' },
+        'adapter-budget-mib': { type: 'string' },
+        'host-adapter-budget-mib': { type: 'string' },
+        threads: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values.help) return null;
+  const str = (name: string, envName: string): string | undefined => {
+    const v = values[name];
+    if (typeof v === 'string') return v;
+    const e = env[envName];
+    return e === undefined || e === '' ? undefined : e;
+  };
+  const logLevel = str('log-level', 'PUNICA_LOG_LEVEL') ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+  return {
+    modelDir: str('model', 'PUNICA_MODEL'),
+    modelName: str('model-name', 'PUNICA_MODEL_NAME'),
+    adaptersDir: str('adapters', 'PUNICA_ADAPTERS'),
+    demo: values.demo === true || (flag(env.PUNICA_DEMO, 'PUNICA_DEMO') ?? false),
+    demoDir: str('demo-dir', 'PUNICA_DEMO_DIR'),
+    host: str('host', 'PUNICA_HOST') ?? '127.0.0.1',
+    port: integer('--port', str('port', 'PUNICA_PORT'), 0, 65_535) ?? 8000,
+    adapterAdmin: values['no-adapter-admin'] === true ? false : (flag(env.PUNICA_ADAPTER_ADMIN, 'PUNICA_ADAPTER_ADMIN') ?? true),
+    adapterRoot: str('adapter-root', 'PUNICA_ADAPTER_ROOT'),
+    logLevel,
+    maxBatch: integer('--max-batch', str('max-batch', 'PUNICA_MAX_BATCH'), 1, 4096) ?? 32,
+    kvBudgetMiB: integer('--kv-budget-mib', str('kv-budget-mib', 'PUNICA_KV_BUDGET_MIB'), 1) ?? 64,
+    adapterBudgetMiB: integer('--adapter-budget-mib', str('adapter-budget-mib', 'PUNICA_ADAPTER_BUDGET_MIB'), 1) ?? 64,
+    hostAdapterBudgetMiB: integer('--host-adapter-budget-mib', str('host-adapter-budget-mib', 'PUNICA_HOST_ADAPTER_BUDGET_MIB'), 0) ?? 256,
+    threads: integer('--threads', str('threads', 'PUNICA_THREADS'), 1, 1024),
+  };
+}

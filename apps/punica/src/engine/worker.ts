@@ -1,0 +1,333 @@
+/**
+ * The engine worker thread: everything that touches the model runs here, off the HTTP event loop.
+ *
+ *   loadDecoder(modelDir)                         base weights on the device (native backend)
+ *   TextTokenizer                                 detokenization for stop strings and streamed text
+ *   PagedKvCache (kvBudgetBytes)                  the sequences' K/V pages
+ *   AdapterCache(loraAdapterSource)               disk → host → device-resident LoRA weights (Punica §5.2)
+ *   SgmvLoraDelta(name → cache.get(name))         one SGMV shrink + expand per projection per step (Punica §4)
+ *   ContinuousBatcher(policy 'punica')            token-level continuous batching of any adapter mix (§5)
+ *
+ * The batcher's `run()` loop yields between steps, so messages (submit, cancel, admin) are handled between two
+ * engine steps. Events are batched per step and posted in order (see protocol.ts).
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+
+import { AdapterCache } from '@tessera/adapter-swap';
+import { ContinuousBatcher } from '@tessera/batcher';
+import { loadDecoder, PagedKvCache, TextTokenizer } from '@tessera/engine';
+import { setThreads } from '@tessera/native';
+import { loraAdapterSource, readLoraForSgmv, SgmvLoraDelta } from '@tessera/sgmv-kernel';
+
+import {
+  type AdapterStatus,
+  type AdminCall,
+  type EngineEventMessage,
+  type EngineStats,
+  type FromWorker,
+  type SubmitRequest,
+  type ToWorker,
+  type WorkerInit,
+  serializeError,
+} from './protocol.js';
+
+const port = parentPort;
+if (!port) throw new Error('worker.ts runs as the engine worker thread (started by EngineClient), not as a script');
+const init = workerData as WorkerInit;
+
+function post(msg: FromWorker): void {
+  port!.postMessage(msg);
+}
+
+// Events of one step are collected and posted together, in order, once the step's synchronous work is done.
+let outbox: EngineEventMessage[] = [];
+function emit(ev: EngineEventMessage): void {
+  if (outbox.length === 0) queueMicrotask(flush);
+  outbox.push(ev);
+}
+function flush(): void {
+  if (outbox.length === 0) return;
+  const events = outbox;
+  outbox = [];
+  post({ type: 'events', events });
+}
+
+/** A request the batcher holds: its adapter (for unload and the lora metrics) and how many tokens it produced. */
+interface LiveRequest {
+  adapter: string | null;
+  promptTokens: number;
+  generated: number;
+}
+
+async function start() {
+  if (init.threads !== null) setThreads(init.threads);
+  const model = loadDecoder(init.modelDir);
+  const tokenizer = TextTokenizer.fromDir(init.modelDir);
+  const kv = PagedKvCache.create({ ...model.kvShape, budgetBytes: init.kvBudgetBytes }, model.backend);
+  const cache = new AdapterCache({
+    source: loraAdapterSource(model.config, model.backend),
+    deviceBudgetBytes: init.adapterBudgetBytes,
+    hostBudgetBytes: init.hostAdapterBudgetBytes,
+  });
+  const delta = new SgmvLoraDelta((name) => cache.get(name));
+  const batcher = new ContinuousBatcher({
+    model,
+    cache: kv,
+    deltas: [delta],
+    adapters: cache,
+    policy: 'punica',
+    maxBatch: init.maxBatch,
+    decode: (ids) => tokenizer.decode(ids),
+  });
+
+  cache.on('load-start', ({ name, from }) => emit({ kind: 'adapter-load-start', name, from }));
+  cache.on('loaded', ({ name, ms, bytes }) => emit({ kind: 'adapter-loaded', name, seconds: ms / 1000, bytes }));
+  cache.on('load-failed', ({ name, error }) => emit({ kind: 'adapter-load-failed', name, error: serializeError(error) }));
+  cache.on('evicted', ({ name, tier, reason }) => emit({ kind: 'adapter-evicted', name, tier, reason }));
+
+  const ranks = new Map<string, number>();
+  const live = new Map<string, LiveRequest>();
+  /** Adapters being unloaded: new requests for them are refused; the unregister waits for their live requests. */
+  const unloading = new Map<string, (() => void)[]>();
+
+  /** Reads the adapter once (validating it against the model: modules, shapes, dtypes) and registers it. */
+  async function register(name: string, path: string): Promise<AdapterStatus> {
+    if (cache.has(name) || unloading.has(name)) throw new DuplicateAdapterError(name);
+    const host = await readLoraForSgmv(path, model.config, { name });
+    if (cache.has(name) || unloading.has(name)) throw new DuplicateAdapterError(name);
+    cache.register(name, path);
+    ranks.set(name, host.rank);
+    return status(name);
+  }
+
+  function status(name: string): AdapterStatus {
+    const info = cache.info(name);
+    return { name, path: info.dir, residency: info.tier, rank: ranks.get(name) ?? 0, pins: info.pins };
+  }
+
+  function usersOf(name: string): number {
+    let n = 0;
+    for (const r of live.values()) if (r.adapter === name) n++;
+    return n;
+  }
+
+  function settleUnloads(): void {
+    for (const [name, waiters] of unloading) {
+      if (usersOf(name) > 0) continue;
+      unloading.delete(name);
+      for (const w of waiters) w();
+    }
+  }
+
+  function submit(request: SubmitRequest): void {
+    const { id } = request;
+    try {
+      if (request.adapter !== null && (!cache.has(request.adapter) || unloading.has(request.adapter))) {
+        throw Object.assign(new Error(`unknown adapter ${JSON.stringify(request.adapter)}`), { name: 'UnknownAdapterError', code: 'TESSERA_UNKNOWN_ADAPTER', adapter: request.adapter });
+      }
+      const entry: LiveRequest = { adapter: request.adapter, promptTokens: request.prompt.length, generated: 0 };
+      live.set(id, entry);
+      batcher.submit(
+        {
+          id,
+          adapter: request.adapter,
+          prompt: request.prompt,
+          maxTokens: request.maxTokens,
+          sampling: request.sampling,
+          stop: request.stop,
+          ignoreEos: request.ignoreEos,
+        },
+        {
+          onToken(token, text) {
+            entry.generated++;
+            emit({ kind: 'token', id, token, text });
+          },
+          onFinish(result) {
+            if (!live.delete(id)) return;
+            emit({ kind: 'finish', id, result: { ...result, tokens: [...result.tokens] } });
+            settleUnloads();
+          },
+          onError(err) {
+            if (!live.delete(id)) return;
+            emit({ kind: 'error', id, error: serializeError(err) });
+            settleUnloads();
+          },
+        },
+      );
+    } catch (err) {
+      live.delete(id);
+      emit({ kind: 'error', id, error: serializeError(err) });
+    }
+  }
+
+  function cancel(id: string): void {
+    const entry = live.get(id);
+    if (!entry) return;
+    batcher.cancel(id);
+    // The batcher may or may not report a cancelled finish itself; either way the request ends exactly once.
+    if (live.delete(id)) {
+      emit({
+        kind: 'finish',
+        id,
+        result: { id, tokens: [], text: '', finishReason: 'cancelled', promptTokens: entry.promptTokens, completionTokens: entry.generated },
+      });
+      settleUnloads();
+    }
+  }
+
+  let lastSteps = 0;
+  let lastHistogram: number[] = [];
+  function stats(): EngineStats {
+    const b = batcher.stats();
+    const kvStats = kv.stats();
+    const c = cache.stats();
+    const running = new Set<string>();
+    const waiting = new Set<string>();
+    let nRunning = 0;
+    for (const r of live.values()) {
+      if (r.generated > 0) {
+        nRunning++;
+        if (r.adapter !== null) running.add(r.adapter);
+      } else if (r.adapter !== null) waiting.add(r.adapter);
+    }
+    // Batch sizes since the previous call, from the batcher's cumulative histogram (index = rows in the step).
+    const histogram = [...b.batchSizeHistogram];
+    const batchSizes: number[] = [];
+    histogram.forEach((count, size) => {
+      for (let i = lastHistogram[size] ?? 0; i < count; i++) batchSizes.push(size);
+    });
+    lastHistogram = histogram;
+    const steps = b.steps - lastSteps;
+    lastSteps = b.steps;
+    return {
+      running: nRunning,
+      waiting: live.size - nRunning,
+      runningAdapters: [...running],
+      waitingAdapters: [...waiting],
+      kv: { usedPages: kvStats.usedPages, numPages: kvStats.numPages, sequences: kvStats.sequences, bytesPerPage: kvStats.bytesPerPage },
+      adapters: {
+        registered: c.registered,
+        residentCount: c.residentCount,
+        residentBytes: c.residentBytes,
+        deviceBudgetBytes: c.deviceBudgetBytes,
+        hostCount: c.hostCount,
+        hostBytes: c.hostBytes,
+        hits: c.hits,
+        misses: c.misses,
+        loads: c.loads,
+        loadFailures: c.loadFailures,
+        deviceEvictions: c.deviceEvictions,
+        hostEvictions: c.hostEvictions,
+      },
+      steps,
+      batchSizes,
+      preemptions: b.preemptions,
+    };
+  }
+
+  const abort = new AbortController();
+  let shuttingDown = false;
+
+  async function admin(call: AdminCall): Promise<unknown> {
+    switch (call.op) {
+      case 'load-adapter':
+        return register(call.name, call.path);
+      case 'unload-adapter': {
+        if (!cache.has(call.name) || unloading.has(call.name)) {
+          throw Object.assign(new Error(`unknown adapter ${JSON.stringify(call.name)}`), { name: 'UnknownAdapterError', code: 'TESSERA_UNKNOWN_ADAPTER', adapter: call.name });
+        }
+        await new Promise<void>((resolve) => {
+          unloading.set(call.name, [resolve]);
+          settleUnloads();
+        });
+        await cache.unregister(call.name);
+        ranks.delete(call.name);
+        return null;
+      }
+      case 'adapters':
+        return cache.names().map(status);
+      case 'stats':
+        return stats();
+      case 'shutdown': {
+        shuttingDown = true;
+        abort.abort();
+        await running;
+        for (const id of [...live.keys()]) cancel(id);
+        flush();
+        cache.dispose();
+        kv.dispose();
+        model.dispose();
+        return null;
+      }
+    }
+  }
+
+  port!.on('message', (msg: ToWorker) => {
+    switch (msg.type) {
+      case 'submit':
+        submit(msg.request);
+        break;
+      case 'cancel':
+        cancel(msg.id);
+        break;
+      case 'admin':
+        admin(msg.call).then(
+          (value) => {
+            flush();
+            post({ type: 'reply', callId: msg.callId, ok: true, value });
+          },
+          (err: unknown) => {
+            flush();
+            post({ type: 'reply', callId: msg.callId, ok: false, error: serializeError(err) });
+          },
+        );
+        break;
+    }
+  });
+
+  for (const { name, path } of init.adapters) {
+    try {
+      await register(name, path);
+    } catch (err) {
+      const e = serializeError(err);
+      throw Object.assign(new Error(`start-up adapter ${JSON.stringify(name)} (${path}) is not usable: ${e.message}`), { code: e.code, adapter: name });
+    }
+  }
+
+  post({
+    type: 'ready',
+    model: {
+      dir: init.modelDir,
+      architecture: model.config.architecture,
+      maxPositions: model.config.maxPositions,
+      vocabSize: model.config.vocabSize,
+      numLayers: model.config.numLayers,
+      hiddenSize: model.config.hiddenSize,
+      device: model.backend.device,
+      kvPages: kv.numPages,
+    },
+    adapters: cache.names().map(status),
+  });
+
+  const running = batcher.run(abort.signal).catch((err: unknown) => {
+    if (shuttingDown) return;
+    flush();
+    post({ type: 'fatal', error: serializeError(err) });
+    process.exit(1);
+  });
+}
+
+class DuplicateAdapterError extends Error {
+  readonly code = 'TESSERA_ADAPTER_EXISTS';
+  readonly adapter: string;
+  constructor(name: string) {
+    super(`an adapter named ${JSON.stringify(name)} is already registered`);
+    this.name = 'AdapterExistsError';
+    this.adapter = name;
+  }
+}
+
+start().catch((err: unknown) => {
+  post({ type: 'init-failed', error: serializeError(err) });
+  port.close();
+});

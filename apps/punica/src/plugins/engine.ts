@@ -1,0 +1,77 @@
+/**
+ * The engine plugin: starts the engine worker, and decorates the app with what the routes need:
+ *   app.engine          EngineClient (submit, cancel, adapters, stats)
+ *   app.models          ModelRegistry (the base model's name and the registered adapters)
+ *   app.tokenizer       the model's tokenizer, on the HTTP thread (prompt tokens and limits are checked before
+ *                       anything reaches the engine; it is pure JS, so the HTTP thread never loads the addon)
+ *   app.modelInfo       context length and vocabulary size
+ *   app.generationDeps  the bundle the generation routes pass around
+ * Its onClose hook stops the worker. Fastify runs it after the HTTP server has stopped accepting connections
+ * and drained the in-flight requests (streams included), so no request loses its engine mid-way.
+ */
+import { basename, resolve } from 'node:path';
+
+import { readHfConfig, TextTokenizer } from '@tessera/engine';
+
+import { EngineClient, type EngineOptions } from '../engine/client.js';
+import type { GenerationDeps } from '../openai/generation.js';
+import { ModelRegistry } from '../openai/model-registry.js';
+import { definePlugin } from './define-plugin.js';
+
+export interface EnginePluginOptions {
+  modelDir: string;
+  /** The id clients use for the base model (default: the model directory's name). */
+  modelName?: string;
+  /** Adapters registered at start-up. */
+  adapters: { name: string; path: string }[];
+  engine: Omit<EngineOptions, 'modelDir' | 'adapters'>;
+}
+
+export interface ModelInfo {
+  name: string;
+  contextLength: number;
+  vocabSize: number;
+  device: string;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    engine: EngineClient;
+    models: ModelRegistry;
+    tokenizer: TextTokenizer;
+    modelInfo: ModelInfo;
+    generationDeps: GenerationDeps;
+  }
+}
+
+export const enginePlugin = definePlugin<EnginePluginOptions>(
+  async (app, options) => {
+    const modelDir = resolve(options.modelDir);
+    const config = readHfConfig(modelDir);
+    if (config.family !== 'decoder') throw new Error(`${modelDir} holds a ${config.architecture}; the Punica server serves decoder (causal LM) models`);
+    const tokenizer = TextTokenizer.fromDir(modelDir);
+    const name = options.modelName ?? basename(modelDir);
+
+    app.log.info({ model: modelDir, adapters: options.adapters.length }, 'starting the engine worker');
+    const engine = await EngineClient.start({ ...options.engine, modelDir, adapters: options.adapters });
+    app.log.info({ device: engine.model.device, kvPages: engine.model.kvPages }, 'engine ready');
+
+    const now = Math.floor(Date.now() / 1000);
+    const models = new ModelRegistry({ name, root: modelDir, maxModelLen: config.maxPositions, created: now });
+    for (const a of engine.startupAdapters) models.add({ name: a.name, path: a.path, rank: a.rank, created: now });
+
+    const modelInfo: ModelInfo = { name, contextLength: config.maxPositions, vocabSize: config.vocabSize, device: engine.model.device };
+    engine.on('crash', (err) => app.log.error({ err }, 'the engine worker crashed; /health reports unhealthy'));
+
+    app.decorate('engine', engine);
+    app.decorate('models', models);
+    app.decorate('tokenizer', tokenizer);
+    app.decorate('modelInfo', modelInfo);
+    app.decorate('generationDeps', { engine, registry: models, contextLength: modelInfo.contextLength, vocabSize: modelInfo.vocabSize });
+    app.addHook('onClose', async () => {
+      app.log.info('stopping the engine worker');
+      await engine.close();
+    });
+  },
+  { name: 'tessera-punica-engine' },
+);
