@@ -13,7 +13,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { AdapterCache } from '@tessera/adapter-swap';
+import { AdapterCache, AdapterExistsError, UnknownAdapterError } from '@tessera/adapter-swap';
 import { ContinuousBatcher } from '@tessera/batcher';
 import { loadDecoder, PagedKvCache, TextTokenizer } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
@@ -92,9 +92,9 @@ async function start() {
 
   /** Reads the adapter once (validating it against the model: modules, shapes, dtypes) and registers it. */
   async function register(name: string, path: string): Promise<AdapterStatus> {
-    if (cache.has(name) || unloading.has(name)) throw new DuplicateAdapterError(name);
+    if (cache.has(name) || unloading.has(name)) throw duplicate(name);
     const host = await readLoraForSgmv(path, model.config, { name });
-    if (cache.has(name) || unloading.has(name)) throw new DuplicateAdapterError(name);
+    if (cache.has(name) || unloading.has(name)) throw duplicate(name);
     cache.register(name, path);
     ranks.set(name, host.rank);
     return status(name);
@@ -123,7 +123,7 @@ async function start() {
     const { id } = request;
     try {
       if (request.adapter !== null && (!cache.has(request.adapter) || unloading.has(request.adapter))) {
-        throw Object.assign(new Error(`unknown adapter ${JSON.stringify(request.adapter)}`), { name: 'UnknownAdapterError', code: 'TESSERA_UNKNOWN_ADAPTER', adapter: request.adapter });
+        throw new UnknownAdapterError(request.adapter);
       }
       const entry: LiveRequest = { adapter: request.adapter, promptTokens: request.prompt.length, generated: 0 };
       live.set(id, entry);
@@ -176,34 +176,31 @@ async function start() {
   }
 
   let lastSteps = 0;
-  let lastHistogram: number[] = [];
+  let lastHistogram = new Map<number, number>();
   function stats(): EngineStats {
     const b = batcher.stats();
     const kvStats = kv.stats();
     const c = cache.stats();
+    // Adapters of requests that produced a token (in the running batch) and of those still waiting for admission.
     const running = new Set<string>();
     const waiting = new Set<string>();
-    let nRunning = 0;
     for (const r of live.values()) {
-      if (r.generated > 0) {
-        nRunning++;
-        if (r.adapter !== null) running.add(r.adapter);
-      } else if (r.adapter !== null) waiting.add(r.adapter);
+      if (r.adapter === null) continue;
+      (r.generated > 0 ? running : waiting).add(r.adapter);
     }
-    // Batch sizes since the previous call, from the batcher's cumulative histogram (index = rows in the step).
-    const histogram = [...b.batchSizeHistogram];
+    // Batch sizes since the previous call, from the batcher's cumulative histogram (sequences per step → steps).
     const batchSizes: number[] = [];
-    histogram.forEach((count, size) => {
-      for (let i = lastHistogram[size] ?? 0; i < count; i++) batchSizes.push(size);
-    });
-    lastHistogram = histogram;
+    for (const [size, count] of b.batchSizeHistogram) {
+      for (let i = lastHistogram.get(size) ?? 0; i < count; i++) batchSizes.push(size);
+    }
+    lastHistogram = new Map(b.batchSizeHistogram);
     const steps = b.steps - lastSteps;
     lastSteps = b.steps;
     return {
-      running: nRunning,
-      waiting: live.size - nRunning,
-      runningAdapters: [...running],
-      waitingAdapters: [...waiting],
+      running: b.running,
+      waiting: b.queued,
+      runningAdapters: [...running].sort(),
+      waitingAdapters: [...waiting].sort(),
       kv: { usedPages: kvStats.usedPages, numPages: kvStats.numPages, sequences: kvStats.sequences, bytesPerPage: kvStats.bytesPerPage },
       adapters: {
         registered: c.registered,
@@ -234,7 +231,7 @@ async function start() {
         return register(call.name, call.path);
       case 'unload-adapter': {
         if (!cache.has(call.name) || unloading.has(call.name)) {
-          throw Object.assign(new Error(`unknown adapter ${JSON.stringify(call.name)}`), { name: 'UnknownAdapterError', code: 'TESSERA_UNKNOWN_ADAPTER', adapter: call.name });
+          throw new UnknownAdapterError(call.name);
         }
         await new Promise<void>((resolve) => {
           unloading.set(call.name, [resolve]);
@@ -317,14 +314,8 @@ async function start() {
   });
 }
 
-class DuplicateAdapterError extends Error {
-  readonly code = 'TESSERA_ADAPTER_EXISTS';
-  readonly adapter: string;
-  constructor(name: string) {
-    super(`an adapter named ${JSON.stringify(name)} is already registered`);
-    this.name = 'AdapterExistsError';
-    this.adapter = name;
-  }
+function duplicate(name: string): AdapterExistsError {
+  return new AdapterExistsError(name, '', `an adapter named ${JSON.stringify(name)} is already registered`);
 }
 
 start().catch((err: unknown) => {

@@ -150,8 +150,14 @@ export function toApiError(err: unknown, model?: string): ApiError {
   if (err instanceof EngineError) {
     switch (err.code) {
       case 'TESSERA_UNKNOWN_ADAPTER':
-        return model !== undefined ? modelNotFound(model) : new ApiError(404, err.message, { code: 'model_not_found' });
+        return model !== undefined ? modelNotFound(model) : new ApiError(404, err.message, { type: 'invalid_request_error', code: 'model_not_found', cause: err });
+      // Bad input: the batcher's request validation, invalid names, malformed adapter or model files.
       case 'TESSERA_INVALID_ARGUMENT':
+      case 'TESSERA_INVALID_REQUEST':
+      case 'TESSERA_EMPTY_PROMPT':
+      case 'TESSERA_TOKEN_OUT_OF_VOCAB':
+      case 'TESSERA_INVALID_MAX_TOKENS':
+      case 'TESSERA_DUPLICATE_REQUEST':
       case 'TESSERA_CONFIG':
       case 'TESSERA_TENSOR_SHAPE':
       case 'TESSERA_MISSING_TENSOR':
@@ -160,11 +166,21 @@ export function toApiError(err: unknown, model?: string): ApiError {
       case 'TESSERA_UNKNOWN_DTYPE':
       case 'TESSERA_PATH_OUTSIDE_MODEL':
       case 'TESSERA_SHAPE_MISMATCH':
+      case 'TESSERA_DTYPE_MISMATCH':
         return new ApiError(400, err.message, { cause: err });
+      case 'TESSERA_CONTEXT_TOO_LONG':
+        return new ApiError(400, err.message, { code: 'context_length_exceeded', cause: err });
+      case 'TESSERA_KV_TOO_SMALL':
+        return new ApiError(400, `${err.message} (the server's KV cache, --kv-budget-mib, cannot hold this request)`, { code: 'kv_cache_too_small', cause: err });
       case 'TESSERA_ADAPTER_EXISTS':
-        return new ApiError(400, err.message, { param: 'lora_name', cause: err });
+        return new ApiError(400, err.message, { param: 'lora_name', code: 'adapter_exists', cause: err });
       case 'TESSERA_ADAPTER_TOO_LARGE':
         return new ApiError(400, err.message, { code: 'adapter_too_large', cause: err });
+      case 'TESSERA_ADAPTER_IN_USE':
+        return new ApiError(409, err.message, { code: 'adapter_in_use', cause: err });
+      // Capacity: retrying later may succeed.
+      case 'TESSERA_ADAPTER_LOAD_FAILED':
+        return new ApiError(503, err.message, { code: 'adapter_load_failed', cause: err });
       case 'TESSERA_BUDGET_EXCEEDED':
       case 'TESSERA_KV_EXHAUSTED':
         return new ApiError(503, err.message, { code: 'insufficient_capacity', cause: err });
@@ -184,7 +200,7 @@ export function usageOf(result: Pick<FinishedResult, 'promptTokens' | 'completio
 }
 
 /** Submits the plan and answers the HTTP request: a JSON body, or an SSE stream. */
-export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   let handle: EngineRequest;
   try {
     handle = deps.engine.submit({
@@ -222,8 +238,7 @@ export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape:
       if (e.type === 'error') throw toApiError(e.error, plan.model);
       if (e.type === 'finish') {
         const result = { ...e.result, text: e.result.text || text };
-        void reply.send(shape.body(plan, created, result, usageOf(result)));
-        return;
+        return reply.send(shape.body(plan, created, result, usageOf(result)));
       }
       text += e.text;
       ev = await events.next();
@@ -257,5 +272,7 @@ export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape:
       handle.cancel();
     }
   }
-  void reply.headers(SSE_HEADERS).send(sseStream(frames()));
+  // Returning the reply tells fastify the response is handled (an async handler resolving undefined after
+  // send(stream) would end the response empty).
+  return reply.headers(SSE_HEADERS).send(sseStream(frames()));
 }

@@ -84,7 +84,7 @@ const chatCompletions: FastifyPluginAsyncTypebox = async (app) => {
         stream: body.stream ?? false,
         includeUsage: body.stream_options?.include_usage ?? false,
       };
-      await respond(app.generationDeps, plan, chatShape, request, reply);
+      return respond(app.generationDeps, plan, chatShape, request, reply);
     },
   );
 };

@@ -65,7 +65,7 @@ const completions: FastifyPluginAsyncTypebox = async (app) => {
         stream: body.stream ?? false,
         includeUsage: body.stream_options?.include_usage ?? false,
       };
-      await respond(app.generationDeps, plan, completionShape, request, reply);
+      return respond(app.generationDeps, plan, completionShape, request, reply);
     },
   );
 };
