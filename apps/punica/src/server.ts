@@ -21,6 +21,7 @@ import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastif
 import { MIB } from './engine/client.js';
 import { enginePlugin } from './plugins/engine.js';
 import { errorsPlugin } from './plugins/errors.js';
+import { gracefulClosePlugin } from './plugins/graceful-close.js';
 import { metricsPlugin } from './plugins/metrics.js';
 import adapterRoutes, { adapterNameProblem } from './routes/adapters.js';
 import chatCompletionRoutes from './routes/chat-completions.js';
@@ -84,6 +85,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     .withTypeProvider<TypeBoxTypeProvider>()
     .setValidatorCompiler(TypeBoxValidatorCompiler);
 
+  await app.register(gracefulClosePlugin);
   await app.register(errorsPlugin);
   await app.register(enginePlugin, {
     modelDir: options.modelDir,

@@ -283,10 +283,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.closing ??= (async () => {
       if (!this.failureReason) {
         const done = this.call({ op: 'shutdown' }).catch(() => undefined);
-        let timer: NodeJS.Timeout | undefined;
-        const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.shutdownTimeoutMs)));
-        await Promise.race([done, timeout]);
-        clearTimeout(timer);
+        await this.within(done, this.shutdownTimeoutMs);
+        // Exit from the worker's own event loop (no native call in flight), then make sure it is gone.
+        this.worker.postMessage({ type: 'exit', code: 0 } satisfies ToWorker);
+        await this.within(this.exited, 1_000);
       }
       await this.worker.terminate();
       await this.exited;
@@ -294,10 +294,23 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return this.closing;
   }
 
-  /** Kills the worker at once, as a crash would (open requests fail with 503). For watchdogs and tests. */
-  async terminate(): Promise<void> {
+  /**
+   * Kills the engine as a crash would: open requests fail with 503, /health turns unhealthy, nothing is cancelled
+   * or freed in order. The worker exits at its next safe point (between two engine steps); one that does not
+   * within `graceMs` (wedged in a kernel) is terminated. For watchdogs and tests.
+   */
+  async terminate(graceMs = 2_000): Promise<void> {
+    if (!this.failureReason) this.worker.postMessage({ type: 'exit', code: 1 } satisfies ToWorker);
+    await this.within(this.exited, graceMs);
     await this.worker.terminate();
     await this.exited;
+  }
+
+  /** Waits for `promise`, at most `ms`. */
+  private async within(promise: Promise<unknown>, ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+    clearTimeout(timer);
   }
 
   private call<K extends AdminCall['op']>(call: Extract<AdminCall, { op: K }>): Promise<AdminResults[K]> {

@@ -134,7 +134,9 @@ export interface AdminResults {
 export type ToWorker =
   | { type: 'submit'; request: SubmitRequest }
   | { type: 'cancel'; id: string }
-  | { type: 'admin'; callId: number; call: AdminCall };
+  | { type: 'admin'; callId: number; call: AdminCall }
+  /** Exit now with `code`, abandoning everything (EngineClient.terminate: a crash at a safe point). */
+  | { type: 'exit'; code: number };
 
 // worker → main
 

@@ -267,6 +267,10 @@ async function start() {
       case 'cancel':
         cancel(msg.id);
         break;
+      case 'exit':
+        // Between two steps, so no native call is in flight (terminating a thread inside one aborts the process).
+        process.exit(msg.code);
+        break;
       case 'admin':
         admin(msg.call).then(
           (value) => {
