@@ -80,7 +80,8 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
   let values: Record<string, string | boolean | undefined>;
   try {
     ({ values } = parseArgs({
-      args: [...argv],
+      // `pnpm start -- --port 9000` passes the `--` through; it separates pnpm's arguments from ours, not options from positionals.
+      args: argv[0] === '--' ? argv.slice(1) : [...argv],
       strict: true,
       allowPositionals: false,
       options: {
