@@ -74,8 +74,11 @@ export function discoverAdapters(dir: string): { name: string; path: string }[] 
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const adapters = [...(options.adapters ?? []), ...(options.adaptersDir ? discoverAdapters(options.adaptersDir) : [])];
+  // Names are checked before the engine starts: a bad one is a configuration error, not a worker failure.
   const seen = new Set<string>();
   for (const a of adapters) {
+    const problem = adapterNameProblem(a.name);
+    if (problem) throw new Error(`adapter name ${JSON.stringify(a.name)} (${a.path}) ${problem}`);
     if (seen.has(a.name)) throw new Error(`adapter name ${JSON.stringify(a.name)} is given twice`);
     seen.add(a.name);
   }

@@ -148,6 +148,14 @@ export class EngineRequest implements AsyncIterable<EngineEvent> {
   }
 }
 
+/**
+ * One engine worker per process. The native addon keeps JS-facing state in process-wide statics (its tensor
+ * class's constructor reference), so a second JS environment loading it (a second worker, at the same time or
+ * after the first one ended) corrupts memory. Until the addon keeps that state per environment, a second start
+ * is refused with a clear error instead.
+ */
+let engineStarted = false;
+
 interface PendingCall {
   resolve: (value: unknown) => void;
   reject: (err: Error) => void;
@@ -185,6 +193,12 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /** Starts the worker and resolves once the model is loaded and the start-up adapters are registered. */
   static async start(options: EngineOptions): Promise<EngineClient> {
+    if (engineStarted) {
+      throw new EngineUnavailableError(
+        'an engine worker was already started in this process; the native addon supports one engine per process (run another process for another engine)',
+      );
+    }
+    engineStarted = true;
     const init: WorkerInit = {
       modelDir: options.modelDir,
       adapters: [...(options.adapters ?? [])],
@@ -224,6 +238,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       worker.on('error', onError);
       worker.on('exit', onExit);
     }).catch(async (err: unknown) => {
+      // The worker exits by itself after reporting a failed start; terminate only one that does not.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, 5_000)))]);
+      clearTimeout(timer);
       await worker.terminate();
       throw err;
     });

@@ -224,6 +224,8 @@ async function start() {
 
   const abort = new AbortController();
   let shuttingDown = false;
+  /** The step loop; started once the model and the start-up adapters are ready. */
+  let running: Promise<void> = Promise.resolve();
 
   async function admin(call: AdminCall): Promise<unknown> {
     switch (call.op) {
@@ -286,14 +288,15 @@ async function start() {
     }
   });
 
-  for (const { name, path } of init.adapters) {
-    try {
-      await register(name, path);
-    } catch (err) {
-      const e = serializeError(err);
-      throw Object.assign(new Error(`start-up adapter ${JSON.stringify(name)} (${path}) is not usable: ${e.message}`), { code: e.code, adapter: name });
-    }
-  }
+  // Every start-up adapter is read once and checked against the model, concurrently (the reads are async I/O).
+  // All reads settle before an unusable one fails start-up, naming it, so no read is left in flight.
+  const outcomes = await Promise.allSettled(init.adapters.map(({ name, path }) => register(name, path)));
+  outcomes.forEach((outcome, i) => {
+    if (outcome.status === 'fulfilled') return;
+    const { name, path } = init.adapters[i]!;
+    const e = serializeError(outcome.reason);
+    throw Object.assign(new Error(`start-up adapter ${JSON.stringify(name)} (${path}) is not usable: ${e.message}`), { code: e.code, adapter: name });
+  });
 
   post({
     type: 'ready',
@@ -310,7 +313,7 @@ async function start() {
     adapters: cache.names().map(status),
   });
 
-  const running = batcher.run(abort.signal).catch((err: unknown) => {
+  running = batcher.run(abort.signal).catch((err: unknown) => {
     if (shuttingDown) return;
     flush();
     post({ type: 'fatal', error: serializeError(err) });
@@ -324,5 +327,6 @@ function duplicate(name: string): AdapterExistsError {
 
 start().catch((err: unknown) => {
   post({ type: 'init-failed', error: serializeError(err) });
-  port.close();
+  // From JS, with nothing in flight: ending the thread here is safe for the native addon.
+  process.exit(1);
 });

@@ -217,12 +217,14 @@ export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape:
   }
   // A client that goes away before the end (closed tab, aborted fetch, proxy timeout) must not keep using the
   // engine: cancel frees its KV pages and its batch slot at once.
-  reply.raw.once('close', () => {
+  const onClose = () => {
     if (!handle.done) {
       request.log.info({ id: plan.id }, 'client disconnected; cancelling the request in the engine');
       handle.cancel();
     }
-  });
+  };
+  if (request.raw.socket?.destroyed) onClose();
+  else reply.raw.once('close', onClose);
   const created = Math.floor(Date.now() / 1000);
   const events = handle[Symbol.asyncIterator]();
   // The status line waits for the first event: an error at admission (adapter gone, adapter load failed) still

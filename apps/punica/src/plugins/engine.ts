@@ -58,7 +58,12 @@ export const enginePlugin = definePlugin<EnginePluginOptions>(
 
     const now = Math.floor(Date.now() / 1000);
     const models = new ModelRegistry({ name, root: modelDir, maxModelLen: config.maxPositions, created: now });
-    for (const a of engine.startupAdapters) models.add({ name: a.name, path: a.path, rank: a.rank, created: now });
+    // In the order they were given (the worker registers them concurrently).
+    const started = new Map(engine.startupAdapters.map((a) => [a.name, a]));
+    for (const { name: adapter } of options.adapters) {
+      const a = started.get(adapter);
+      if (a) models.add({ name: a.name, path: a.path, rank: a.rank, created: now });
+    }
 
     const modelInfo: ModelInfo = { name, contextLength: config.maxPositions, vocabSize: config.vocabSize, device: engine.model.device };
     engine.on('crash', (err) => app.log.error({ err }, 'the engine worker crashed; /health reports unhealthy'));

@@ -2,8 +2,9 @@
  * Test fixtures: a tiny generated Llama-style model and LoRA adapters in a temporary directory (real HF and PEFT
  * files from the engine's generator), and helpers to run a server over them.
  *
- * One engine per test file at a time: the native addon keeps process-wide state, so the HTTP thread (the test)
- * never loads it and each file closes its server before building another.
+ * One engine per test file: the native addon keeps process-wide JS state (its tensor constructor), so it may be
+ * loaded by only one JS environment over a process's lifetime. The HTTP thread (the test) never loads it, and each
+ * test file (a process of its own under vitest's forks pool) starts at most one engine worker.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
