@@ -172,9 +172,10 @@ export class AdapterCache<H, D> {
   private readonly queue: Load<H, D>[] = [];
   private drainScheduled = false;
   /**
-   * Adapters that just landed, by how many landings are still protected: not evictable until the code awaiting
-   * the load has run, so a caller that awaits ensureResident() and pins right away never receives an evicted
-   * value, and a queue drain cannot evict what it loaded a moment ago (see commit()).
+   * Adapters that just landed, by how many landings are still protected. The cache's own background work (a read
+   * completing, a queue drain) does not evict them until the code awaiting the load has run: a caller that awaits
+   * ensureResident() and pins right away never receives an evicted value, and a drain cannot evict what it loaded
+   * a moment ago. A caller's own synchronous calls are not second-guessed: they follow LRU (see protectFresh()).
    */
   private readonly fresh = new Map<string, number>();
   private disposed = false;
@@ -242,7 +243,7 @@ export class AdapterCache<H, D> {
     this.entries.delete(name);
     if (this.device.has(name)) this.evictDevice(name, 'unregister');
     if (this.host.has(name)) this.evictHost(name, 'unregister');
-    this.scheduleDrain(); // the freed device room may let a queued load in
+    this.scheduleDrain(); // freed room, or a cancelled head of the queue, may let a queued load in
     const load = entry.load;
     if (load) {
       this.fail(load, new UnknownAdapterError(name, `adapter ${JSON.stringify(name)} was unregistered while it was loading`));
@@ -303,8 +304,9 @@ export class AdapterCache<H, D> {
    * {@link AdapterTooLargeError} when the adapter exceeds the whole budget, and the source's own typed error when
    * the read or upload fails; a failed load leaves the cache as it was, and may be retried.
    *
-   * A value a load resolves with is not evicted before the code awaiting that promise has run (so it can pin it
-   * there); beyond that it stays only while pinned, or until LRU picks it. `{ pin: true }` pins it atomically.
+   * The cache's background work (other reads completing, queued loads) does not evict a value a load resolves
+   * with before the code awaiting that promise has run, so it can pin it there; beyond that it stays only while
+   * pinned, or until LRU picks it, also for the caller's own later calls. `{ pin: true }` pins it atomically.
    */
   ensureResident(name: string, options: EnsureResidentOptions = {}): Promise<D> {
     if (this.disposed) return Promise.reject(new AdapterCacheDisposedError());
@@ -424,7 +426,7 @@ export class AdapterCache<H, D> {
     if (hostCached) {
       this.host.touch(entry.name);
       load.host = { value: this.host.peek(entry.name) as H, bytes: this.host.bytesOf(entry.name) };
-      this.place(load);
+      this.place(load, 'caller');
     } else {
       load.read = this.read(load);
     }
@@ -445,11 +447,14 @@ export class AdapterCache<H, D> {
     if (load.state !== 'reading') return; // unregistered or disposed meanwhile: drop what was read
     load.host = { value, bytes };
     load.readMs = this.clock.now() - load.startMs;
-    this.place(load);
+    this.place(load, 'background');
   }
 
-  /** After the host value is known: reject it if it can never fit, else upload it now or queue it for room. */
-  private place(load: Load<H, D>): void {
+  /**
+   * After the host value is known: reject it if it can never fit, else upload it now or queue it for room.
+   * `by` says who is running: the caller of ensureResident (synchronously) or the cache's background work.
+   */
+  private place(load: Load<H, D>, by: 'caller' | 'background'): void {
     const { name } = load.entry;
     const host = load.host!;
     try {
@@ -463,16 +468,16 @@ export class AdapterCache<H, D> {
       return;
     }
     // First come first served: while others wait for room, a new load queues behind them.
-    if (this.queue.length === 0 && this.tryUpload(load)) return;
+    if (this.queue.length === 0 && this.tryUpload(load, by)) return;
     load.state = 'queued';
     load.queuedAtMs = this.clock.now();
     this.queue.push(load);
   }
 
   /** Makes room and uploads. False when even evicting every unpinned adapter would not make room (nothing done). */
-  private tryUpload(load: Load<H, D>): boolean {
+  private tryUpload(load: Load<H, D>, by: 'caller' | 'background'): boolean {
     const { entry } = load;
-    if (!this.makeRoom(load.need)) return false;
+    if (!this.makeRoom(load.need, by)) return false;
     const uploadStart = this.clock.now();
     let value: D;
     try {
@@ -497,7 +502,7 @@ export class AdapterCache<H, D> {
         this.fail(load, new AdapterTooLargeError(entry.name, bytes, this.deviceBudget));
         return true;
       }
-      if (!this.makeRoom(bytes)) {
+      if (!this.makeRoom(bytes, by)) {
         this.source.disposeDevice(value);
         load.need = bytes;
         return false;
@@ -511,13 +516,13 @@ export class AdapterCache<H, D> {
    * Evicts unpinned adapters, least recently used first, until `need` more bytes fit the device budget. Evicts
    * nothing (and returns false) when even all of them would not be enough: the resident set stays useful.
    */
-  private makeRoom(need: number): boolean {
+  private makeRoom(need: number, by: 'caller' | 'background'): boolean {
     const free = this.deviceBudget - this.device.bytes;
     if (need <= free) return true;
     const victims: string[] = [];
     let freed = 0;
     for (const name of this.device.keys()) {
-      if (this.entries.get(name)!.pins > 0 || this.fresh.has(name)) continue;
+      if (this.entries.get(name)!.pins > 0 || (by === 'background' && this.fresh.has(name))) continue;
       victims.push(name);
       freed += this.device.bytesOf(name);
       if (need <= free + freed) break;
@@ -555,10 +560,10 @@ export class AdapterCache<H, D> {
   }
 
   /**
-   * Protects a landed adapter for two microtask hops. The first hop is queued after the reactions of awaiters
-   * registered before the load resolved; a caller that awaits a load which landed synchronously (from the host
-   * cache) registers its reaction after this returns, which the second hop waits for. Then a drain runs, since
-   * the protection may have held a queued load back.
+   * Protects a landed adapter from background evictions for two microtask hops. The first hop is queued after
+   * the reactions of awaiters registered before the load resolved; a caller that awaits a load which landed
+   * synchronously (from the host cache) registers its reaction after this returns, which the second hop waits
+   * for. Then a drain runs, since the protection may have held a queued load back.
    */
   private protectFresh(name: string): void {
     this.fresh.set(name, (this.fresh.get(name) ?? 0) + 1);
@@ -598,7 +603,7 @@ export class AdapterCache<H, D> {
     queueMicrotask(() => {
       this.drainScheduled = false;
       while (!this.disposed && this.queue.length > 0) {
-        if (!this.tryUpload(this.queue[0]!)) break;
+        if (!this.tryUpload(this.queue[0]!, 'background')) break;
       }
     });
   }

@@ -202,23 +202,23 @@ describe('unregister', () => {
     expect(cache.info('a').loads).toBe(1);
   });
 
-  it('cancels a queued load and lets the next one in the queue go', async () => {
+  it('cancels a queued load, and the load queued behind it gets the room it was held back from', async () => {
     const source = new PeftTestSource(h.fx.base);
-    const cache = h.cache({ source, deviceBudgetBytes: 2 * A });
-    for (const name of ['a', 'b', 'c', 'd']) cache.register(name, h.fx.dirs[name]!);
+    const cache = h.cache({ source, deviceBudgetBytes: 3 * A });
+    for (const name of ['a', 'b', 'small', 'large']) cache.register(name, h.fx.dirs[name]!);
     await cache.ensureResident('a', { pin: true });
-    await cache.ensureResident('b', { pin: true });
-    const pc = cache.ensureResident('c').catch((e: unknown) => e);
-    await until(() => cache.stats().queuedLoads === 1, 'c queued');
-    const pd = cache.ensureResident('d');
-    await until(() => cache.stats().queuedLoads === 2, 'd queued');
-    await cache.unregister('c');
-    expect(await pc).toBeInstanceOf(UnknownAdapterError);
-    expect(cache.stats().queuedLoads).toBe(1);
-    cache.unpin('b');
-    await pd;
-    expect(cache.isResident('d')).toBe(true);
-    expect(source.uploads).toEqual(['a', 'b', 'd']);
+    await cache.ensureResident('small', { pin: true }); // 1.5 A free
+    const pLarge = cache.ensureResident('large').catch((e: unknown) => e); // 2 A: waits
+    await until(() => cache.stats().queuedLoads === 1, 'large queued');
+    const pb = cache.ensureResident('b'); // fits, but waits behind large (first come first served)
+    await until(() => cache.stats().queuedLoads === 2, 'b queued');
+    expect(cache.isResident('b')).toBe(false);
+    await cache.unregister('large');
+    expect(await pLarge).toBeInstanceOf(UnknownAdapterError);
+    await pb; // no unpin needed: the room was there
+    expect(cache.isResident('b')).toBe(true);
+    expect(cache.stats()).toMatchObject({ queuedLoads: 0, residentBytes: 2.5 * A, pinnedCount: 2 });
+    expect(source.uploads).toEqual(['a', 'small', 'b']);
   });
 });
 
