@@ -24,7 +24,6 @@ export function checkAdapterName(name: unknown): asserts name is string {
   if (name.includes('\0')) return fail('contains a NUL character');
   if (name.includes('/') || name.includes('\\')) return fail('contains a path separator (/ or \\)');
   if (name.includes('..')) return fail('contains ".."');
-  // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(name)) return fail('contains a control character');
   if (!NAME_PATTERN.test(name)) return fail('may use only letters, digits and . _ - : @ +, and must start with a letter or digit');
 }

@@ -399,6 +399,20 @@ describe('the host tier', () => {
     expect(cache.info('b').hostCached).toBe(true);
   });
 
+  it('a value larger than the whole host budget is uploaded but not kept, and evicts nothing from the host', async () => {
+    const source = new PeftTestSource(h.fx.base);
+    const cache = h.cache({ source, deviceBudgetBytes: A, hostBudgetBytes: A / 2 });
+    registerAll(cache, ['a', 'small']);
+    await cache.ensureResident('small');
+    await cache.ensureResident('a');
+    expect(cache.info('small')).toMatchObject({ tier: 'host', hostBytes: A / 2 });
+    expect(cache.info('a')).toMatchObject({ tier: 'device', hostCached: false });
+    await cache.ensureResident('small'); // from the host
+    await cache.ensureResident('a'); // from disk again
+    expect(source.reads).toEqual(['small', 'a', 'a']);
+    expect(cache.stats()).toMatchObject({ hostBytes: A / 2, hostCount: 1, hostEvictions: 0 });
+  });
+
   it('hostBudgetBytes 0 keeps nothing on the host: every load reads the disk', async () => {
     const source = new PeftTestSource(h.fx.base);
     const cache = h.cache({ source, deviceBudgetBytes: A, hostBudgetBytes: 0 });
