@@ -156,6 +156,11 @@ function checkBudget(what: string, value: unknown): number {
   return value;
 }
 
+/** Listeners run inside a load can settle it (unregister, dispose); a function call keeps TS from narrowing that away. */
+function isSettled(load: { state: string }): boolean {
+  return load.state === 'settled';
+}
+
 function asError(err: unknown, name: string): Error {
   return err instanceof Error ? err : new AdapterLoadError(name, `loading adapter ${JSON.stringify(name)} failed: ${String(err)}`, { cause: err });
 }
@@ -423,6 +428,7 @@ export class AdapterCache<H, D> {
     };
     entry.load = load;
     this.emit('load-start', { name: entry.name, from: load.from });
+    if (load.state !== 'reading') return load; // a listener unregistered it, or disposed the cache
     if (hostCached) {
       this.host.touch(entry.name);
       load.host = { value: this.host.peek(entry.name) as H, bytes: this.host.bytesOf(entry.name) };
@@ -478,6 +484,7 @@ export class AdapterCache<H, D> {
   private tryUpload(load: Load<H, D>, by: 'caller' | 'background'): boolean {
     const { entry } = load;
     if (!this.makeRoom(load.need, by)) return false;
+    if (isSettled(load)) return true; // an 'evicted' listener unregistered it, or disposed the cache
     const uploadStart = this.clock.now();
     let value: D;
     try {
@@ -506,6 +513,10 @@ export class AdapterCache<H, D> {
         this.source.disposeDevice(value);
         load.need = bytes;
         return false;
+      }
+      if (isSettled(load)) {
+        this.source.disposeDevice(value);
+        return true;
       }
     }
     this.commit(load, value, bytes, uploadStart);

@@ -222,6 +222,30 @@ describe('unregister', () => {
   });
 });
 
+describe('listeners that change the cache', () => {
+  it('unregistering an adapter from its own load-start or evicted listener cancels the load cleanly', async () => {
+    const source = new PeftTestSource(h.fx.base);
+    const cache = h.cache({ source, deviceBudgetBytes: A });
+    for (const name of ['a', 'b', 'c']) cache.register(name, h.fx.dirs[name]!);
+    await cache.ensureResident('a');
+    await cache.ensureResident('b'); // a: host only
+    cache.on('load-start', (e) => {
+      if (e.name === 'a') void cache.unregister('a');
+    });
+    const err = await cache.ensureResident('a').catch((e: unknown) => e); // from the host copy, cancelled at once
+    expect(err).toBeInstanceOf(UnknownAdapterError);
+    cache.on('evicted', (e) => {
+      if (e.name === 'b' && e.reason === 'budget') void cache.unregister('c');
+    });
+    const errC = await cache.ensureResident('c').catch((e: unknown) => e); // making room for c evicts b
+    expect(errC).toBeInstanceOf(UnknownAdapterError);
+    expect(source.uploads).toEqual(['a', 'b']);
+    expect(cache.names()).toEqual(['b']);
+    expect(cache.stats()).toMatchObject({ residentCount: 0, loadsInFlight: 0, loadFailures: 2 });
+    expect(h.inUse()).toBe(0);
+  });
+});
+
 describe('dispose', () => {
   it('frees every device value (pinned ones too), rejects loads in flight, and refuses later calls', async () => {
     const source = new PeftTestSource(h.fx.base);
