@@ -72,6 +72,15 @@ export class SgmvLoraDelta implements ModelDelta {
     }
   }
 
+  /**
+   * Resolves every key of `layout` now (throwing UnknownAdapterError for an unknown one) and keeps the result for
+   * the forward that uses this layout. A batcher calls it before the forward, so a bad key fails before the model
+   * reserves KV cache room or computes anything.
+   */
+  prepare(layout: SegmentLayout): void {
+    this.entryFor(layout);
+  }
+
   /** The current layout's entry: reused while the layout and its resolved sets stay live, else rebuilt. */
   private entryFor(layout: SegmentLayout): LayoutEntry {
     const e = this.entry;
