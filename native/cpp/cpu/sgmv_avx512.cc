@@ -8,6 +8,7 @@ namespace tessera::cpu {
 namespace avx512 {
 
 // Shrink: 4 rows x 4 W rows (16 accumulators); a lone row takes 8 W rows at a time (decode: 8 FMA chains).
+constexpr int kShrinkChunks1 = 8;
 constexpr int kShrinkRows = 4, kShrinkK = 4, kShrinkK1 = 8;
 // Expand: 4 rows x 4 vectors (64 columns); a lone row takes 8 vectors (128 columns).
 constexpr int kExpandRows = 4, kExpandCols = 4, kExpandCols1 = 8;

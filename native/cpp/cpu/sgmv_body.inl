@@ -75,10 +75,47 @@ static inline void shrink_rows(const ShrinkTile& t, int64_t j) {
   }
 }
 
+// NC full chunks of one row at once (independent FMA chains): out[q * ostride] = dot(xr[q chunk], wr[q chunk]).
+template <int NC>
+static inline void shrink_chunks(const float* xr, const float* wr, float* out, int64_t ostride) {
+  V acc[NC];
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
+  for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
+#pragma GCC unroll 8
+    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xr + q * kSgmvChunk + e), v_load(wr + q * kSgmvChunk + e), acc[q]);
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) out[q * ostride] = v_hsum(acc[q]);
+}
+
+// A lone row (decode): each W row is streamed contiguously across the tile's chunks, kShrinkChunks1 chunks at a time.
+static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
+  const float* xr = t.x + t.rows.at(j) * t.h;
+  const int64_t full_end = std::min(t.c1, t.h / kSgmvChunk);  // chunks before this one are full
+  const int64_t ostride = t.n_rows * t.r;                     // between chunks in part
+  for (int64_t k = 0; k < t.r; ++k) {
+    const float* wr = t.w + k * t.h;
+    float* out = t.part + j * t.r + k;
+    int64_t c = t.c0;
+    for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
+      shrink_chunks<kShrinkChunks1>(xr + c * kSgmvChunk, wr + c * kSgmvChunk, out + c * ostride, ostride);
+    for (; c < t.c1; ++c) {
+      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+      const float* xc[1] = {xr + e0};
+      const float* wc[1] = {wr + e0};
+      shrink_block<1, 1>(xc, wc, len, out + c * ostride, 1);
+    }
+  }
+}
+
 static void shrink_tile(const ShrinkTile& t) {
   int64_t j = t.j0;
   for (; j + kShrinkRows <= t.j1; j += kShrinkRows) shrink_rows<kShrinkRows, kShrinkK>(t, j);
-  for (; j < t.j1; ++j) shrink_rows<1, kShrinkK1>(t, j);
+  for (; j < t.j1; ++j) {
+    if (kShrinkChunks1 > 0) shrink_row1(t, j);
+    else shrink_rows<1, kShrinkK1>(t, j);
+  }
 }
 
 // ---------------------------------------------------------------- expand
