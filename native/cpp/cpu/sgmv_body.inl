@@ -1,0 +1,174 @@
+// SGMV tile bodies shared by sgmv_avx2.cc and sgmv_avx512.cc. The including file defines, in its ISA namespace, the
+// vec_*.h primitives (V, kLanes, v_load, v_load_tail, v_store, v_store_tail, v_set1, v_fmadd, v_hsum) and the
+// register blocking: kShrinkRows x kShrinkK dot products at once (kShrinkK1 when one row is left), and kExpandRows
+// rows x kExpandCols vectors of output columns (kExpandCols1 for a single row). Only static functions and templates
+// live here (nothing with external linkage may be compiled with AVX flags).
+//
+// Blocking changes which outputs share loads of x, v and W, never an output's arithmetic: a shrink partial is the
+// lane-wise FMA chain over its chunk then v_hsum, an expand output the FMA chain over k then y = fma(scale, acc, y).
+
+// ---------------------------------------------------------------- shrink
+
+// RB rows x KB W rows: out[i * ostride + k] = dot(xr[i][0:len], wr[k][0:len]).
+template <int RB, int KB>
+static inline void shrink_block(const float* const* xr, const float* const* wr, int64_t len, float* out, int64_t ostride) {
+  V acc[RB][KB];
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int k = 0; k < KB; ++k) acc[i][k] = v_set1(0.0f);
+  int64_t e = 0;
+  for (; e + kLanes <= len; e += kLanes) {
+    V xv[RB];
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) xv[i] = v_load(xr[i] + e);
+#pragma GCC unroll 8
+    for (int k = 0; k < KB; ++k) {
+      const V wv = v_load(wr[k] + e);
+#pragma GCC unroll 8
+      for (int i = 0; i < RB; ++i) acc[i][k] = v_fmadd(xv[i], wv, acc[i][k]);
+    }
+  }
+  if (e < len) {
+    const int64_t rem = len - e;
+    V xv[RB];
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) xv[i] = v_load_tail(xr[i] + e, rem);
+#pragma GCC unroll 8
+    for (int k = 0; k < KB; ++k) {
+      const V wv = v_load_tail(wr[k] + e, rem);
+#pragma GCC unroll 8
+      for (int i = 0; i < RB; ++i) acc[i][k] = v_fmadd(xv[i], wv, acc[i][k]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int k = 0; k < KB; ++k) out[i * ostride + k] = v_hsum(acc[i][k]);
+}
+
+// Rows [j, j + RB) of the tile against every W row, KB W rows at a time (then one at a time), every chunk of the
+// tile's range in turn: the W rows of a k block are streamed contiguously across the chunk range.
+template <int RB, int KB>
+static inline void shrink_rows(const ShrinkTile& t, int64_t j) {
+  const float* xr[RB];
+  for (int i = 0; i < RB; ++i) xr[i] = t.x + t.rows.at(j + i) * t.h;
+  int64_t k = 0;
+  for (; k + KB <= t.r; k += KB) {
+    for (int64_t c = t.c0; c < t.c1; ++c) {
+      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+      const float* xc[RB];
+      const float* wc[KB];
+      for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
+      for (int q = 0; q < KB; ++q) wc[q] = t.w + (k + q) * t.h + e0;
+      shrink_block<RB, KB>(xc, wc, len, t.part + (c * t.n_rows + j) * t.r + k, t.r);
+    }
+  }
+  for (; k < t.r; ++k) {
+    for (int64_t c = t.c0; c < t.c1; ++c) {
+      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+      const float* xc[RB];
+      for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
+      const float* wc[1] = {t.w + k * t.h + e0};
+      shrink_block<RB, 1>(xc, wc, len, t.part + (c * t.n_rows + j) * t.r + k, t.r);
+    }
+  }
+}
+
+// NC full chunks of one row at once (independent FMA chains): out[q * ostride] = dot(xr[q chunk], wr[q chunk]).
+template <int NC>
+static inline void shrink_chunks(const float* xr, const float* wr, float* out, int64_t ostride) {
+  V acc[NC];
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
+  for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
+#pragma GCC unroll 8
+    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xr + q * kSgmvChunk + e), v_load(wr + q * kSgmvChunk + e), acc[q]);
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) out[q * ostride] = v_hsum(acc[q]);
+}
+
+// A lone row (decode): each W row is streamed contiguously across the tile's chunks, kShrinkChunks1 chunks at a time.
+static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
+  const float* xr = t.x + t.rows.at(j) * t.h;
+  const int64_t full_end = std::min(t.c1, t.h / kSgmvChunk);  // chunks before this one are full
+  const int64_t ostride = t.n_rows * t.r;                     // between chunks in part
+  for (int64_t k = 0; k < t.r; ++k) {
+    const float* wr = t.w + k * t.h;
+    float* out = t.part + j * t.r + k;
+    int64_t c = t.c0;
+    for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
+      shrink_chunks<kShrinkChunks1>(xr + c * kSgmvChunk, wr + c * kSgmvChunk, out + c * ostride, ostride);
+    for (; c < t.c1; ++c) {
+      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+      const float* xc[1] = {xr + e0};
+      const float* wc[1] = {wr + e0};
+      shrink_block<1, 1>(xc, wc, len, out + c * ostride, 1);
+    }
+  }
+}
+
+static void shrink_tile(const ShrinkTile& t) {
+  int64_t j = t.j0;
+  for (; j + kShrinkRows <= t.j1; j += kShrinkRows) shrink_rows<kShrinkRows, kShrinkK>(t, j);
+  for (; j < t.j1; ++j) {
+    if (kShrinkChunks1 > 0) shrink_row1(t, j);
+    else shrink_rows<1, kShrinkK1>(t, j);
+  }
+}
+
+// ---------------------------------------------------------------- expand
+
+// RB rows x CB vectors of columns starting at col (the last vector masked to `tail` lanes when tail > 0).
+template <int RB, int CB>
+static inline void expand_block(const ExpandTile& t, const float* const* vr, float* const* yr, int64_t col, int64_t tail) {
+  V acc[RB][CB];
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int q = 0; q < CB; ++q) acc[i][q] = v_set1(0.0f);
+  const float* w = t.w + col;
+  for (int64_t k = 0; k < t.r; ++k, w += t.h) {
+    V vb[RB];
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) vb[i] = v_set1(vr[i][k]);
+#pragma GCC unroll 8
+    for (int q = 0; q < CB; ++q) {
+      const V wv = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
+#pragma GCC unroll 8
+      for (int i = 0; i < RB; ++i) acc[i][q] = v_fmadd(vb[i], wv, acc[i][q]);
+    }
+  }
+  const V scale = v_set1(t.scale);
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) {
+#pragma GCC unroll 8
+    for (int q = 0; q < CB; ++q) {
+      float* yp = yr[i] + col + q * kLanes;
+      if (tail > 0 && q == CB - 1) v_store_tail(yp, v_fmadd(scale, acc[i][q], v_load_tail(yp, tail)), tail);
+      else v_store(yp, v_fmadd(scale, acc[i][q], v_load(yp)));
+    }
+  }
+}
+
+template <int RB, int CB>
+static inline void expand_rows(const ExpandTile& t, int64_t j) {
+  const float* vr[RB];
+  float* yr[RB];
+  for (int i = 0; i < RB; ++i) {
+    const int64_t row = t.rows.at(j + i);
+    vr[i] = t.v + row * t.r_max;
+    yr[i] = t.y + row * t.h;
+  }
+  int64_t col = t.col0;
+  for (; col + CB * kLanes <= t.col1; col += CB * kLanes) expand_block<RB, CB>(t, vr, yr, col, 0);
+  for (; col + kLanes <= t.col1; col += kLanes) expand_block<RB, 1>(t, vr, yr, col, 0);
+  if (col < t.col1) expand_block<RB, 1>(t, vr, yr, col, t.col1 - col);
+}
+
+static void expand_tile(const ExpandTile& t) {
+  int64_t j = t.j0;
+  for (; j + kExpandRows <= t.j1; j += kExpandRows) expand_rows<kExpandRows, kExpandCols>(t, j);
+  for (; j < t.j1; ++j) expand_rows<1, kExpandCols1>(t, j);
+}

@@ -1,0 +1,147 @@
+/** The batcher's public shapes (contract C4). */
+import type { DecoderModel, ModelDelta, PagedKvCache, SamplingParams, Segment } from '@tessera/engine';
+import type { Clock } from './clock.js';
+
+/**
+ * Where adapter weights live. The batcher asks it whether an adapter is on the device, starts loads, and pins an
+ * adapter while a request uses it. `@tessera/adapter-swap`'s AdapterCache satisfies it structurally.
+ */
+export interface AdapterResidency {
+  isResident(name: string): boolean;
+  /** Makes the adapter resident (async); rejects when it cannot be loaded. */
+  ensureResident(name: string): Promise<unknown>;
+  /** A pinned adapter is never evicted. Pins are counted: one unpin per pin. */
+  pin(name: string): void;
+  unpin(name: string): void;
+}
+
+/**
+ * 'punica': any adapter mix, at most one prefill per step plus every running decode (Punica §5).
+ * 'same-adapter': continuous batching that only admits the running set's adapter (vLLM-like baseline, §9.9).
+ * 'static': a run of consecutive same-adapter requests prefilled together and decoded until the longest finishes
+ * (HF / DeepSpeed / FasterTransformer-like baseline, §9.9).
+ */
+export type BatchPolicy = 'punica' | 'same-adapter' | 'static';
+
+export interface BatcherRequest {
+  /** Unique among the batcher's queued and running requests. */
+  id: string;
+  /** Adapter (SegmentLayout key); null = the base model. */
+  adapter: string | null;
+  /** Prompt token ids (bos included, as the tokenizer's template adds it). */
+  prompt: readonly number[];
+  /** Generated tokens at most (EOS included). */
+  maxTokens: number;
+  sampling?: SamplingParams;
+  /** Stop strings (needs the batcher's `decode`). */
+  stop?: readonly string[];
+  /** Keep going past EOS (benchmarks that force a length). */
+  ignoreEos?: boolean;
+}
+
+export type BatcherFinishReason = 'eos' | 'stop' | 'length' | 'cancelled';
+
+export interface FinishedRequest {
+  id: string;
+  /** Every generated token id (an ending EOS included). */
+  tokens: number[];
+  /** The generated text (stop string and what follows cut off); '' without a `decode`. */
+  text: string;
+  finishReason: BatcherFinishReason;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/** Callbacks of one request. They run synchronously inside step(); an exception thrown by one cancels the request. */
+export interface RequestListener {
+  /** Each generated token, once, in order, with the text it made safe to show ('' while held back). */
+  onToken?(token: number, textDelta: string): void;
+  onFinish?(result: FinishedRequest): void;
+  /** The request failed (its adapter could not be loaded, or its step's forward threw); nothing more follows. */
+  onError?(err: Error): void;
+}
+
+export interface ContinuousBatcherOptions {
+  model: DecoderModel;
+  cache: PagedKvCache;
+  /** Multi-tenant deltas run at the hook sites (e.g. LoraDelta, SgmvLoraDelta); they read the step's SegmentLayout. */
+  deltas?: readonly ModelDelta[];
+  /** Adapter residency; without it every adapter name is assumed to be known to the deltas. */
+  adapters?: AdapterResidency;
+  /** Default 'punica'. */
+  policy?: BatchPolicy;
+  /** Most sequences in one forward (rows of the static batch included); default 32. */
+  maxBatch?: number;
+  /** Default systemClock. */
+  clock?: Clock;
+  /** Token ids → text, for stop strings and `text` (e.g. `(ids) => tokenizer.decode(ids)`). */
+  decode?: (ids: number[]) => string;
+}
+
+/** What one step did. */
+export interface StepReport {
+  /** 1-based step number. */
+  step: number;
+  /** Token rows of the forward (prefill tokens + one per decode + one per wasted row). */
+  rows: number;
+  /** Sequences prefilled this step (first admissions and re-admissions after preemption). */
+  prefills: number;
+  /** Running sequences that decoded one token. */
+  decodes: number;
+  /** Static policy: rows of finished members still occupying the batch (computed and discarded). */
+  wastedRows: number;
+  /** Sequences in the forward: prefills + decodes + wastedRows. */
+  batchSize: number;
+  /** The step's SegmentLayout segments (rows grouped by adapter; prefill rows first). */
+  segments: readonly Segment[];
+  /** Request ids prefilled this step. */
+  admitted: string[];
+  /** Request ids that finished this step (eos, stop or length). */
+  finished: string[];
+  /** Request ids put back in the queue before the forward because the KV cache could not grow. */
+  preempted: string[];
+  /** Request ids failed because the forward threw (each got onError). */
+  failed: string[];
+  /** Clock time of the whole step (planning, forward, sampling, callbacks). */
+  durationMs: number;
+}
+
+export interface BatcherStats {
+  policy: BatchPolicy;
+  maxBatch: number;
+  steps: number;
+  /** Token rows run through the model. */
+  rows: number;
+  /** Tokens sampled and delivered. */
+  tokensGenerated: number;
+  /** Prompt tokens prefilled (first admissions). */
+  promptTokens: number;
+  /** Tokens prefilled again after a preemption (prompt + generated so far). */
+  recomputedTokens: number;
+  /** Sequences per forward → number of steps with that many. */
+  batchSizeHistogram: Map<number, number>;
+  /** Static policy: decode rows of finished members, computed and thrown away. */
+  wastedRows: number;
+  preemptions: number;
+  /** SegmentLayouts built (one per step that ran a forward). */
+  layoutBuilds: number;
+  /** ensureResident calls started. */
+  adapterLoads: number;
+  submitted: number;
+  /** Requests that ended by eos, stop or length. */
+  finished: number;
+  cancelled: number;
+  failed: number;
+  /** Listener callbacks that threw. */
+  listenerErrors: number;
+  /** Admitted, unfinished requests. */
+  running: number;
+  /** Static policy: finished members still holding a row (and their KV pages) until the batch ends. */
+  occupying: number;
+  /** Requests waiting for admission (including those waiting for their adapter). */
+  queued: number;
+  /** Queued requests whose adapter is not resident. */
+  waitingForAdapter: number;
+  kvPagesUsed: number;
+  kvPagesFree: number;
+}
