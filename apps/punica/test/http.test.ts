@@ -168,6 +168,7 @@ describe('bad input is a 400 with a clear message and the field as param', () =>
     ['echo', { model: 'alpha', prompt: 'x', echo: true }, { param: 'echo', message: /echo/ }],
     ['presence_penalty', { model: 'alpha', prompt: 'x', presence_penalty: 0.5 }, { param: 'presence_penalty', message: /not supported/ }],
     ['empty stop string', { model: 'alpha', prompt: 'x', stop: '' }, { param: 'stop', message: /stop must be a non-empty string/ }],
+    ['stream_options without stream', { model: 'alpha', prompt: 'x', stream_options: { include_usage: true } }, { param: 'stream_options', message: /only be given when stream is true/ }],
     ['stream not a boolean', { model: 'alpha', prompt: 'x', stream: 'yes' }, { param: 'stream', message: /stream must be boolean/ }],
     [
       'prompt + max_tokens over the context',

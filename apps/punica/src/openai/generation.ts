@@ -89,6 +89,7 @@ export function rejectUnsupportedSampling(body: SamplingBody): void {
   if (nonZero(body.presence_penalty)) throw badRequest('presence_penalty is not supported (only 0)', 'presence_penalty');
   if (nonZero(body.frequency_penalty)) throw badRequest('frequency_penalty is not supported (only 0)', 'frequency_penalty');
   if (body.logit_bias && Object.keys(body.logit_bias).length > 0) throw badRequest('logit_bias is not supported', 'logit_bias');
+  if (body.stream_options && body.stream !== true) throw badRequest('stream_options can only be given when stream is true', 'stream_options');
 }
 
 /** A fresh completion id with OpenAI's prefixes ('cmpl-', 'chatcmpl-'). */

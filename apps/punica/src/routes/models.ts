@@ -8,7 +8,7 @@ import type { FastifyInstance } from 'fastify';
 
 import { modelNotFound } from '../openai/errors.js';
 import { toApiError } from '../openai/generation.js';
-import { ErrorBody, type ModelCard, ModelList, ModelParams, ModelCard as ModelCardSchema } from '../openai/schemas.js';
+import { ErrorBody, ModelCard, ModelList, ModelParams } from '../openai/schemas.js';
 
 async function modelCards(app: FastifyInstance): Promise<ModelCard[]> {
   const { base } = app.models;
@@ -41,7 +41,7 @@ async function modelCards(app: FastifyInstance): Promise<ModelCard[]> {
 const models: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/models', { schema: { response: { 200: ModelList, '5xx': ErrorBody } } }, async () => ({ object: 'list' as const, data: await modelCards(app) }));
 
-  app.get('/v1/models/:model', { schema: { params: ModelParams, response: { 200: ModelCardSchema, '4xx': ErrorBody, '5xx': ErrorBody } } }, async (request) => {
+  app.get('/v1/models/:model', { schema: { params: ModelParams, response: { 200: ModelCard, '4xx': ErrorBody, '5xx': ErrorBody } } }, async (request) => {
     const { model } = request.params;
     const { adapter } = app.models.resolve(model);
     const id = adapter ?? app.models.base.name;
