@@ -72,15 +72,15 @@ function validate(k: Kind, y: Tensor, x: Tensor, weights: readonly (Tensor | nul
   }
   weights.forEach((w, i) => {
     if (!w) return;
-    const label = weightLabel(k, i, w);
-    if (w.dtype !== 'f32') throw new DTypeMismatchError(`${op}: ${label} must be f32, got ${w.dtype}`);
-    if (w.rank !== 3 || w.shape[2] !== h) {
-      throw new ShapeMismatchError(`${op}: ${label} must be [L, r, ${hName}] with ${hName} = ${h} (from ${hFrom})`);
+    const shape = w.shape; // one native call per weight: this runs on every call
+    if (w.dtype !== 'f32') throw new DTypeMismatchError(`${op}: ${weightLabel(k, i, w)} must be f32, got ${w.dtype}`);
+    if (shape.length !== 3 || shape[2] !== h) {
+      throw new ShapeMismatchError(`${op}: ${weightLabel(k, i, w)} must be [L, r, ${hName}] with ${hName} = ${h} (from ${hFrom})`);
     }
-    if (w.shape[1]! > rMax) {
-      throw new ShapeMismatchError(`${op}: ${label} has rank r = ${w.shape[1]} > rMax = ${rMax} (the columns of ${rFrom})`);
+    if (shape[1]! > rMax) {
+      throw new ShapeMismatchError(`${op}: ${weightLabel(k, i, w)} has rank r = ${shape[1]} > rMax = ${rMax} (the columns of ${rFrom})`);
     }
-    if (layer >= w.shape[0]!) throw new InvalidArgumentError(`${op}: layer ${layer} is outside [0, ${w.shape[0]}) for ${label}`);
+    if (layer >= shape[0]!) throw new InvalidArgumentError(`${op}: layer ${layer} is outside [0, ${shape[0]}) for ${weightLabel(k, i, w)}`);
   });
   expectDtype(op, indexName, index, 'i32');
   expectRank(op, indexName, index, 1);
