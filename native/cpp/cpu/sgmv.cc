@@ -23,7 +23,7 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kShrinkTileBytes = int64_t(256) << 10;  // W bytes a shrink task keeps hot (r x its chunks)
-constexpr int64_t kExpandTileBytes = int64_t(64) << 10;   // W bytes an expand task keeps hot (r x its columns)
+constexpr int64_t kExpandTileBytes = int64_t(128) << 10;  // W bytes an expand task keeps hot (r x its columns)
 constexpr int64_t kColumnAlign = 64;                      // expand tiles start at multiples of this many columns
 constexpr int64_t kRowsPerTask = 256;                     // rows of one group per task (prefill-size groups)
 constexpr int64_t kReduceRowsPerTask = 64;
@@ -192,8 +192,10 @@ void sgmv_expand_ref(const SgmvArgs& a) {
 
 void sgmv_shrink(const SgmvArgs& a) {
   const int64_t chunks = ceil_div(a.h, kSgmvChunk);
-  const std::vector<Task> tasks =
-      plan(a, chunks, 1, [](const SgmvSegment& s) { return kShrinkTileBytes / (s.r * kSgmvChunk * int64_t(sizeof(float))); });
+  // A one-row group reads its W tile once whatever its size; larger groups keep theirs in L2 across row blocks.
+  const std::vector<Task> tasks = plan(a, chunks, 1, [&](const SgmvSegment& s) {
+    return s.rows == 1 ? chunks : kShrinkTileBytes / (s.r * kSgmvChunk * int64_t(sizeof(float)));
+  });
   if (tasks.empty()) return;
   // Partials of group g start at offset[g]: [chunk][row][k].
   std::vector<int64_t> offset(static_cast<size_t>(a.n_segments) + 1, 0);
@@ -248,7 +250,8 @@ void sgmv_shrink(const SgmvArgs& a) {
 }
 
 void sgmv_expand(const SgmvArgs& a) {
-  const std::vector<Task> tasks = plan(a, a.h, kColumnAlign, [](const SgmvSegment& s) {
+  const std::vector<Task> tasks = plan(a, a.h, kColumnAlign, [&](const SgmvSegment& s) {
+    if (s.rows == 1) return a.h;
     return std::max<int64_t>(kColumnAlign, kExpandTileBytes / (s.r * int64_t(sizeof(float))) / kColumnAlign * kColumnAlign);
   });
   if (tasks.empty()) return;

@@ -75,36 +75,51 @@ static inline void shrink_rows(const ShrinkTile& t, int64_t j) {
   }
 }
 
-// NC full chunks of one row at once (independent FMA chains): out[q * ostride] = dot(xr[q chunk], wr[q chunk]).
+// NC independent dot products over full chunks: out[q] = dot(xs[q][0:kSgmvChunk], ws[q][0:kSgmvChunk]).
 template <int NC>
-static inline void shrink_chunks(const float* xr, const float* wr, float* out, int64_t ostride) {
+static inline void shrink_chunks(const float* const* xs, const float* const* ws, float* const* out) {
   V acc[NC];
 #pragma GCC unroll 8
   for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
   for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
 #pragma GCC unroll 8
-    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xr + q * kSgmvChunk + e), v_load(wr + q * kSgmvChunk + e), acc[q]);
+    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xs[q] + e), v_load(ws[q] + e), acc[q]);
   }
 #pragma GCC unroll 8
-  for (int q = 0; q < NC; ++q) out[q * ostride] = v_hsum(acc[q]);
+  for (int q = 0; q < NC; ++q) *out[q] = v_hsum(acc[q]);
 }
 
-// A lone row (decode): each W row is streamed contiguously across the tile's chunks, kShrinkChunks1 chunks at a time.
+// A lone row (decode): the (k, chunk) dot products in k-major order, so each W row is streamed contiguously, taken
+// kShrinkChunks1 at a time as independent FMA chains (whatever the chunk count, e.g. hIn = 256 has one per W row).
 static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
   const float* xr = t.x + t.rows.at(j) * t.h;
   const int64_t full_end = std::min(t.c1, t.h / kSgmvChunk);  // chunks before this one are full
   const int64_t ostride = t.n_rows * t.r;                     // between chunks in part
-  for (int64_t k = 0; k < t.r; ++k) {
-    const float* wr = t.w + k * t.h;
-    float* out = t.part + j * t.r + k;
-    int64_t c = t.c0;
-    for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
-      shrink_chunks<kShrinkChunks1>(xr + c * kSgmvChunk, wr + c * kSgmvChunk, out + c * ostride, ostride);
-    for (; c < t.c1; ++c) {
-      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+  float* out_row = t.part + j * t.r;
+  const float* xs[kShrinkChunks1];
+  const float* ws[kShrinkChunks1];
+  float* outs[kShrinkChunks1];
+  int n = 0;
+  if (t.c0 < full_end) {
+    for (int64_t k = 0; k < t.r; ++k) {
+      for (int64_t c = t.c0; c < full_end; ++c) {
+        xs[n] = xr + c * kSgmvChunk;
+        ws[n] = t.w + k * t.h + c * kSgmvChunk;
+        outs[n] = out_row + c * ostride + k;
+        if (++n == kShrinkChunks1) {
+          shrink_chunks<kShrinkChunks1>(xs, ws, outs);
+          n = 0;
+        }
+      }
+    }
+    for (int q = 0; q < n; ++q) shrink_chunks<1>(xs + q, ws + q, outs + q);
+  }
+  for (int64_t c = std::max(t.c0, full_end); c < t.c1; ++c) {  // the ragged last chunk
+    const int64_t e0 = c * kSgmvChunk, len = t.h - e0;
+    for (int64_t k = 0; k < t.r; ++k) {
       const float* xc[1] = {xr + e0};
-      const float* wc[1] = {wr + e0};
-      shrink_block<1, 1>(xc, wc, len, out + c * ostride, 1);
+      const float* wc[1] = {t.w + k * t.h + e0};
+      shrink_block<1, 1>(xc, wc, len, out_row + c * ostride + k, 1);
     }
   }
 }
@@ -112,10 +127,7 @@ static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
 static void shrink_tile(const ShrinkTile& t) {
   int64_t j = t.j0;
   for (; j + kShrinkRows <= t.j1; j += kShrinkRows) shrink_rows<kShrinkRows, kShrinkK>(t, j);
-  for (; j < t.j1; ++j) {
-    if (kShrinkChunks1 > 0) shrink_row1(t, j);
-    else shrink_rows<1, kShrinkK1>(t, j);
-  }
+  for (; j < t.j1; ++j) shrink_row1(t, j);
 }
 
 // ---------------------------------------------------------------- expand
@@ -167,8 +179,38 @@ static inline void expand_rows(const ExpandTile& t, int64_t j) {
   if (col < t.col1) expand_block<RB, 1>(t, vr, yr, col, t.col1 - col);
 }
 
+// A lone row (decode): the tile's accumulators live in an L1 buffer so that W is streamed one row at a time,
+// contiguously, across the whole tile (acc = fma(v[k], W[k, col], acc) over k, exactly as in expand_block).
+constexpr int64_t kExpandAccCols = 4096;  // 16 KB of accumulators
+static inline void expand_row1(const ExpandTile& t, int64_t j) {
+  alignas(64) float acc[kExpandAccCols];
+  const int64_t row = t.rows.at(j);
+  const float* vr = t.v + row * t.r_max;
+  float* yr = t.y + row * t.h;
+  for (int64_t c0 = t.col0; c0 < t.col1; c0 += kExpandAccCols) {
+    const int64_t n = std::min(kExpandAccCols, t.col1 - c0);
+    const int64_t full = n / kLanes * kLanes, tail = n - full;
+    for (int64_t q = 0; q < n; q += kLanes) v_store(acc + q, v_set1(0.0f));
+    const float* w = t.w + c0;
+    for (int64_t k = 0; k < t.r; ++k, w += t.h) {
+      const V vk = v_set1(vr[k]);
+      int64_t q = 0;
+      for (; q + 4 * kLanes <= full; q += 4 * kLanes) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) v_store(acc + q + u * kLanes, v_fmadd(vk, v_load(w + q + u * kLanes), v_load(acc + q + u * kLanes)));
+      }
+      for (; q < full; q += kLanes) v_store(acc + q, v_fmadd(vk, v_load(w + q), v_load(acc + q)));
+      if (tail > 0) v_store(acc + full, v_fmadd(vk, v_load_tail(w + full, tail), v_load(acc + full)));
+    }
+    const V scale = v_set1(t.scale);
+    float* yp = yr + c0;
+    for (int64_t q = 0; q < full; q += kLanes) v_store(yp + q, v_fmadd(scale, v_load(acc + q), v_load(yp + q)));
+    if (tail > 0) v_store_tail(yp + full, v_fmadd(scale, v_load(acc + full), v_load_tail(yp + full, tail)), tail);
+  }
+}
+
 static void expand_tile(const ExpandTile& t) {
   int64_t j = t.j0;
   for (; j + kExpandRows <= t.j1; j += kExpandRows) expand_rows<kExpandRows, kExpandCols>(t, j);
-  for (; j < t.j1; ++j) expand_rows<1, kExpandCols1>(t, j);
+  for (; j < t.j1; ++j) expand_row1(t, j);
 }
