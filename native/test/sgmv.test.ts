@@ -372,6 +372,36 @@ describe('sgmv determinism', () => {
     }
   });
 
+  it('a row\'s result does not depend on the rest of the batch: alone, in a distinct batch or in a big group, bit for bit', () => {
+    // The task partition differs completely between these calls (a lone group is split over K-chunks and columns,
+    // 24 one-row groups are not, a 24-row group runs the multi-row blocks); the per-row arithmetic must not.
+    const h = 1100; // 4 full chunks and a ragged one
+    const w = makeAdapter(16, h, h, 900);
+    const rows = 24;
+    const xData = randomFloats(rows * h, 1);
+    const vData = randomFloats(rows * 16, 2);
+    const y0s = randomFloats(rows * 16, 3);
+    const y0e = randomFloats(rows * h, 4);
+    forEachIsa((isa) => {
+      const run = (indptr: number[], from: number, n: number): [Float32Array, Float32Array] => {
+        const ys = tensorF32(y0s.slice(from * 16, (from + n) * 16), [n, 16]);
+        sgmvShrink(ys, tensorF32(xData.slice(from * h, (from + n) * h), [n, h]), indptr.slice(1).map(() => w.aT), i32(indptr), 1);
+        const ye = tensorF32(y0e.slice(from * h, (from + n) * h), [n, h]);
+        sgmvExpand(ye, tensorF32(vData.slice(from * 16, (from + n) * 16), [n, 16]), indptr.slice(1).map(() => w.bT), i32(indptr), 1, { scales: indptr.slice(1).map(() => 0.75) });
+        return [f32(ys), f32(ye)];
+      };
+      const [sd, ed] = run(Array.from({ length: rows + 1 }, (_, i) => i), 0, rows); // distinct: 24 one-row groups
+      const [sg, eg] = run([0, rows], 0, rows); // one 24-row group
+      for (const row of [0, 5, 23]) {
+        const [s1, e1] = run([0, 1], row, 1);
+        expectBitwiseEqual(s1, sd.subarray(row * 16, (row + 1) * 16), `${isa} shrink row ${row} alone vs distinct`);
+        expectBitwiseEqual(e1, ed.subarray(row * h, (row + 1) * h), `${isa} expand row ${row} alone vs distinct`);
+      }
+      expectBitwiseEqual(sg, sd, `${isa} shrink one group vs distinct`);
+      expectBitwiseEqual(eg, ed, `${isa} expand one group vs distinct`);
+    });
+  });
+
   it('BGMV equals SGMV after sorting the rows by adapter, bit for bit (fast paths and reference)', () => {
     const [hIn, hOut, rows, rMax] = [520, 96, 53, 32];
     const adapters = [8, 32, 16, 16].map((r, i) => makeAdapter(r, hIn, hOut, 700 + i));
