@@ -35,6 +35,8 @@ const tiny: PunicaKernelConfig = {
   reps: 2,
   warmup: 1,
   poolMiB: 1,
+  flushMiB: 1,
+  settleMs: 0,
 };
 
 describe('punica kernel figures', () => {
