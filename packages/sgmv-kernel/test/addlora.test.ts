@@ -104,12 +104,16 @@ describe('addLora', () => {
     }
   });
 
-  it('with no adapter in the batch it is a no-op', () => {
+  it('with no adapter in the batch it is a no-op; zero rows are fine', () => {
     const x = randomMat(3, hIn, 1);
     const y = randomMat(3, hOut, 2);
     try {
       addLora(y.t, x.t, [null, null], [null, null], new Int32Array([0, 1, 3]), 0);
       expect(sameBits(readF32(y.t), y.host.data)).toBe(true);
+      // and a batch of zero rows is fine too
+      const [x0, y0] = [Tensor.empty([0, hIn]), Tensor.empty([0, hOut])];
+      addLora(y0, x0, [aT[0]!], [bT[0]!], new Int32Array([0, 0]), 0);
+      disposeAll(x0, y0);
     } finally {
       disposeAll(x, y);
     }
