@@ -54,10 +54,13 @@ describe('punica kernel figures', () => {
     expect(fig8.find((r) => r.workload === 'zipf' && r.batch === 8)!.segments).toBe(5); // zipf(8) = [3, 2, 1, 1, 1]
     expect(Object.keys(f.ratios).sort()).toEqual([
       'sgmv_bandwidth_frac_b8_distinct',
+      'sgmv_bandwidth_frac_b8_distinct_best',
       'sgmv_distinct_vs_identical_b8',
       'sgmv_vs_bmm_b8_identical',
       'sgmv_vs_gather_bmm_b8_distinct',
+      'sgmv_vs_gather_bmm_b8_distinct_best',
       'sgmv_vs_loop_b8_distinct',
+      'sgmv_vs_loop_b8_distinct_best',
     ]);
     for (const v of Object.values(f.ratios)) expect(Number.isFinite(v) && v > 0).toBe(true);
     // Correctness was checked before timing: every method within 1e-4 of float64.
