@@ -62,7 +62,7 @@ describe('punica kernel figures', () => {
       'sgmv_vs_loop_b8_distinct',
       'sgmv_vs_loop_b8_distinct_best',
     ]);
-    for (const v of Object.values(f.ratios)) expect(Number.isFinite(v) && v > 0).toBe(true);
+    for (const [k, v] of Object.entries(f.ratios)) expect(Number.isFinite(v) && v > 0, `${k} = ${v}`).toBe(true);
     // Correctness was checked before timing: every method within 1e-4 of float64.
     const verification = f.params.verification as Record<string, Record<string, number>>;
     expect(Object.keys(verification).length).toBeGreaterThanOrEqual(8);

@@ -343,6 +343,10 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
                 sgmv_gflops: cost.flops / sgmvS / 1e9,
                 sgmv_gbs: cost.bytes / sgmvS / 1e9,
                 sgmv_bandwidth_frac: cost.bytes / sgmvS / 1e9 / roof.triadGBs,
+                sgmv_min_us: us(t.sgmv.minMs),
+                loop_min_us: us(t.loop.minMs),
+                gather_bmm_min_us: us(t.gather_bmm.minMs),
+                sgmv_bandwidth_frac_best: cost.bytes / (t.sgmv.minMs / 1000) / 1e9 / roof.triadGBs,
                 max_spread: Math.max(...METHODS.map((m) => t[m].spread)),
               };
               rows.push(row);
@@ -379,6 +383,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
                 sgmv_us: us(t.sgmv.medianMs),
                 sgmv_gbs: cost.bytes / (t.sgmv.medianMs / 1000) / 1e9,
                 sgmv_bandwidth_frac: cost.bytes / (t.sgmv.medianMs / 1000) / 1e9 / roof.triadGBs,
+                sgmv_min_us: us(t.sgmv.minMs),
                 spread: t.sgmv.spread,
               };
               rows.push(row);
@@ -437,6 +442,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
       { key: 'sgmv_gflops', header: 'SGMV GF/s' },
       { key: 'sgmv_gbs', header: 'SGMV GB/s' },
       { key: 'sgmv_bandwidth_frac', header: '% triad', format: pct },
+      { key: 'sgmv_bandwidth_frac_best', header: 'best', format: pct },
     ],
     rows: fig8,
     notes: [
@@ -445,6 +451,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
       `Machine (${roof.source}): triad ${roof.triadGBs.toFixed(1)} GB/s, peak ${roof.peakGflops.toFixed(0)} GFLOP/s. ` +
         'AI and GB/s count f32 bytes of x, y, v and each segment\'s A and B once (sgmv-kernel roofline.ts).',
       'Gather and BMM are the two halves of Gather-BMM; BMM is data-independent (its stacks are gathered beforehand).',
+      'best: % triad of the fastest SGMV call (rows also hold each method\'s fastest call, *_min_us; ratios *_best use them).',
     ],
   };
   const rankTable: TableSpec = {
