@@ -99,7 +99,7 @@ const METHODS = ['sgmv', 'loop', 'gather_bmm', 'gather', 'bmm'] as const;
 type Method = (typeof METHODS)[number];
 const METHOD_LABEL: Record<Method, string> = { sgmv: 'SGMV', loop: 'Loop', gather_bmm: 'Gather-BMM', gather: 'Gather', bmm: 'BMM' };
 
-/** Median per-call time of `reps` single calls (ms) and the interquartile spread relative to it. */
+/** Median and fastest per-call time of `reps` single calls (ms), and the interquartile spread relative to the median. */
 interface PointTiming {
   medianMs: number;
   /** The fastest call: what the machine does without interference (noise only ever adds time). */
@@ -114,8 +114,8 @@ function summarise(samples: number[]): PointTiming {
 
 /**
  * A pool of adapters of one rank and one layer in one table (A [P, r, h], B [P, r, h_out]) with per-adapter
- * [1, r, h] views;
- * `next(n)` hands out the next n adapters round-robin, so consecutive calls touch disjoint weights.
+ * [1, r, h] views; `next(n)` hands out the next n adapters round-robin, so consecutive calls touch disjoint
+ * weights.
  */
 class AdapterPool {
   readonly table: LoraWeightTable;
