@@ -89,6 +89,20 @@ static inline void shrink_chunks(const float* const* xs, const float* const* ws,
   for (int q = 0; q < NC; ++q) *out[q] = v_hsum(acc[q]);
 }
 
+// shrink_chunks over NC consecutive chunks: x and W advance by kSgmvChunk between them, out by ostride.
+template <int NC>
+static inline void shrink_chunk_run(const float* x, const float* w, float* out, int64_t ostride) {
+  V acc[NC];
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
+  for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
+#pragma GCC unroll 8
+    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(x + q * kSgmvChunk + e), v_load(w + q * kSgmvChunk + e), acc[q]);
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) out[q * ostride] = v_hsum(acc[q]);
+}
+
 // A lone row (decode): the (k, chunk) dot products in k-major order, so each W row is streamed contiguously, taken
 // kShrinkChunks1 at a time as independent FMA chains (whatever the chunk count, e.g. hIn = 256 has one per W row).
 static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
@@ -102,7 +116,12 @@ static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
   int n = 0;
   if (t.c0 < full_end) {
     for (int64_t k = 0; k < t.r; ++k) {
-      for (int64_t c = t.c0; c < full_end; ++c) {
+      int64_t c = t.c0;
+      // Runs of kShrinkChunks1 consecutive chunks of one W row: two base pointers (the general form below needs
+      // 3 x kShrinkChunks1 pointers, more than there are registers).
+      for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
+        shrink_chunk_run<kShrinkChunks1>(xr + c * kSgmvChunk, t.w + k * t.h + c * kSgmvChunk, out_row + c * ostride + k, ostride);
+      for (; c < full_end; ++c) {
         xs[n] = xr + c * kSgmvChunk;
         ws[n] = t.w + k * t.h + c * kSgmvChunk;
         outs[n] = out_row + c * ostride + k;
@@ -114,10 +133,15 @@ static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
     }
     for (int q = 0; q < n; ++q) shrink_chunks<1>(xs + q, ws + q, outs + q);
   }
-  for (int64_t c = std::max(t.c0, full_end); c < t.c1; ++c) {  // the ragged last chunk
+  for (int64_t c = std::max(t.c0, full_end); c < t.c1; ++c) {  // the ragged last chunk, 4 W rows at a time
     const int64_t e0 = c * kSgmvChunk, len = t.h - e0;
-    for (int64_t k = 0; k < t.r; ++k) {
-      const float* xc[1] = {xr + e0};
+    const float* xc[1] = {xr + e0};
+    int64_t k = 0;
+    for (; k + 4 <= t.r; k += 4) {
+      const float* wc[4] = {t.w + k * t.h + e0, t.w + (k + 1) * t.h + e0, t.w + (k + 2) * t.h + e0, t.w + (k + 3) * t.h + e0};
+      shrink_block<1, 4>(xc, wc, len, out_row + c * ostride + k, 1);
+    }
+    for (; k < t.r; ++k) {
       const float* wc[1] = {t.w + k * t.h + e0};
       shrink_block<1, 1>(xc, wc, len, out_row + c * ostride + k, 1);
     }
@@ -179,33 +203,58 @@ static inline void expand_rows(const ExpandTile& t, int64_t j) {
   if (col < t.col1) expand_block<RB, 1>(t, vr, yr, col, t.col1 - col);
 }
 
-// A lone row (decode): the tile's accumulators live in an L1 buffer so that W is streamed one row at a time,
-// contiguously, across the whole tile (acc = fma(v[k], W[k, col], acc) over k, exactly as in expand_block).
+// A lone row (decode): k is taken kExpandK1 rows at a time (that many W rows streamed together, which the memory
+// system serves far better than all r at once), columns in blocks of kExpandCols1 vectors; between k blocks the
+// accumulators wait in an L1 buffer. Storing and reloading an f32 does not change it, so each output is still the
+// FMA chain over k = 0..r-1 of expand_block.
 constexpr int64_t kExpandAccCols = 4096;  // 16 KB of accumulators
+template <int CB>
+static inline void expand_row1_cols(const ExpandTile& t, const float* vr, float* yr, float* acc, int64_t c, int64_t tail) {
+  const int64_t at = c - t.col0;  // column within the tile, for the buffer
+  for (int64_t k0 = 0; k0 < t.r; k0 += kExpandK1) {
+    const int64_t k1 = std::min<int64_t>(t.r, k0 + kExpandK1);
+    V a[CB];
+#pragma GCC unroll 8
+    for (int q = 0; q < CB; ++q) a[q] = k0 == 0 ? v_set1(0.0f) : v_load(acc + at + q * kLanes);
+    const float* w = t.w + k0 * t.h + c;
+    for (int64_t k = k0; k < k1; ++k, w += t.h) {
+      const V vk = v_set1(vr[k]);
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) {
+        const V wv = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
+        a[q] = v_fmadd(vk, wv, a[q]);
+      }
+    }
+    if (k1 < t.r) {
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) v_store(acc + at + q * kLanes, a[q]);
+    } else {
+      const V scale = v_set1(t.scale);
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) {
+        float* yp = yr + c + q * kLanes;
+        if (tail > 0 && q == CB - 1) v_store_tail(yp, v_fmadd(scale, a[q], v_load_tail(yp, tail)), tail);
+        else v_store(yp, v_fmadd(scale, a[q], v_load(yp)));
+      }
+    }
+  }
+}
+
 static inline void expand_row1(const ExpandTile& t, int64_t j) {
-  alignas(64) float acc[kExpandAccCols];
+  alignas(64) float acc[kExpandAccCols + 16];
   const int64_t row = t.rows.at(j);
   const float* vr = t.v + row * t.r_max;
   float* yr = t.y + row * t.h;
-  for (int64_t c0 = t.col0; c0 < t.col1; c0 += kExpandAccCols) {
-    const int64_t n = std::min(kExpandAccCols, t.col1 - c0);
-    const int64_t full = n / kLanes * kLanes, tail = n - full;
-    for (int64_t q = 0; q < n; q += kLanes) v_store(acc + q, v_set1(0.0f));
-    const float* w = t.w + c0;
-    for (int64_t k = 0; k < t.r; ++k, w += t.h) {
-      const V vk = v_set1(vr[k]);
-      int64_t q = 0;
-      for (; q + 4 * kLanes <= full; q += 4 * kLanes) {
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) v_store(acc + q + u * kLanes, v_fmadd(vk, v_load(w + q + u * kLanes), v_load(acc + q + u * kLanes)));
-      }
-      for (; q < full; q += kLanes) v_store(acc + q, v_fmadd(vk, v_load(w + q), v_load(acc + q)));
-      if (tail > 0) v_store(acc + full, v_fmadd(vk, v_load_tail(w + full, tail), v_load(acc + full)));
-    }
-    const V scale = v_set1(t.scale);
-    float* yp = yr + c0;
-    for (int64_t q = 0; q < full; q += kLanes) v_store(yp + q, v_fmadd(scale, v_load(acc + q), v_load(yp + q)));
-    if (tail > 0) v_store_tail(yp + full, v_fmadd(scale, v_load(acc + full), v_load_tail(yp + full, tail)), tail);
+  // Column blocks of at most kExpandAccCols, so the buffer holds every accumulator of a block between k blocks.
+  for (int64_t b0 = t.col0; b0 < t.col1; b0 += kExpandAccCols) {
+    const int64_t b1 = std::min(t.col1, b0 + kExpandAccCols);
+    ExpandTile sub = t;
+    sub.col0 = b0;
+    sub.col1 = b1;
+    int64_t c = b0;
+    for (; c + kExpandCols1 * kLanes <= b1; c += kExpandCols1 * kLanes) expand_row1_cols<kExpandCols1>(sub, vr, yr, acc, c, 0);
+    for (; c + kLanes <= b1; c += kLanes) expand_row1_cols<1>(sub, vr, yr, acc, c, 0);
+    if (c < b1) expand_row1_cols<1>(sub, vr, yr, acc, c, b1 - c);
   }
 }
 
