@@ -45,9 +45,11 @@ SgmvRows rows_of(const SgmvArgs& a, const SgmvSegment& s) {
 
 bool has_work(const SgmvSegment& s) { return s.rows > 0 && s.r > 0; }
 
+}  // namespace
+
 // ---------------------------------------------------------------- scalar tile bodies (baseline ISA)
 
-void shrink_tile_scalar(const ShrinkTile& t) {
+void sgmv_shrink_tile_scalar(const ShrinkTile& t) {
   for (int64_t j = t.j0; j < t.j1; ++j) {
     const float* xr = t.x + t.rows.at(j) * t.h;
     for (int64_t k = 0; k < t.r; ++k) {
@@ -62,7 +64,7 @@ void shrink_tile_scalar(const ShrinkTile& t) {
   }
 }
 
-void expand_tile_scalar(const ExpandTile& t) {
+void sgmv_expand_tile_scalar(const ExpandTile& t) {
   const int64_t n = t.col1 - t.col0;
   std::vector<float> acc(static_cast<size_t>(n));
   for (int64_t j = t.j0; j < t.j1; ++j) {
@@ -79,11 +81,13 @@ void expand_tile_scalar(const ExpandTile& t) {
   }
 }
 
+namespace {
+
 void run_shrink_tile(Isa isa, const ShrinkTile& t) {
   switch (isa) {
     case Isa::Avx512: sgmv_shrink_tile_avx512(t); break;
     case Isa::Avx2: sgmv_shrink_tile_avx2(t); break;
-    default: shrink_tile_scalar(t);
+    default: sgmv_shrink_tile_scalar(t);
   }
 }
 
@@ -91,7 +95,7 @@ void run_expand_tile(Isa isa, const ExpandTile& t) {
   switch (isa) {
     case Isa::Avx512: sgmv_expand_tile_avx512(t); break;
     case Isa::Avx2: sgmv_expand_tile_avx2(t); break;
-    default: expand_tile_scalar(t);
+    default: sgmv_expand_tile_scalar(t);
   }
 }
 
@@ -275,8 +279,5 @@ void sgmv_expand(const SgmvArgs& a) {
     run_expand_tile(isa, t);
   });
 }
-
-void sgmv_shrink_tile_scalar(const ShrinkTile& t) { shrink_tile_scalar(t); }
-void sgmv_expand_tile_scalar(const ExpandTile& t) { expand_tile_scalar(t); }
 
 }  // namespace tessera::cpu
