@@ -8,8 +8,8 @@
 //   shrink  split-K: tasks over (group, rows block, range of K-chunks of kSgmvChunk). Each task writes f32 partials
 //           (one per row, k and chunk) to scratch; a second pass sums every output's partials in chunk order and
 //           adds the sum to y. Chunk ranges are sized so a task's W tile stays in L2 across its row blocks.
-// The partition depends on the shapes and the thread count, the arithmetic does not (see SgmvArgs), so results
-// are bitwise identical for any thread count.
+// The partition depends on the shapes only, and the arithmetic not even on that (see SgmvArgs), so results are
+// bitwise identical for any thread count and for any grouping of the same rows.
 #include <algorithm>
 #include <vector>
 
@@ -23,16 +23,21 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kShrinkTileBytes = int64_t(256) << 10;  // W bytes a shrink task keeps hot (r x its chunks)
-constexpr int64_t kExpandTileBytes = int64_t(64) << 10;   // W bytes an expand task keeps hot (r x its columns)
+constexpr int64_t kExpandTileBytes = int64_t(128) << 10;  // W bytes an expand task keeps hot (r x its columns)
 constexpr int64_t kColumnAlign = 64;                      // expand tiles start at multiples of this many columns
 constexpr int64_t kRowsPerTask = 256;                     // rows of one group per task (prefill-size groups)
 constexpr int64_t kReduceRowsPerTask = 64;
+// Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
+// more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
+constexpr int64_t kInlineBytes = int64_t(192) << 10;
+constexpr int64_t kInlinePartials = int64_t(32) << 10;  // shrink reductions over fewer partials run inline
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Enough tasks to balance the pool when groups differ in size.
-int64_t target_tasks() { return std::max<int64_t>(16, 4 * static_cast<int64_t>(global_pool().size())); }
+// Enough tasks to balance a pool when groups differ in size (fixed, like every split here: the partition depends on
+// the shapes only).
+constexpr int64_t kTargetTasks = 32;
 
 SgmvRows rows_of(const SgmvArgs& a, const SgmvSegment& s) {
   return a.row_ids ? SgmvRows{a.row_ids + s.row_begin, 0} : SgmvRows{nullptr, s.row_begin};
@@ -40,9 +45,11 @@ SgmvRows rows_of(const SgmvArgs& a, const SgmvSegment& s) {
 
 bool has_work(const SgmvSegment& s) { return s.rows > 0 && s.r > 0; }
 
+}  // namespace
+
 // ---------------------------------------------------------------- scalar tile bodies (baseline ISA)
 
-void shrink_tile_scalar(const ShrinkTile& t) {
+void sgmv_shrink_tile_scalar(const ShrinkTile& t) {
   for (int64_t j = t.j0; j < t.j1; ++j) {
     const float* xr = t.x + t.rows.at(j) * t.h;
     for (int64_t k = 0; k < t.r; ++k) {
@@ -57,7 +64,7 @@ void shrink_tile_scalar(const ShrinkTile& t) {
   }
 }
 
-void expand_tile_scalar(const ExpandTile& t) {
+void sgmv_expand_tile_scalar(const ExpandTile& t) {
   const int64_t n = t.col1 - t.col0;
   std::vector<float> acc(static_cast<size_t>(n));
   for (int64_t j = t.j0; j < t.j1; ++j) {
@@ -74,11 +81,13 @@ void expand_tile_scalar(const ExpandTile& t) {
   }
 }
 
+namespace {
+
 void run_shrink_tile(Isa isa, const ShrinkTile& t) {
   switch (isa) {
     case Isa::Avx512: sgmv_shrink_tile_avx512(t); break;
     case Isa::Avx2: sgmv_shrink_tile_avx2(t); break;
-    default: shrink_tile_scalar(t);
+    default: sgmv_shrink_tile_scalar(t);
   }
 }
 
@@ -86,7 +95,7 @@ void run_expand_tile(Isa isa, const ExpandTile& t) {
   switch (isa) {
     case Isa::Avx512: sgmv_expand_tile_avx512(t); break;
     case Isa::Avx2: sgmv_expand_tile_avx2(t); break;
-    default: expand_tile_scalar(t);
+    default: sgmv_expand_tile_scalar(t);
   }
 }
 
@@ -101,7 +110,6 @@ template <typename CapOf>
 std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&& cap_of) {
   std::vector<Task> tasks;
   if (extent <= 0) return tasks;
-  const int64_t target = target_tasks();
   for (int64_t split = 1;; split *= 2) {
     tasks.clear();
     bool can_split_more = false;
@@ -116,7 +124,26 @@ std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&&
           tasks.push_back({g, j0, std::min(s.rows, j0 + kRowsPerTask), b0, std::min(extent, b0 + step)});
       }
     }
-    if (static_cast<int64_t>(tasks.size()) >= target || !can_split_more) return tasks;
+    if (static_cast<int64_t>(tasks.size()) >= kTargetTasks || !can_split_more) return tasks;
+  }
+}
+
+// Bytes a call streams: every group's W slice and its rows of the wide operand (x for shrink, y for expand).
+int64_t traffic_bytes(const SgmvArgs& a) {
+  int64_t bytes = 0;
+  for (int64_t g = 0; g < a.n_segments; ++g) {
+    const SgmvSegment& s = a.segments[g];
+    if (has_work(s)) bytes += (s.r + s.rows) * a.h * int64_t(sizeof(float));
+  }
+  return bytes;
+}
+
+template <typename Fn>
+void run_tasks(int64_t n, bool on_caller, const Fn& fn) {
+  if (on_caller) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    global_pool().parallel_for(n, fn);
   }
 }
 
@@ -169,8 +196,10 @@ void sgmv_expand_ref(const SgmvArgs& a) {
 
 void sgmv_shrink(const SgmvArgs& a) {
   const int64_t chunks = ceil_div(a.h, kSgmvChunk);
-  const std::vector<Task> tasks =
-      plan(a, chunks, 1, [](const SgmvSegment& s) { return kShrinkTileBytes / (s.r * kSgmvChunk * int64_t(sizeof(float))); });
+  // A one-row group reads its W tile once whatever its size; larger groups keep theirs in L2 across row blocks.
+  const std::vector<Task> tasks = plan(a, chunks, 1, [&](const SgmvSegment& s) {
+    return s.rows == 1 ? chunks : kShrinkTileBytes / (s.r * kSgmvChunk * int64_t(sizeof(float)));
+  });
   if (tasks.empty()) return;
   // Partials of group g start at offset[g]: [chunk][row][k].
   std::vector<int64_t> offset(static_cast<size_t>(a.n_segments) + 1, 0);
@@ -181,7 +210,8 @@ void sgmv_shrink(const SgmvArgs& a) {
   std::vector<float>& part = partial_scratch();
   if (part.size() < static_cast<size_t>(offset.back())) part.resize(static_cast<size_t>(offset.back()));
   const Isa isa = active_isa();
-  global_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+  const bool small = traffic_bytes(a) < kInlineBytes;
+  run_tasks(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
     const SgmvSegment& s = a.segments[task.g];
     ShrinkTile t;
@@ -205,7 +235,7 @@ void sgmv_shrink(const SgmvArgs& a) {
     if (!has_work(s)) continue;
     for (int64_t j0 = 0; j0 < s.rows; j0 += kReduceRowsPerTask) reduce.push_back({g, j0, std::min(s.rows, j0 + kReduceRowsPerTask), 0, 0});
   }
-  global_pool().parallel_for(static_cast<int64_t>(reduce.size()), [&](int64_t i) {
+  run_tasks(static_cast<int64_t>(reduce.size()), small || offset.back() < kInlinePartials, [&](int64_t i) {
     const Task& task = reduce[static_cast<size_t>(i)];
     const SgmvSegment& s = a.segments[task.g];
     const SgmvRows rows = rows_of(a, s);
@@ -224,12 +254,13 @@ void sgmv_shrink(const SgmvArgs& a) {
 }
 
 void sgmv_expand(const SgmvArgs& a) {
-  const std::vector<Task> tasks = plan(a, a.h, kColumnAlign, [](const SgmvSegment& s) {
+  const std::vector<Task> tasks = plan(a, a.h, kColumnAlign, [&](const SgmvSegment& s) {
+    if (s.rows == 1) return a.h;
     return std::max<int64_t>(kColumnAlign, kExpandTileBytes / (s.r * int64_t(sizeof(float))) / kColumnAlign * kColumnAlign);
   });
   if (tasks.empty()) return;
   const Isa isa = active_isa();
-  global_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+  run_tasks(static_cast<int64_t>(tasks.size()), traffic_bytes(a) < kInlineBytes, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
     const SgmvSegment& s = a.segments[task.g];
     ExpandTile t;
@@ -248,8 +279,5 @@ void sgmv_expand(const SgmvArgs& a) {
     run_expand_tile(isa, t);
   });
 }
-
-void sgmv_shrink_tile_scalar(const ShrinkTile& t) { shrink_tile_scalar(t); }
-void sgmv_expand_tile_scalar(const ExpandTile& t) { expand_tile_scalar(t); }
 
 }  // namespace tessera::cpu

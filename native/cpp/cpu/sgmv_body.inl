@@ -75,36 +75,75 @@ static inline void shrink_rows(const ShrinkTile& t, int64_t j) {
   }
 }
 
-// NC full chunks of one row at once (independent FMA chains): out[q * ostride] = dot(xr[q chunk], wr[q chunk]).
+// NC independent dot products over full chunks: out[q] = dot(xs[q][0:kSgmvChunk], ws[q][0:kSgmvChunk]).
 template <int NC>
-static inline void shrink_chunks(const float* xr, const float* wr, float* out, int64_t ostride) {
+static inline void shrink_chunks(const float* const* xs, const float* const* ws, float* const* out) {
   V acc[NC];
 #pragma GCC unroll 8
   for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
   for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
 #pragma GCC unroll 8
-    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xr + q * kSgmvChunk + e), v_load(wr + q * kSgmvChunk + e), acc[q]);
+    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xs[q] + e), v_load(ws[q] + e), acc[q]);
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) *out[q] = v_hsum(acc[q]);
+}
+
+// shrink_chunks over NC consecutive chunks: x and W advance by kSgmvChunk between them, out by ostride.
+template <int NC>
+static inline void shrink_chunk_run(const float* x, const float* w, float* out, int64_t ostride) {
+  V acc[NC];
+#pragma GCC unroll 8
+  for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
+  for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
+#pragma GCC unroll 8
+    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(x + q * kSgmvChunk + e), v_load(w + q * kSgmvChunk + e), acc[q]);
   }
 #pragma GCC unroll 8
   for (int q = 0; q < NC; ++q) out[q * ostride] = v_hsum(acc[q]);
 }
 
-// A lone row (decode): each W row is streamed contiguously across the tile's chunks, kShrinkChunks1 chunks at a time.
+// A lone row (decode): the (k, chunk) dot products in k-major order, so each W row is streamed contiguously, taken
+// kShrinkChunks1 at a time as independent FMA chains (whatever the chunk count, e.g. hIn = 256 has one per W row).
 static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
   const float* xr = t.x + t.rows.at(j) * t.h;
   const int64_t full_end = std::min(t.c1, t.h / kSgmvChunk);  // chunks before this one are full
   const int64_t ostride = t.n_rows * t.r;                     // between chunks in part
-  for (int64_t k = 0; k < t.r; ++k) {
-    const float* wr = t.w + k * t.h;
-    float* out = t.part + j * t.r + k;
-    int64_t c = t.c0;
-    for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
-      shrink_chunks<kShrinkChunks1>(xr + c * kSgmvChunk, wr + c * kSgmvChunk, out + c * ostride, ostride);
-    for (; c < t.c1; ++c) {
-      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
-      const float* xc[1] = {xr + e0};
-      const float* wc[1] = {wr + e0};
-      shrink_block<1, 1>(xc, wc, len, out + c * ostride, 1);
+  float* out_row = t.part + j * t.r;
+  const float* xs[kShrinkChunks1];
+  const float* ws[kShrinkChunks1];
+  float* outs[kShrinkChunks1];
+  int n = 0;
+  if (t.c0 < full_end) {
+    for (int64_t k = 0; k < t.r; ++k) {
+      int64_t c = t.c0;
+      // Runs of kShrinkChunks1 consecutive chunks of one W row: two base pointers (the general form below needs
+      // 3 x kShrinkChunks1 pointers, more than there are registers).
+      for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
+        shrink_chunk_run<kShrinkChunks1>(xr + c * kSgmvChunk, t.w + k * t.h + c * kSgmvChunk, out_row + c * ostride + k, ostride);
+      for (; c < full_end; ++c) {
+        xs[n] = xr + c * kSgmvChunk;
+        ws[n] = t.w + k * t.h + c * kSgmvChunk;
+        outs[n] = out_row + c * ostride + k;
+        if (++n == kShrinkChunks1) {
+          shrink_chunks<kShrinkChunks1>(xs, ws, outs);
+          n = 0;
+        }
+      }
+    }
+    for (int q = 0; q < n; ++q) shrink_chunks<1>(xs + q, ws + q, outs + q);
+  }
+  for (int64_t c = std::max(t.c0, full_end); c < t.c1; ++c) {  // the ragged last chunk, 4 W rows at a time
+    const int64_t e0 = c * kSgmvChunk, len = t.h - e0;
+    const float* xc[1] = {xr + e0};
+    int64_t k = 0;
+    for (; k + 4 <= t.r; k += 4) {
+      const float* wc[4] = {t.w + k * t.h + e0, t.w + (k + 1) * t.h + e0, t.w + (k + 2) * t.h + e0, t.w + (k + 3) * t.h + e0};
+      shrink_block<1, 4>(xc, wc, len, out_row + c * ostride + k, 1);
+    }
+    for (; k < t.r; ++k) {
+      const float* wc[1] = {t.w + k * t.h + e0};
+      shrink_block<1, 1>(xc, wc, len, out_row + c * ostride + k, 1);
     }
   }
 }
@@ -112,10 +151,7 @@ static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
 static void shrink_tile(const ShrinkTile& t) {
   int64_t j = t.j0;
   for (; j + kShrinkRows <= t.j1; j += kShrinkRows) shrink_rows<kShrinkRows, kShrinkK>(t, j);
-  for (; j < t.j1; ++j) {
-    if (kShrinkChunks1 > 0) shrink_row1(t, j);
-    else shrink_rows<1, kShrinkK1>(t, j);
-  }
+  for (; j < t.j1; ++j) shrink_row1(t, j);
 }
 
 // ---------------------------------------------------------------- expand
@@ -167,8 +203,63 @@ static inline void expand_rows(const ExpandTile& t, int64_t j) {
   if (col < t.col1) expand_block<RB, 1>(t, vr, yr, col, t.col1 - col);
 }
 
+// A lone row (decode): k is taken kExpandK1 rows at a time (that many W rows streamed together, which the memory
+// system serves far better than all r at once), columns in blocks of kExpandCols1 vectors; between k blocks the
+// accumulators wait in an L1 buffer. Storing and reloading an f32 does not change it, so each output is still the
+// FMA chain over k = 0..r-1 of expand_block.
+constexpr int64_t kExpandAccCols = 4096;  // 16 KB of accumulators
+template <int CB>
+static inline void expand_row1_cols(const ExpandTile& t, const float* vr, float* yr, float* acc, int64_t c, int64_t tail) {
+  const int64_t at = c - t.col0;  // column within the tile, for the buffer
+  for (int64_t k0 = 0; k0 < t.r; k0 += kExpandK1) {
+    const int64_t k1 = std::min<int64_t>(t.r, k0 + kExpandK1);
+    V a[CB];
+#pragma GCC unroll 8
+    for (int q = 0; q < CB; ++q) a[q] = k0 == 0 ? v_set1(0.0f) : v_load(acc + at + q * kLanes);
+    const float* w = t.w + k0 * t.h + c;
+    for (int64_t k = k0; k < k1; ++k, w += t.h) {
+      const V vk = v_set1(vr[k]);
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) {
+        const V wv = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
+        a[q] = v_fmadd(vk, wv, a[q]);
+      }
+    }
+    if (k1 < t.r) {
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) v_store(acc + at + q * kLanes, a[q]);
+    } else {
+      const V scale = v_set1(t.scale);
+#pragma GCC unroll 8
+      for (int q = 0; q < CB; ++q) {
+        float* yp = yr + c + q * kLanes;
+        if (tail > 0 && q == CB - 1) v_store_tail(yp, v_fmadd(scale, a[q], v_load_tail(yp, tail)), tail);
+        else v_store(yp, v_fmadd(scale, a[q], v_load(yp)));
+      }
+    }
+  }
+}
+
+static inline void expand_row1(const ExpandTile& t, int64_t j) {
+  alignas(64) float acc[kExpandAccCols + 16];
+  const int64_t row = t.rows.at(j);
+  const float* vr = t.v + row * t.r_max;
+  float* yr = t.y + row * t.h;
+  // Column blocks of at most kExpandAccCols, so the buffer holds every accumulator of a block between k blocks.
+  for (int64_t b0 = t.col0; b0 < t.col1; b0 += kExpandAccCols) {
+    const int64_t b1 = std::min(t.col1, b0 + kExpandAccCols);
+    ExpandTile sub = t;
+    sub.col0 = b0;
+    sub.col1 = b1;
+    int64_t c = b0;
+    for (; c + kExpandCols1 * kLanes <= b1; c += kExpandCols1 * kLanes) expand_row1_cols<kExpandCols1>(sub, vr, yr, acc, c, 0);
+    for (; c + kLanes <= b1; c += kLanes) expand_row1_cols<1>(sub, vr, yr, acc, c, 0);
+    if (c < b1) expand_row1_cols<1>(sub, vr, yr, acc, c, b1 - c);
+  }
+}
+
 static void expand_tile(const ExpandTile& t) {
   int64_t j = t.j0;
   for (; j + kExpandRows <= t.j1; j += kExpandRows) expand_rows<kExpandRows, kExpandCols>(t, j);
-  for (; j < t.j1; ++j) expand_rows<1, kExpandCols1>(t, j);
+  for (; j < t.j1; ++j) expand_row1(t, j);
 }

@@ -6,9 +6,9 @@
  *   - Gather-BMM: gather per-row copies of each row's A and B into [rows, r, h] stacks, then two batched
  *     matmuls with m = 1: the stacks move 2 · s_n · h · r extra elements per matrix (roofline.ts).
  *   - Gather and BMM alone, "for reference"; BMM is data-independent (the same cost for every workload).
- * Gather-BMM reads the adapters from one stacked table [N, L, r, h] (what `torch.stack` of the adapters or an
+ * Gather-BMM reads the adapters from one stacked table [N·L, r, h] (what `torch.stack` of the adapters or an
  * index_select over a weight table gathers from); {@link stackLoraWeights} builds it and {@link tableViews}
- * gives the per-adapter views SGMV and Loop take, so every method reads the same memory.
+ * gives the per-adapter [L, r, h] views SGMV and Loop take, so every method reads the same memory.
  */
 import { InvalidArgumentError, ShapeMismatchError, Tensor, formatShape, gatherRows, gemm, gemmBatched, sameBackend } from '@tessera/native';
 import { type Segments, hostIndptr } from './ops.js';
@@ -74,10 +74,15 @@ export function loraLoop(
   }
 }
 
-/** All adapters of a benchmark in one table per matrix: A [N, L, r, h_in], B [N, L, r, h_out]. */
+/**
+ * All adapters of a benchmark in one table per matrix, adapter-major and flat over (adapter, layer):
+ * A [N·L, r, h_in] and B [N·L, r, h_out], so row j·L + ℓ is adapter j's layer ℓ (what a gather indexes).
+ */
 export interface LoraWeightTable {
   a: Tensor;
   b: Tensor;
+  /** L: layers per adapter. */
+  layers: number;
 }
 
 /** Copies N adapters (each A [L, r, h_in] and B [L, r, h_out], all the same shape) into one table. */
@@ -86,6 +91,7 @@ export function stackLoraWeights(a: readonly Tensor[], b: readonly Tensor[]): Lo
   const stack = (ws: readonly Tensor[], what: string): Tensor => {
     const shape = ws[0]!.shape;
     const backend = sameBackend('stackLoraWeights', ...ws);
+    if (shape.length !== 3) throw new ShapeMismatchError(`stackLoraWeights: ${what}[0] ${formatShape(shape)} must be [L, r, h]`);
     const per = ws[0]!.numel;
     const host = new Float32Array(ws.length * per);
     ws.forEach((w, i) => {
@@ -94,28 +100,25 @@ export function stackLoraWeights(a: readonly Tensor[], b: readonly Tensor[]): Lo
       }
       host.set(w.toArray() as Float32Array, i * per);
     });
-    return Tensor.from(host, [ws.length, ...shape], { backend });
+    return Tensor.from(host, [ws.length * shape[0]!, shape[1]!, shape[2]!], { backend });
   };
+  const layers = a[0]!.shape[0]!;
+  if (b[0]!.shape[0] !== layers || b[0]!.shape[1] !== a[0]!.shape[1]) {
+    throw new ShapeMismatchError(`stackLoraWeights: a[0] ${formatShape(a[0]!.shape)} and b[0] ${formatShape(b[0]!.shape)} must share L and r`);
+  }
   const ta = stack(a, 'a');
   try {
-    return { a: ta, b: stack(b, 'b') };
+    return { a: ta, b: stack(b, 'b'), layers };
   } catch (err) {
     ta.dispose();
     throw err;
   }
 }
 
-/** Per-adapter [L, r, h] views of a table (sharing its memory); the caller disposes them. */
+/** Per-adapter [L, r, h] views of a table (sharing its memory, one row view each); the caller disposes them. */
 export function tableViews(table: LoraWeightTable): { a: Tensor[]; b: Tensor[] } {
-  const views = (t: Tensor) =>
-    Array.from({ length: t.shape[0]! }, (_, i) => {
-      const one = t.rows(i, 1);
-      try {
-        return one.reshape(t.shape.slice(1));
-      } finally {
-        one.dispose();
-      }
-    });
+  const L = table.layers;
+  const views = (t: Tensor) => Array.from({ length: t.shape[0]! / L }, (_, i) => t.rows(i * L, L));
   return { a: views(table.a), b: views(table.b) };
 }
 
@@ -130,11 +133,11 @@ export interface GatheredLoraWeights {
  * row needs one: give base-model rows a zero adapter, as Punica's demo does). Writes into `out` when given.
  */
 export function gatherLoraWeights(table: LoraWeightTable, rowAdapter: Int32Array, layer: number, options: { out?: GatheredLoraWeights } = {}): GatheredLoraWeights {
-  const { a, b } = table;
-  if (a.rank !== 4 || b.rank !== 4 || a.shape[0] !== b.shape[0] || a.shape[1] !== b.shape[1] || a.shape[2] !== b.shape[2]) {
-    throw new ShapeMismatchError(`gatherLoraWeights: tables A ${formatShape(a.shape)} and B ${formatShape(b.shape)} must be [N, L, r, h_in] and [N, L, r, h_out]`);
+  const { a, b, layers: L } = table;
+  if (a.rank !== 3 || b.rank !== 3 || a.shape[0] !== b.shape[0] || a.shape[1] !== b.shape[1] || !(L > 0) || a.shape[0]! % L !== 0) {
+    throw new ShapeMismatchError(`gatherLoraWeights: tables A ${formatShape(a.shape)} and B ${formatShape(b.shape)} must be [N·L, r, h_in] and [N·L, r, h_out] with L = ${L}`);
   }
-  const [N, L, r] = a.shape as [number, number, number, number];
+  const N = a.shape[0]! / L;
   if (!Number.isInteger(layer) || layer < 0 || layer >= L) throw new InvalidArgumentError(`gatherLoraWeights: layer ${layer} outside [0, ${L})`);
   const idx = new Int32Array(rowAdapter.length);
   for (let row = 0; row < rowAdapter.length; row++) {
@@ -144,21 +147,16 @@ export function gatherLoraWeights(table: LoraWeightTable, rowAdapter: Int32Array
   }
   const backend = sameBackend('gatherLoraWeights', a, b, options.out?.a, options.out?.b);
   const idxT = Tensor.from(idx, [idx.length], { backend });
-  // [N, L, r, h] viewed as [N·L, r, h]: row j·L + ℓ is adapter j's layer ℓ.
-  const flatA = a.reshape([N * L, r, a.shape[3]!]);
-  const flatB = b.reshape([N * L, r, b.shape[3]!]);
   try {
-    const ga = gatherRows(flatA, idxT, options.out ? { out: options.out.a } : {});
+    const ga = gatherRows(a, idxT, options.out ? { out: options.out.a } : {});
     try {
-      return { a: ga, b: gatherRows(flatB, idxT, options.out ? { out: options.out.b } : {}) };
+      return { a: ga, b: gatherRows(b, idxT, options.out ? { out: options.out.b } : {}) };
     } catch (err) {
       if (!options.out) ga.dispose();
       throw err;
     }
   } finally {
     idxT.dispose();
-    flatA.dispose();
-    flatB.dispose();
   }
 }
 
@@ -170,16 +168,21 @@ export interface BmmOptions {
 }
 
 /**
- * BMM: y[row] += scale · (x[row] · A_rowᵀ) · B_row over pre-gathered stacks, as two batched GEMMs with m = 1
- * (x viewed as [rows, 1, h_in]). Independent of how rows map to adapters.
+ * BMM: y[row] += scale · (x[row] · A_rowᵀ) · B_row over pre-gathered stacks, as two batched GEMMs with m = 1.
+ * x and y are [rows, h], or already viewed as [rows, 1, h] (which spares two views per call). Independent of how
+ * rows map to adapters.
  */
 export function bmm(y: Tensor, x: Tensor, stacks: GatheredLoraWeights, options: BmmOptions = {}): void {
   sameBackend('bmm', y, x, stacks.a, stacks.b, options.scratch);
-  if (x.rank !== 2 || y.rank !== 2) throw new ShapeMismatchError(`bmm: x ${formatShape(x.shape)} and y ${formatShape(y.shape)} must be [rows, h]`);
-  const rows = x.shape[0]!;
-  const x3 = x.reshape([rows, 1, x.shape[1]!]);
-  const y3 = y.reshape([rows, 1, y.shape[1]!]);
+  const as3 = (t: Tensor, name: string): Tensor => {
+    if (t.rank === 3 && t.shape[1] === 1) return t;
+    if (t.rank !== 2) throw new ShapeMismatchError(`bmm: ${name} ${formatShape(t.shape)} must be [rows, h] or [rows, 1, h]`);
+    return t.reshape([t.shape[0]!, 1, t.shape[1]!]);
+  };
+  const x3 = as3(x, 'x');
+  let y3: Tensor | null = null;
   try {
+    y3 = as3(y, 'y');
     const v = gemmBatched(x3, stacks.a, { transB: true, ...(options.scratch ? { out: options.scratch } : {}) });
     try {
       gemmBatched(v, stacks.b, { alpha: options.scale ?? 1, beta: 1, out: y3 });
@@ -187,8 +190,8 @@ export function bmm(y: Tensor, x: Tensor, stacks: GatheredLoraWeights, options: 
       if (!options.scratch) v.dispose();
     }
   } finally {
-    x3.dispose();
-    y3.dispose();
+    if (x3 !== x) x3.dispose();
+    if (y3 && y3 !== y) y3.dispose();
   }
 }
 

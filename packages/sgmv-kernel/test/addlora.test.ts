@@ -104,12 +104,16 @@ describe('addLora', () => {
     }
   });
 
-  it('with no adapter in the batch it is a no-op', () => {
+  it('with no adapter in the batch it is a no-op; zero rows are fine', () => {
     const x = randomMat(3, hIn, 1);
     const y = randomMat(3, hOut, 2);
     try {
       addLora(y.t, x.t, [null, null], [null, null], new Int32Array([0, 1, 3]), 0);
       expect(sameBits(readF32(y.t), y.host.data)).toBe(true);
+      // and a batch of zero rows is fine too
+      const [x0, y0] = [Tensor.empty([0, hIn]), Tensor.empty([0, hOut])];
+      addLora(y0, x0, [aT[0]!], [bT[0]!], new Int32Array([0, 0]), 0);
+      disposeAll(x0, y0);
     } finally {
       disposeAll(x, y);
     }
@@ -231,6 +235,13 @@ describe('baselines equal SGMV (T9)', () => {
       expect(stacks.a.disposed).toBe(false);
       loraLoop(y2, x.t, [A[1]!.t, A[0]!.t, A[1]!.t], [B[1]!.t, B[0]!.t, B[1]!.t], new Int32Array([0, 1, 2, 3]), 0);
       expect(normwiseError(readF32(y), readF32(y2))).toBeLessThanOrEqual(TOL);
+      // BMM also takes x and y already viewed as [rows, 1, h].
+      const y3 = Tensor.zeros([3, 1, 24]);
+      const x3 = x.t.reshape([3, 1, 32]);
+      bmm(y3, x3, stacks);
+      expect(normwiseError(readF32(y3), readF32(y2))).toBeLessThanOrEqual(TOL);
+      disposeAll(x3, y3);
+      expect(() => bmm(Tensor.zeros([3, 2, 24]), x.t, stacks)).toThrow(/y \[3, 2, 24\] must be/);
       expect(() => gatherBmm(y, x.t, table, new Int32Array([0, 2, 1]), 0)).toThrow(/rowAdapter\[1\] = 2 is outside the table's 2 adapters/);
       expect(() => gatherBmm(y, x.t, table, new Int32Array([0, -1, 1]), 0)).toThrow(InvalidArgumentError);
       expect(() => gatherBmm(y, x.t, table, new Int32Array([0, 0, 0]), 2)).toThrow(/layer 2/);

@@ -36,8 +36,10 @@ std::vector<Tensor*> weight_list(const OpKind& k, const Napi::Value& v) {
   const Napi::Array arr = v.As<Napi::Array>();
   std::vector<Tensor*> out(arr.Length(), nullptr);
   for (uint32_t i = 0; i < arr.Length(); ++i) {
-    const std::string what = std::string(k.op) + ": weights[" + std::to_string(i) + "]";
-    out[i] = optional_tensor_arg(arr.Get(i), what.c_str());
+    const Napi::Value e = arr.Get(i);
+    if (e.IsNull() || e.IsUndefined()) continue;
+    if (!NativeTensor::Is(e)) fail_op(ErrorCode::InvalidArgument, k, "weights[" + std::to_string(i) + "] must be a native tensor or null");
+    out[i] = &NativeTensor::Unwrap(e.As<Napi::Object>())->tensor("weight");
   }
   return out;
 }
@@ -91,8 +93,8 @@ Napi::Value run(const OpKind& k, const Napi::CallbackInfo& info) {
   const int64_t h = k.expand ? y.dim(1) : x.dim(1);      // hOut or hIn: the last dimension of every weight
   const int64_t r_max = k.expand ? x.dim(1) : y.dim(1);  // columns of v or y: every weight's rank fits
   const char* h_name = k.expand ? "hOut" : "hIn";
-  const std::string h_from = k.expand ? "y " + shape_str(y.shape) : "x " + shape_str(x.shape);
-  const std::string r_from = k.expand ? "v " + shape_str(x.shape) : "y " + shape_str(y.shape);
+  auto h_from = [&] { return k.expand ? "y " + shape_str(y.shape) : "x " + shape_str(x.shape); };
+  auto r_from = [&] { return k.expand ? "v " + shape_str(x.shape) : "y " + shape_str(y.shape); };
   const int64_t layer = layer_opt(k, opts);
   const std::vector<float> scales = scales_opt(k, opts, n);
 
@@ -101,15 +103,16 @@ Napi::Value run(const OpKind& k, const Napi::CallbackInfo& info) {
   for (size_t i = 0; i < n; ++i) {
     const Tensor* w = weights[i];
     if (!w) continue;
-    const std::string label = weight_label(k, i, w);
-    if (w->dtype != DType::F32) fail_op(ErrorCode::DTypeMismatch, k, label + " must be f32, got " + dtype_name(w->dtype));
+    // Messages are built only on failure: this loop runs once per weight on every call.
+    if (w->dtype != DType::F32) fail_op(ErrorCode::DTypeMismatch, k, weight_label(k, i, w) + " must be f32, got " + dtype_name(w->dtype));
     if (w->shape.size() != 3 || w->dim(2) != h)
-      fail_op(ErrorCode::ShapeMismatch, k, label + " must be [L, r, " + h_name + "] with " + h_name + " = " + std::to_string(h) + " (from " + h_from + ")");
+      fail_op(ErrorCode::ShapeMismatch, k, weight_label(k, i, w) + " must be [L, r, " + h_name + "] with " + h_name + " = " + std::to_string(h) + " (from " + h_from() + ")");
     if (w->dim(1) > r_max)
-      fail_op(ErrorCode::ShapeMismatch, k, label + " has rank r = " + std::to_string(w->dim(1)) + " > rMax = " + std::to_string(r_max) + " (the columns of " + r_from + ")");
+      fail_op(ErrorCode::ShapeMismatch, k, weight_label(k, i, w) + " has rank r = " + std::to_string(w->dim(1)) + " > rMax = " + std::to_string(r_max) +
+                                               " (the columns of " + r_from() + ")");
     if (layer >= w->dim(0))
-      fail_op(ErrorCode::InvalidArgument, k, "layer " + std::to_string(layer) + " is outside [0, " + std::to_string(w->dim(0)) + ") for " + label);
-    expect_disjoint(k.op, y, "y", *w, "a weight");
+      fail_op(ErrorCode::InvalidArgument, k, "layer " + std::to_string(layer) + " is outside [0, " + std::to_string(w->dim(0)) + ") for " + weight_label(k, i, w));
+    if (bytes_overlap(y, *w)) expect_disjoint(k.op, y, "y", *w, ("weights[" + std::to_string(i) + "]").c_str());
   }
 
   if (index.dtype != DType::I32) fail_op(ErrorCode::DTypeMismatch, k, std::string(index_name) + " " + shape_str(index.shape) + " must be i32, got " + dtype_name(index.dtype));
