@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 
 #include "device.h"
@@ -10,8 +11,12 @@ namespace tessera::binding {
 
 namespace {
 
-Napi::FunctionReference& tensor_ctor() {
-  static Napi::FunctionReference* ctor = new Napi::FunctionReference();
+// The NativeTensor constructor belongs to one JS environment (the main thread or one worker thread), so it is
+// kept as that environment's instance data, never in a process-wide static: a static would hand a worker the
+// main thread's constructor (or a dead worker's), which corrupts memory.
+Napi::FunctionReference& tensor_ctor(Napi::Env env) {
+  auto* ctor = env.GetInstanceData<Napi::FunctionReference>();
+  if (ctor == nullptr) throw std::logic_error("tessera: NativeTensor used before the addon initialised this environment");
   return *ctor;
 }
 
@@ -107,7 +112,7 @@ Napi::Function NativeTensor::Init(Napi::Env env) {
                                       InstanceMethod<&NativeTensor::Reshape>("reshape"),
                                       InstanceMethod<&NativeTensor::SameStorage>("sameStorage"),
                                   });
-  tensor_ctor() = Napi::Persistent(fn);
+  env.SetInstanceData<Napi::FunctionReference>(new Napi::FunctionReference(Napi::Persistent(fn)));
   return fn;
 }
 
@@ -151,11 +156,11 @@ void NativeTensor::release(Napi::Env env) {
 Napi::Object NativeTensor::Wrap(Napi::Env env, Tensor t) {
   Tensor* heap = new Tensor(std::move(t));
   Napi::External<Tensor> ext = Napi::External<Tensor>::New(env, heap, [](Napi::Env, Tensor* p) { delete p; });
-  return tensor_ctor().New({ext});
+  return tensor_ctor(env).New({ext});
 }
 
 bool NativeTensor::Is(const Napi::Value& v) {
-  return v.IsObject() && v.As<Napi::Object>().InstanceOf(tensor_ctor().Value());
+  return v.IsObject() && v.As<Napi::Object>().InstanceOf(tensor_ctor(v.Env()).Value());
 }
 
 Tensor& NativeTensor::tensor(const char* what) {
