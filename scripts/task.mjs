@@ -4,7 +4,7 @@
 //   1. install   pnpm (the exact version in package.json#packageManager, through npx when pnpm is absent)
 //                installs the workspace when node_modules is missing or older than the lockfile;
 //   2. native    builds @tessera/native (cmake-js; incremental, seconds when nothing changed);
-//   3. the task  start: the main job; test: typecheck + every test + the docs build; bench: pnpm bench <args>.
+//   3. the task  start: the main job (the Punica server); test: typecheck + every test + the docs build; bench: pnpm bench <args>.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -56,8 +56,9 @@ switch (task) {
     p('--filter', '@tessera/docs', 'build');
     break;
   case 'start':
-    // Until the first reference server exists, the main job is the GEMM benchmark against onnxruntime.
-    p('--filter', '@tessera/bench', 'bench', 'gemm', '--quick', ...rest);
+    // The main job: the Punica reference server. With no --model it generates (once) a tiny Llama-style model
+    // and eight LoRA adapters under .tessera/demo and serves them, OpenAI-compatible, on 127.0.0.1:8000.
+    p('--filter', '@tessera/punica', 'start', ...rest);
     break;
   case 'bench':
     p('--filter', '@tessera/bench', 'bench', ...rest);
