@@ -21,11 +21,15 @@ export default defineConfig({
         ],
       },
       { text: 'Architecture', items: [{ text: 'Layers and decisions', link: '/architecture' }] },
+      { text: 'Servers', items: [{ text: 'Punica (multi-LoRA, OpenAI API)', link: '/servers/punica' }] },
       {
         text: 'Packages',
         items: [
           { text: '@tessera/native', link: '/packages/native' },
           { text: '@tessera/engine', link: '/packages/engine' },
+          { text: '@tessera/sgmv-kernel', link: '/packages/sgmv-kernel' },
+          { text: '@tessera/batcher', link: '/packages/batcher' },
+          { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },
           { text: '@tessera/bench', link: '/packages/bench' },
         ],
       },
