@@ -132,9 +132,9 @@ NativeTensor::NativeTensor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Na
     to_js_error(info.Env(), e).ThrowAsJavaScriptException();
     return;
   }
-  // Views share storage; only the owner of the allocation reports it, so V8's view of memory stays exact.
-  if (tensor_.storage && tensor_.offset == 0 && tensor_.nbytes() == tensor_.storage->bytes() &&
-      std::string(device().name()) == "cpu") {
+  // Views share storage; only the owner of the allocation reports it, so V8's view of memory stays exact. A view
+  // (rowsView, reshape) is made while its source still holds the storage, so the sole holder is the allocation.
+  if (tensor_.storage && tensor_.storage.use_count() == 1 && std::string(device().name()) == "cpu") {
     external_bytes_ = static_cast<int64_t>(tensor_.storage->bytes());
     Napi::MemoryManagement::AdjustExternalMemory(info.Env(), external_bytes_);
   }
