@@ -63,6 +63,8 @@ export interface PunicaTextgenOptions {
   maxBatch?: number;
   /** Adapter rank; default 16. */
   rank?: number;
+  /** Runs per (workload, policy), the fastest kept; default 1 quick, 2 full. */
+  rounds?: number;
 }
 
 // ─── popularity workloads (punica.md §9.8) ─────────────────────────────────────────────────────────────────────
@@ -220,8 +222,9 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
   const policies = options.policies ?? TEXTGEN_POLICIES;
   const maxBatch = options.maxBatch ?? 32;
   const rank = options.rank ?? 16;
-  if (!(Number.isInteger(n) && n >= 1 && outMin >= 1 && outMax >= outMin && promptMin >= 1 && promptMax >= promptMin)) {
-    throw new RangeError(`punica-textgen: bad sizes (requests ${n}, outputs [${outMin}, ${outMax}], prompts [${promptMin}, ${promptMax}])`);
+  const rounds = options.rounds ?? (ctx.quick ? 1 : 2);
+  if (!(Number.isInteger(n) && n >= 1 && Number.isInteger(rounds) && rounds >= 1 && outMin >= 1 && outMax >= outMin && promptMin >= 1 && promptMax >= promptMin)) {
+    throw new RangeError(`punica-textgen: bad sizes (requests ${n}, rounds ${rounds}, outputs [${outMin}, ${outMax}], prompts [${promptMin}, ${promptMax}])`);
   }
 
   const model = loadDecoder(miniDecoderDir(ctx));
@@ -230,7 +233,13 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
   const adapterCount = Math.max(...workloads.map((w) => popularity(w, n).length));
   const dirs = adapterDirs(model, adapterCount, rank, ctx);
   ctx.log(`punica-textgen: loading ${dirs.size} adapters`);
-  const applied = await (options.makeDelta ?? engineLoraDelta)(model, dirs);
+  let applied: TextgenDelta;
+  try {
+    applied = await (options.makeDelta ?? engineLoraDelta)(model, dirs);
+  } catch (err) {
+    model.dispose();
+    throw err;
+  }
   const names = [...dirs.keys()];
 
   // One request set for every run: only the adapter assignment changes with the workload.
@@ -244,11 +253,12 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
   const generatedTotal = shapes.reduce((s, r) => s + r.maxTokens, 0);
   // Room for a full batch of the longest requests: no preemption, so the policies alone differ.
   const numPages = maxBatch * pagesForLength(promptMax + outMax) + 8;
-  const cache = PagedKvCache.create({ ...model.kvShape, numPages }, model.backend);
   const rows: Row[] = [];
   const histograms: Record<string, Record<string, string>> = {};
   let mismatches = 0;
+  let cache: PagedKvCache | null = null;
   try {
+    cache = PagedKvCache.create({ ...model.kvShape, numPages }, model.backend);
     // Warm-up: page in the weights and the adapters once (not measured).
     ctx.log('punica-textgen: warm-up');
     await serve(model, cache, [applied.delta], 'punica', maxBatch, names.slice(0, Math.min(maxBatch, names.length)).map((adapter, i) => ({
@@ -259,37 +269,47 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
       ignoreEos: true,
     })));
 
+    // Every (workload, policy) runs `rounds` times, interleaved, and keeps its fastest: a disturbance from
+    // another process then costs a round, not the row. Scheduling and outputs are the same every round.
+    const best = new Map<string, { ms: number; stats: BatcherStats; differ: number }>();
+    for (let round = 1; round <= rounds; round++) {
+      for (const workload of workloads) {
+        const assignment = assignAdapters(workload, n, 7);
+        const requests: BatcherRequest[] = shapes.map((s, i) => ({
+          id: `${workload}-${i}`,
+          adapter: names[assignment[i]!]!,
+          prompt: s.prompt,
+          maxTokens: s.maxTokens,
+          ignoreEos: true,
+        }));
+        let reference: Map<string, number[]> | null = null;
+        for (const policy of policies) {
+          ctx.log(`punica-textgen: ${workload} (${popularity(workload, n).length} adapters), ${policy}, round ${round} of ${rounds}`);
+          const run = await serve(model, cache, [applied.delta], policy, maxBatch, requests);
+          let differ = 0;
+          if (reference) {
+            for (const [id, tokens] of run.tokens) if (reference.get(id)!.join() !== tokens.join()) differ++;
+          } else {
+            reference = run.tokens;
+          }
+          const key = `${workload}/${policy}`;
+          const prev = best.get(key);
+          if (!prev || run.ms < prev.ms) best.set(key, { ms: run.ms, stats: run.stats, differ: Math.max(differ, prev?.differ ?? 0) });
+        }
+      }
+    }
     for (const workload of workloads) {
-      const assignment = assignAdapters(workload, n, 7);
-      const requests: BatcherRequest[] = shapes.map((s, i) => ({
-        id: `${workload}-${i}`,
-        adapter: names[assignment[i]!]!,
-        prompt: s.prompt,
-        maxTokens: s.maxTokens,
-        ignoreEos: true,
-      }));
-      const models = popularity(workload, n).length;
-      let reference: Map<string, number[]> | null = null;
       histograms[workload] = {};
       for (const policy of policies) {
-        ctx.log(`punica-textgen: ${workload} (${models} adapters), ${policy}`);
-        const run = await serve(model, cache, [applied.delta], policy, maxBatch, requests);
-        let differ = 0;
-        if (reference) {
-          for (const [id, tokens] of run.tokens) if (reference.get(id)!.join() !== tokens.join()) differ++;
-        } else {
-          reference = run.tokens;
-        }
-        mismatches += differ;
-        const s = run.stats;
+        const { ms, stats: s, differ } = best.get(`${workload}/${policy}`)!;
         histograms[workload]![policy] = histogramText(s.batchSizeHistogram);
         rows.push({
           workload,
-          adapters: models,
+          adapters: popularity(workload, n).length,
           policy,
-          tokens_per_s: (promptTotal + generatedTotal) / (run.ms / 1000),
-          generated_per_s: generatedTotal / (run.ms / 1000),
-          wall_s: run.ms / 1000,
+          tokens_per_s: (promptTotal + generatedTotal) / (ms / 1000),
+          generated_per_s: generatedTotal / (ms / 1000),
+          wall_s: ms / 1000,
           steps: s.steps,
           mean_batch: meanBatch(s.batchSizeHistogram),
           max_batch: Math.max(...s.batchSizeHistogram.keys()),
@@ -297,10 +317,11 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
           preemptions: s.preemptions,
           differing_outputs: differ,
         });
+        mismatches += differ;
       }
     }
   } finally {
-    cache.dispose();
+    cache?.dispose();
     applied.dispose();
     model.dispose();
   }
@@ -329,6 +350,7 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
       kvPages: numPages,
       workloads: Object.fromEntries(workloads.map((w) => [w, popularity(w, n)])),
       batchSizeHistograms: histograms,
+      rounds,
       threads: ctx.threads,
       bytesInUseAfter: allocatorStats().inUse,
     },
@@ -352,7 +374,7 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
         `${n} requests, prompts ${promptMin}–${promptMax} tokens, forced outputs ${outMin}–${outMax} tokens (greedy, EOS ignored), all submitted at once; max batch ${maxBatch}.`,
         `Mini decoder (${c.numLayers} layers, hidden ${c.hiddenSize}, ${(modelBytes / 2 ** 20).toFixed(0)} MiB f32), LoRA rank ${rank} on all 7 projections, ${dirs.size} adapters, all resident; delta: ${applied.label}.`,
         'tok/s = (prompt + generated tokens) / wall time of the whole run. Static batches prefill ragged prompts (no padding: in the baseline\'s favour).',
-        `Outputs compared across policies (greedy): ${mismatches} request(s) differ.`,
+        `Outputs compared across policies (greedy): ${mismatches} request(s) differ. Each row: the fastest of ${rounds} interleaved run(s).`,
       ],
     },
     svg: barChart({
