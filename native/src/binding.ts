@@ -107,6 +107,18 @@ export interface NativeBinding {
     opts: RefOption & { causal: boolean; scale: number; keyMask: NativeTensor | null }): void;
   attentionDecode(q: NativeTensor, kCache: NativeTensor, vCache: NativeTensor, blockTable: NativeTensor,
     contextLens: NativeTensor, out: NativeTensor, opts: RefOption & { scale: number }): void;
+  /** y [rows, rMax] += x [rows, hIn] · W_i[layer]ᵀ per segment (weights[i] [L, r_i, hIn] or null; indptr i32 [n + 1]). */
+  sgmvShrink(y: NativeTensor, x: NativeTensor, weights: readonly (NativeTensor | null)[], indptr: NativeTensor,
+    opts: RefOption & { layer: number }): void;
+  /** y [rows, hOut] += scale_i · v [rows, 0:r_i] · W_i[layer] per segment (weights[i] [L, r_i, hOut] or null). */
+  sgmvExpand(y: NativeTensor, v: NativeTensor, weights: readonly (NativeTensor | null)[], indptr: NativeTensor,
+    opts: RefOption & { layer: number; scales?: readonly number[] | null }): void;
+  /** sgmvShrink with a per-row adapter index (rowIndex i32 [rows]; -1 = none) instead of segments. */
+  bgmvShrink(y: NativeTensor, x: NativeTensor, weights: readonly (NativeTensor | null)[], rowIndex: NativeTensor,
+    opts: RefOption & { layer: number }): void;
+  /** sgmvExpand with a per-row adapter index; scales are one per weight. */
+  bgmvExpand(y: NativeTensor, v: NativeTensor, weights: readonly (NativeTensor | null)[], rowIndex: NativeTensor,
+    opts: RefOption & { layer: number; scales?: readonly number[] | null }): void;
 
   // ---- machine probes (CPU; bench roofline)
   streamTriad?(a: NativeTensor, b: NativeTensor, c: NativeTensor, s: number): void;

@@ -29,6 +29,10 @@ import {
   loadBackend,
   type NativeBinding,
   setBudget,
+  sgmvExpand,
+  sgmvShrink,
+  bgmvExpand,
+  bgmvShrink,
   ShapeMismatchError,
   Tensor,
 } from '../src/index.js';
@@ -46,7 +50,7 @@ const hasDevice = getBackend('auto').device === 'cuda';
 const contractOps = [
   'empty', 'allocatorStats', 'setBudget', 'resetPeak', 'synchronize', 'info', 'copy', 'gemm', 'gemmBatched', 'embedding',
   'gatherRows', 'scatterRows', 'convert', 'binary', 'scale', 'activation', 'siluMul', 'layerNorm', 'rmsNorm', 'softmax',
-  'rope', 'attentionPrefill', 'attentionDecode', 'cudaDeviceCount',
+  'rope', 'attentionPrefill', 'attentionDecode', 'sgmvShrink', 'sgmvExpand', 'bgmvShrink', 'bgmvExpand', 'cudaDeviceCount',
 ] as const;
 
 describe('CUDA addon loading (runs everywhere)', () => {
@@ -678,5 +682,104 @@ describe.skipIf(!hasDevice)('CUDA backend', () => {
         }
       }
     }
+  });
+  // ---------------------------------------------------------------- SGMV / BGMV
+
+  // Normwise relative error ||got - want|| / ||want|| against the CPU reference (double accumulation, rounded once):
+  // 1e-5, as sgmv.test.ts allows every CPU path against float64.
+  function expectNormwise(got: Float32Array, want: Float32Array, label: string): void {
+    expect(got.length, `${label} length`).toBe(want.length);
+    let num = 0, den = 0;
+    for (let i = 0; i < want.length; i++) {
+      num += (got[i]! - want[i]!) ** 2;
+      den += want[i]! ** 2;
+    }
+    const err = Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
+    if (!(err <= 1e-5)) expect.fail(`${label}: normwise relative error ${err} > 1e-5`);
+  }
+
+  it('sgmv / bgmv shrink and expand match the CPU reference; repeated calls are bitwise equal; BGMV == SGMV on sorted rows', () => {
+    const L = 2;
+    let seed = 1500;
+    // (rows, hIn, hOut, segment lengths): decode-size distinct, skewed, prefill-size, empty segments, several K-chunks.
+    const cases: [number, number, number, number[]][] = [
+      [8, 4096, 4096, [1, 1, 1, 1, 1, 1, 1, 1]],
+      [40, 300, 520, [1, 0, 39]],
+      [133, 96, 130, [70, 0, 0, 63]],
+      [5, 1000, 33, [0, 2, 3, 0]],
+      [0, 64, 64, []],
+    ];
+    for (const [rows, hIn, hOut, lengths] of cases) {
+      const ranks = lengths.map((_, i) => [16, 8, 64, 32][i % 4]!);
+      const rMax = Math.max(1, ...ranks);
+      const aData = ranks.map((r) => randomFloats(L * r * hIn, seed++));
+      const bData = ranks.map((r) => randomFloats(L * r * hOut, seed++));
+      const A = ranks.map((r, i) => f32s(aData[i]!, [L, r, hIn]));
+      const B = ranks.map((r, i) => f32s(bData[i]!, [L, r, hOut]));
+      const weightsFor = (w: [Tensor, Tensor][], side: 0 | 1): (Tensor | null)[] => w.map((p, i) => (i === 1 ? null : p[side]));  // segment 1: no weight
+      const indptr = [0];
+      for (const n of lengths) indptr.push(indptr[indptr.length - 1]! + n);
+      const [pc, pg] = i32s(Int32Array.from(indptr), [indptr.length]);
+      const xData = randomFloats(rows * hIn, seed++);
+      const vData = randomFloats(rows * rMax, seed++);
+      const ysData = randomFloats(rows * rMax, seed++);
+      const yeData = randomFloats(rows * hOut, seed++);
+      const scales = lengths.map((_, i) => 0.5 + i);
+      const label = `rows=${rows} hIn=${hIn} hOut=${hOut} segments=${lengths.join(',')}`;
+      // CPU reference
+      const [ysc] = f32s(ysData, [rows, rMax]);
+      sgmvShrink(ysc, f32s(xData, [rows, hIn])[0], weightsFor(A, 0), pc, 1, { reference: true });
+      const [yec] = f32s(yeData, [rows, hOut]);
+      sgmvExpand(yec, f32s(vData, [rows, rMax])[0], weightsFor(B, 0), pc, 1, { reference: true, scales });
+      const xg = f32s(xData, [rows, hIn])[1];
+      const vg = f32s(vData, [rows, rMax])[1];
+      const runGpu = (reference: boolean): [Float32Array, Float32Array] => {
+        const ys = Tensor.from(ysData, [rows, rMax], { backend: gpu() });
+        sgmvShrink(ys, xg, weightsFor(A, 1), pg, 1, { reference });
+        const ye = Tensor.from(yeData, [rows, hOut], { backend: gpu() });
+        sgmvExpand(ye, vg, weightsFor(B, 1), pg, 1, { reference, scales });
+        return [read(ys), read(ye)];
+      };
+      for (const reference of [false, true]) {
+        const [s1, e1] = runGpu(reference);
+        expectNormwise(s1, read(ysc), `${label} shrink ref=${reference}`);
+        expectNormwise(e1, read(yec), `${label} expand ref=${reference}`);
+        const [s2, e2] = runGpu(reference);
+        expectBitwiseEqual(s1, s2, `${label} shrink repeat ref=${reference}`);
+        expectBitwiseEqual(e1, e2, `${label} expand repeat ref=${reference}`);
+      }
+      // BGMV over the same rows in a shuffled order, then un-shuffled: bitwise equal to SGMV on the GPU.
+      const segOf = new Int32Array(rows);
+      lengths.forEach((n, s) => segOf.fill(s === 1 ? -1 : s, indptr[s]!, indptr[s]! + n));
+      const perm = Array.from({ length: rows }, (_, i) => i).sort((p, q) => ((p * 7919) % 13) - ((q * 7919) % 13) || p - q);
+      const shuffle = (data: Float32Array, width: number): Float32Array => {
+        const out = new Float32Array(data.length);
+        perm.forEach((src, dst) => out.set(data.subarray(src * width, (src + 1) * width), dst * width));
+        return out;
+      };
+      const unshuffle = (data: Float32Array, width: number): Float32Array => {
+        const out = new Float32Array(data.length);
+        perm.forEach((src, dst) => out.set(data.subarray(dst * width, (dst + 1) * width), src * width));
+        return out;
+      };
+      const rowIndex = Int32Array.from(perm, (src) => segOf[src]!);
+      const [, rg] = i32s(rowIndex, [rows]);
+      const ysb = Tensor.from(shuffle(ysData, rMax), [rows, rMax], { backend: gpu() });
+      bgmvShrink(ysb, f32s(shuffle(xData, hIn), [rows, hIn])[1], weightsFor(A, 1), rg, 1);
+      const yeb = Tensor.from(shuffle(yeData, hOut), [rows, hOut], { backend: gpu() });
+      bgmvExpand(yeb, f32s(shuffle(vData, rMax), [rows, rMax])[1], weightsFor(B, 1), rg, 1, { scales });
+      const [s1, e1] = runGpu(false);
+      expectBitwiseEqual(unshuffle(read(ysb), rMax), s1, `${label} bgmv shrink == sgmv`);
+      expectBitwiseEqual(unshuffle(read(yeb), hOut), e1, `${label} bgmv expand == sgmv`);
+    }
+    // Bad indices throw before any launch, and the device keeps working.
+    const y = Tensor.zeros([2, 4], 'f32', gpu());
+    const x = Tensor.zeros([2, 8], 'f32', gpu());
+    const w = Tensor.zeros([1, 4, 8], 'f32', gpu());
+    const badIndptr = Tensor.from(Int32Array.from([0, 3]), [2], { backend: gpu() });
+    const badRows = Tensor.from(Int32Array.from([0, 1]), [2], { backend: gpu() });
+    expect(() => callNative(() => gpu().binding.sgmvShrink(y.native, x.native, [w.native], badIndptr.native, { layer: 0 }))).toThrow(/indptr\[1\] = 3 must equal the 2 rows/);
+    expect(() => callNative(() => gpu().binding.bgmvShrink(y.native, x.native, [w.native], badRows.native, { layer: 0 }))).toThrow(InvalidArgumentError);
+    expect(Array.from(read(y))).toEqual(new Array(8).fill(0));
   });
 });

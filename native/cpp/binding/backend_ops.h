@@ -82,4 +82,11 @@ void gemm(const GemmCall& call);
 void attention_prefill(const PrefillAttentionArgs& args, bool reference);
 void attention_decode(const DecodeAttentionArgs& args, bool reference);
 
+// ---------------------------------------------------------------- SGMV / BGMV (f32; SgmvArgs: core/op_args.h)
+// Filled and checked by binding/ops/bind_sgmv.cc: one group per non-empty segment (SGMV) or per adapter's rows
+// (BGMV) with a non-null weight whose layer slice is already selected; groups cover disjoint rows. args.segments and
+// args.row_ids are host memory (a backend copies what its kernels need).
+void sgmv_shrink(const SgmvArgs& args, bool reference);
+void sgmv_expand(const SgmvArgs& args, bool reference);
+
 }  // namespace tessera::backend

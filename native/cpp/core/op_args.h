@@ -60,4 +60,34 @@ struct DecodeAttentionArgs {
   float scale = 1.0f;
 };
 
+// ---------------------------------------------------------------- SGMV / BGMV (f32, fp32 accumulation)
+// One group of rows that share one weight slice W = W_i[layer]: f32, contiguous, row-major [r, h] with h = h_in
+// (shrink) or h_out (expand), so both kernels read rows of W contiguously. The group's activation rows are
+// row_ids[row_begin + j] for j < rows when the call has a row list (BGMV), else row_begin + j (an SGMV segment).
+// Groups of one call cover disjoint rows (the bindings guarantee it), so they can be written in parallel.
+struct SgmvSegment {
+  const float* w = nullptr;
+  int64_t r = 0;
+  int64_t row_begin = 0, rows = 0;
+  float scale = 1.0f;  // expand only: y += scale * (v W)
+};
+
+// Shrink: y[row, 0:r] += x[row, :] · Wᵀ   x [total_rows, h] (h = h_in), y [total_rows, r_max].
+// Expand: y[row, :] += scale · x[row, 0:r] · W   x [total_rows, r_max] (the LoRA op's v), y [total_rows, h] (h_out).
+// segments and row_ids are host memory; a backend moves them to where its kernels read them.
+// The fast paths fix the order of every sum, so a row's result depends neither on the thread count nor on which
+// other rows share its group (BGMV and SGMV over the same rows agree bit for bit):
+//   shrink: K is cut into chunks of kSgmvChunk; each chunk's dot product is an f32 partial, and
+//           y += ((p_0 + p_1) + p_2) + ... in chunk order;
+//   expand: acc = f32 multiply-add chain over k = 0..r-1, then y += scale * acc.
+constexpr int64_t kSgmvChunk = 256;
+struct SgmvArgs {
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t total_rows = 0, h = 0, r_max = 0;
+  const SgmvSegment* segments = nullptr;
+  int64_t n_segments = 0;
+  const int32_t* row_ids = nullptr;  // null: every group is a contiguous row range
+};
+
 }  // namespace tessera

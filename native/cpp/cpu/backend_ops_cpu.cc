@@ -80,4 +80,8 @@ void attention_decode(const DecodeAttentionArgs& args, bool reference) {
   (reference ? cpu::attention_decode_ref : cpu::attention_decode)(args);
 }
 
+void sgmv_shrink(const SgmvArgs& args, bool reference) { (reference ? cpu::sgmv_shrink_ref : cpu::sgmv_shrink)(args); }
+
+void sgmv_expand(const SgmvArgs& args, bool reference) { (reference ? cpu::sgmv_expand_ref : cpu::sgmv_expand)(args); }
+
 }  // namespace tessera::backend

@@ -74,6 +74,14 @@ void attention_prefill(const PrefillAttentionArgs& a);
 void attention_decode_ref(const DecodeAttentionArgs& a);
 void attention_decode(const DecodeAttentionArgs& a);
 
+// ---------------------------------------------------------------- SGMV / BGMV (SgmvArgs: see core/op_args.h)
+// Shrink: y[row, 0:r] += x[row, :] · Wᵀ and expand: y[row, :] += scale · v[row, 0:r] · W, per group of rows.
+// In place; the groups cover disjoint rows. The references accumulate each output in double and round once.
+void sgmv_shrink_ref(const SgmvArgs& args);
+void sgmv_shrink(const SgmvArgs& args);
+void sgmv_expand_ref(const SgmvArgs& args);
+void sgmv_expand(const SgmvArgs& args);
+
 // ---------------------------------------------------------------- machine probes (bench roofline)
 // STREAM triad a[i] = b[i] + s * c[i] over n floats, parallel; returns nothing (caller times it).
 void stream_triad(float* a, const float* b, const float* c, float s, int64_t n);

@@ -1,6 +1,7 @@
 // The CUDA backend of the shared op bindings (binding/backend_ops.h): each op makes the backend's device current on
 // this thread and enqueues its launcher (cuda_kernels.h) on the legacy default stream; `reference` selects the
 // double-accumulating oracle kernels. Also the CUDA-only GEMM controls: the `kernel` option and cudaGemmKernel().
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +41,48 @@ const char* gemm_kernel_name(GemmKernel k) {
     case GemmKernel::Tensor: return "tensor";
     default: return "auto";
   }
+}
+
+// SGMV / BGMV: uploads the binding's group table (plus each group's partials offset) and row list, allocates the
+// shrink partials, and launches. The temporaries are charged to the budget and freed on return; frees are
+// stream-ordered (or synchronising), so the kernels queued before them still read valid memory.
+void run_sgmv(const SgmvArgs& a, bool reference, bool expand) {
+  ready();
+  binding::Device& device = binding::device();
+  const int64_t chunks = (a.h + kSgmvChunk - 1) / kSgmvChunk;
+  std::vector<SgmvGpuGroup> groups(static_cast<size_t>(a.n_segments));
+  int64_t parts = 0, max_rows = 0, max_r = 0, ids = 0;
+  for (int64_t g = 0; g < a.n_segments; ++g) {
+    const SgmvSegment& s = a.segments[g];
+    groups[static_cast<size_t>(g)] = {s.w, s.r, s.row_begin, s.rows, parts, s.scale};
+    if (!expand && !reference) parts += s.rows * s.r * chunks;
+    max_rows = std::max(max_rows, s.rows);
+    max_r = std::max(max_r, s.r);
+    ids = std::max(ids, s.row_begin + s.rows);
+  }
+  if (groups.empty()) return;
+  const int64_t table_bytes = static_cast<int64_t>(groups.size() * sizeof(SgmvGpuGroup));
+  Tensor table = Tensor::empty(device.allocator(), DType::U8, {table_bytes});
+  device.upload(table.raw(), groups.data(), table.nbytes());
+  Tensor row_ids, partials;
+  if (a.row_ids) {
+    row_ids = Tensor::empty(device.allocator(), DType::I32, {ids});
+    device.upload(row_ids.raw(), a.row_ids, row_ids.nbytes());
+  }
+  if (parts > 0) partials = Tensor::empty(device.allocator(), DType::F32, {parts});
+  SgmvLaunch l;
+  l.x = a.x;
+  l.y = a.y;
+  l.h = a.h;
+  l.r_max = a.r_max;
+  l.groups = table.data<SgmvGpuGroup>();
+  l.n_groups = static_cast<int64_t>(groups.size());
+  l.max_rows = max_rows;
+  l.max_r = max_r;
+  l.row_ids = a.row_ids ? row_ids.data<int32_t>() : nullptr;
+  l.partials = parts > 0 ? partials.data<float>() : nullptr;
+  if (expand) sgmv_expand(l, reference);
+  else sgmv_shrink(l, reference);
 }
 
 }  // namespace
@@ -147,6 +190,10 @@ void attention_decode(const DecodeAttentionArgs& args, bool reference) {
   ready();
   gpu::attention_decode(args, reference);
 }
+
+void sgmv_shrink(const SgmvArgs& args, bool reference) { gpu::run_sgmv(args, reference, false); }
+
+void sgmv_expand(const SgmvArgs& args, bool reference) { gpu::run_sgmv(args, reference, true); }
 
 }  // namespace tessera::backend
 

@@ -63,4 +63,30 @@ void attention_decode(const DecodeAttentionArgs& a, bool reference);
 // The fast attention kernels keep one query row in registers: head_dim up to this; larger runs the reference.
 constexpr int64_t kAttentionMaxFastHeadDim = 256;
 
+// ---------------------------------------------------------------- SGMV / BGMV (f32; SgmvArgs: core/op_args.h)
+// One row group as the kernels read it from device memory: SgmvSegment plus where its shrink partials live.
+struct SgmvGpuGroup {
+  const float* w = nullptr;  // W [r, h], the layer slice
+  int64_t r = 0, row_begin = 0, rows = 0;
+  int64_t part_offset = 0;  // shrink: partials [chunk][row][k] of this group start here in `partials`
+  float scale = 1.0f;
+};
+// groups / row_ids / partials are device memory (backend_ops_cuda.cc uploads the tables the binding built).
+//   shrink: grid (K-chunks of kSgmvChunk, groups); each block writes f32 partials for its chunk, then a second kernel
+//           sums each output's partials in chunk order into y (no grid-wide sync). partials holds
+//           sum over groups of rows * r * ceil(h / kSgmvChunk) floats (unused by the reference).
+//   expand: grid (output-column tiles, groups); each block owns a disjoint tile of y, rows in register blocks.
+// max_rows / max_r: the largest group's rows and rank (they size the grids).
+struct SgmvLaunch {
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t h = 0, r_max = 0;
+  const SgmvGpuGroup* groups = nullptr;
+  int64_t n_groups = 0, max_rows = 0, max_r = 0;
+  const int32_t* row_ids = nullptr;
+  float* partials = nullptr;
+};
+void sgmv_shrink(const SgmvLaunch& l, bool reference);
+void sgmv_expand(const SgmvLaunch& l, bool reference);
+
 }  // namespace tessera::gpu

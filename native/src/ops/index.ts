@@ -5,4 +5,5 @@ export * from './norm.js';
 export * from './gather.js';
 export * from './rope.js';
 export * from './attention.js';
+export * from './sgmv.js';
 export * from './probe.js';

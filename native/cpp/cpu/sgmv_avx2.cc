@@ -1,0 +1,23 @@
+// SGMV / BGMV tile bodies compiled for AVX2 + FMA (16 vector registers); the loops are in sgmv_body.inl.
+#include <algorithm>
+
+#include "sgmv_simd.h"
+#include "vec_avx2.h"
+
+namespace tessera::cpu {
+namespace avx2 {
+
+// Shrink: 2 rows x 4 W rows (8 accumulators); a lone row runs 4 chunk dot products at once.
+constexpr int kShrinkChunks1 = 4;
+constexpr int kShrinkRows = 2, kShrinkK = 4;
+// Expand: 2 rows x 4 vectors (32 columns); a lone row: 4 W rows x 8 vectors at a time.
+constexpr int kExpandRows = 2, kExpandCols = 4, kExpandK1 = 4, kExpandCols1 = 8;
+
+#include "sgmv_body.inl"
+
+}  // namespace avx2
+
+void sgmv_shrink_tile_avx2(const ShrinkTile& t) { avx2::shrink_tile(t); }
+void sgmv_expand_tile_avx2(const ExpandTile& t) { avx2::expand_tile(t); }
+
+}  // namespace tessera::cpu

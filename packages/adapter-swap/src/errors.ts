@@ -1,0 +1,97 @@
+/**
+ * The adapter cache's typed errors. Each carries the adapter's name in `adapter` (not `name`: that is the error
+ * class's name) and a stable `code`, so a server can map them to HTTP statuses without parsing messages
+ * (unknown → 404, exists / in use → 409, invalid name → 400, too large → 413 or 507).
+ */
+import { InvalidArgumentError, TesseraError } from '@tessera/native';
+
+/** A name that cannot be an adapter's: empty, too long, a path separator, `..`, NUL or another odd character. */
+export class InvalidAdapterNameError extends InvalidArgumentError {
+  readonly adapter: string;
+  constructor(adapter: string, message: string) {
+    super(message);
+    this.adapter = adapter;
+  }
+}
+
+/** No adapter of this name is registered (or it was unregistered while its load was in flight). */
+export class UnknownAdapterError extends TesseraError {
+  readonly adapter: string;
+  constructor(adapter: string, message = `unknown adapter ${JSON.stringify(adapter)}`) {
+    super('TESSERA_UNKNOWN_ADAPTER', message);
+    this.adapter = adapter;
+  }
+}
+
+/** The name is registered already, with another directory. */
+export class AdapterExistsError extends TesseraError {
+  readonly adapter: string;
+  readonly dir: string;
+  constructor(adapter: string, dir: string, message: string) {
+    super('TESSERA_ADAPTER_EXISTS', message);
+    this.adapter = adapter;
+    this.dir = dir;
+  }
+}
+
+/** The adapter is pinned (a request is using it), so it cannot be unregistered now. */
+export class AdapterInUseError extends TesseraError {
+  readonly adapter: string;
+  readonly pins: number;
+  constructor(adapter: string, pins: number) {
+    super('TESSERA_ADAPTER_IN_USE', `adapter ${JSON.stringify(adapter)} is pinned ${pins} time(s); unpin it before unregistering`);
+    this.adapter = adapter;
+    this.pins = pins;
+  }
+}
+
+/** The adapter needs more device bytes than the whole device budget: it can never be resident. */
+export class AdapterTooLargeError extends TesseraError {
+  readonly adapter: string;
+  readonly bytes: number;
+  readonly budgetBytes: number;
+  constructor(adapter: string, bytes: number, budgetBytes: number) {
+    super('TESSERA_ADAPTER_TOO_LARGE', `adapter ${JSON.stringify(adapter)} needs ${bytes} device bytes but the whole device budget is ${budgetBytes}`);
+    this.adapter = adapter;
+    this.bytes = bytes;
+    this.budgetBytes = budgetBytes;
+  }
+}
+
+/** pin() of an adapter that is not resident on the device (call ensureResident first). */
+export class AdapterNotResidentError extends TesseraError {
+  readonly adapter: string;
+  constructor(adapter: string, message: string) {
+    super('TESSERA_ADAPTER_NOT_RESIDENT', message);
+    this.adapter = adapter;
+  }
+}
+
+/** unpin() of an adapter whose pin count is already zero. */
+export class AdapterNotPinnedError extends TesseraError {
+  readonly adapter: string;
+  constructor(adapter: string) {
+    super('TESSERA_ADAPTER_NOT_PINNED', `adapter ${JSON.stringify(adapter)} is not pinned (unpin without a matching pin)`);
+    this.adapter = adapter;
+  }
+}
+
+/**
+ * A load failed for a reason the source did not report as an Error of its own: it threw a non-Error value, or
+ * reported a byte size that is not a non-negative safe integer. Errors the source throws pass through unchanged
+ * (an engine `ConfigError`, `TruncatedFileError`, ... stays itself).
+ */
+export class AdapterLoadError extends TesseraError {
+  readonly adapter: string;
+  constructor(adapter: string, message: string, options?: { cause?: unknown }) {
+    super('TESSERA_ADAPTER_LOAD', message, options);
+    this.adapter = adapter;
+  }
+}
+
+/** The cache was disposed: pending loads reject with this, and so does every later call. */
+export class AdapterCacheDisposedError extends TesseraError {
+  constructor(message = 'the adapter cache was disposed') {
+    super('TESSERA_ADAPTER_CACHE_DISPOSED', message);
+  }
+}
