@@ -89,6 +89,9 @@ interface Counters {
   listenerErrors: number;
 }
 
+/** A delta that can resolve a layout before the forward (SgmvLoraDelta has one). */
+type PreparableDelta = ModelDelta & { prepare?: (layout: SegmentLayout) => void };
+
 let nextInstance = 0;
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -234,45 +237,35 @@ export class ContinuousBatcher {
     const admitted = this.admit(this.cache.freePages - this.decodeGrowth());
     if (this.running.length === 0) return null;
 
-    // Rows: prefills first, then decodes grouped by adapter. The decode group of the (first) prefill's adapter
-    // goes first, so the prefill and its adapter's decodes share one segment.
-    const prefillSet = new Set(admitted);
-    const lead = admitted[0]?.adapter;
-    const decoding = this.running.filter((s) => !prefillSet.has(s));
-    const ordered =
-      lead === undefined ? decoding : [...decoding.filter((s) => s.adapter === lead), ...decoding.filter((s) => s.adapter !== lead)];
-    const order = [...admitted, ...ordered];
-
-    const sequences: DecoderSequence[] = [];
-    const runs: { key: string | null; count: number }[] = [];
-    let decodes = 0;
-    let wasted = 0;
-    for (const s of order) {
-      let tokens: number[];
-      if (prefillSet.has(s)) {
-        tokens = s.prefillTokens!;
-      } else if (s.phase === 'occupying') {
-        // A finished member of a static batch: recompute its last position (same token, same slot) so the row
-        // costs a real decode without growing its KV; the result is discarded.
-        this.cache.commit(s.seqId, this.cache.length(s.seqId) - 1);
-        tokens = [s.lastFed];
-        wasted++;
-      } else {
-        tokens = [s.nextToken];
-        decodes++;
-      }
-      sequences.push({ id: s.seqId, tokens, key: s.adapter });
-      const last = runs[runs.length - 1];
-      if (last && last.key === s.adapter) last.count += tokens.length;
-      else runs.push({ key: s.adapter, count: tokens.length });
-    }
-    const layout = SegmentLayout.fromCounts(runs);
-    this.counters.layoutBuilds++;
-
     const finished: string[] = [];
     const failed: string[] = [];
+    const prefillSet = new Set(admitted);
+    let batch = this.buildBatch(admitted, prefillSet);
+    // A delta that can resolve a layout ahead of the forward (SgmvLoraDelta.prepare) is asked first, so an
+    // adapter it cannot serve fails before any KV room is reserved. An error naming one adapter's key fails that
+    // adapter's requests only, and the batch is rebuilt without them.
+    let problem = this.prepareDeltas(batch.layout);
+    while (problem?.key != null) {
+      const key = problem.key;
+      batch.layout.dispose();
+      for (const s of batch.order) {
+        if (s.adapter !== key || s.phase !== 'running') continue;
+        failed.push(s.id);
+        this.fail(s, problem.error);
+      }
+      this.endStaticBatchIfDone();
+      if (this.running.length === 0) return null;
+      batch = this.buildBatch(admitted.filter((s) => s.phase === 'running'), prefillSet);
+      problem = this.prepareDeltas(batch.layout);
+    }
+    const { order, sequences, layout, decodes, wasted } = batch;
+
     let logits: Float32Array | null = null;
     try {
+      if (problem) throw problem.error;
+      // A finished member of a static batch recomputes its last position (same token, same slot): the row
+      // costs a real decode without growing its KV, and its result is discarded.
+      for (const s of order) if (s.phase === 'occupying') this.cache.commit(s.seqId, this.cache.length(s.seqId) - 1);
       const out = this.model.forward(sequences, { cache: this.cache, deltas: this.deltas, layout, logits: 'last' });
       try {
         logits = out.logits!.toArray() as Float32Array;
@@ -321,6 +314,7 @@ export class ContinuousBatcher {
 
     const rows = layout.rows;
     const batchSize = order.length;
+    const prefilled = order.filter((s) => prefillSet.has(s)).map((s) => s.id);
     this.counters.steps++;
     this.counters.rows += rows;
     this.counters.wastedRows += wasted;
@@ -328,17 +322,67 @@ export class ContinuousBatcher {
     return {
       step: this.counters.steps,
       rows,
-      prefills: admitted.length,
+      prefills: prefilled.length,
       decodes,
       wastedRows: wasted,
       batchSize,
       segments: layout.segments,
-      admitted: admitted.map((s) => s.id),
+      admitted: prefilled,
       finished,
       preempted,
       failed,
       durationMs: this.clock.now() - t0,
     };
+  }
+
+  /**
+   * The forward's sequences and its one SegmentLayout: prefills first, then decodes grouped by adapter (the
+   * working set is sorted by adapter; the group of the first prefill's adapter goes first, so the prefill and
+   * its adapter's decodes share one segment); a static batch's finished members re-feed their last token.
+   */
+  private buildBatch(admitted: readonly RequestState[], prefillSet: ReadonlySet<RequestState>) {
+    const lead = admitted[0]?.adapter;
+    const decoding = this.running.filter((s) => !prefillSet.has(s));
+    const ordered =
+      lead === undefined ? decoding : [...decoding.filter((s) => s.adapter === lead), ...decoding.filter((s) => s.adapter !== lead)];
+    const order = [...admitted, ...ordered];
+    const sequences: DecoderSequence[] = [];
+    const runs: { key: string | null; count: number }[] = [];
+    let decodes = 0;
+    let wasted = 0;
+    for (const s of order) {
+      let tokens: number[];
+      if (prefillSet.has(s)) {
+        tokens = s.prefillTokens!;
+      } else if (s.phase === 'occupying') {
+        tokens = [s.lastFed];
+        wasted++;
+      } else {
+        tokens = [s.nextToken];
+        decodes++;
+      }
+      sequences.push({ id: s.seqId, tokens, key: s.adapter });
+      const last = runs[runs.length - 1];
+      if (last && last.key === s.adapter) last.count += tokens.length;
+      else runs.push({ key: s.adapter, count: tokens.length });
+    }
+    this.counters.layoutBuilds++;
+    return { order, sequences, layout: SegmentLayout.fromCounts(runs), decodes, wasted };
+  }
+
+  /** Runs the deltas' optional prepare(layout); the first error, with the adapter key it names if any. */
+  private prepareDeltas(layout: SegmentLayout): { key: string | null; error: Error } | null {
+    for (const delta of this.deltas as readonly PreparableDelta[]) {
+      if (typeof delta.prepare !== 'function') continue;
+      try {
+        delta.prepare(layout);
+      } catch (err) {
+        const key = (err as { key?: unknown } | null)?.key;
+        const named = typeof key === 'string' && layout.segments.some((g) => g.key === key);
+        return { key: named ? key : null, error: asError(err) };
+      }
+    }
+    return null;
   }
 
   /** Pages the running decodes need to grow by one token each (a static batch's wasted rows need none). */

@@ -4,7 +4,7 @@
  * validation, and the run() loop.
  */
 import { InvalidArgumentError } from '@tessera/native';
-import { DecoderModel } from '@tessera/engine';
+import { DecoderModel, type ModelDelta } from '@tessera/engine';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   BatcherStateError,
@@ -253,6 +253,34 @@ describe('ContinuousBatcher (punica policy)', () => {
     expect(rec.finished.get('bad')).toMatchObject({ finishReason: 'cancelled', completionTokens: 1 });
     expect(rec.finished.get('ok')!.tokens).toEqual(fx.alone({ prompt: fx.prompt(5, 1), maxTokens: 6, ignoreEos: true, key: null }));
     expect(b.stats()).toMatchObject({ listenerErrors: 1, cancelled: 1, finished: 1, kvPagesUsed: 0 });
+    cache.dispose();
+  });
+
+  it('a forward that throws fails the requests of that step (onError, pages freed); the batcher goes on', () => {
+    const cache = fx.newCache(64);
+    // A delta that rejects one adapter key, as SgmvLoraDelta rejects a key it cannot resolve.
+    const strict: ModelDelta = {
+      linear: (call) => {
+        if (call.layout.segments.some((s) => s.key === 'unknown-adapter')) throw new RangeError('no weights for unknown-adapter');
+      },
+    };
+    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta, strict] });
+    const rec = recorder();
+    const ok = (id: string, seed: number): BatcherRequest => ({ id, adapter: adapterNames[0]!, prompt: fx.prompt(5, seed), maxTokens: 6, ignoreEos: true });
+    b.submit(ok('before', 1), rec.listener('before'));
+    b.submit({ ...ok('bad', 2), adapter: 'unknown-adapter' }, rec.listener('bad'));
+    b.submit(ok('after', 3), rec.listener('after'));
+    expect(b.step()!.admitted).toEqual(['before']);
+    const failing = b.step()!;
+    // One forward for the whole batch: the running request in it fails too.
+    expect(failing.failed.sort()).toEqual(['bad', 'before']);
+    expect(rec.errors.get('bad')).toBeInstanceOf(RangeError);
+    expect(rec.errors.get('before')).toBeInstanceOf(RangeError);
+    expect(cache.usedPages).toBe(0);
+    drain(b);
+    expect(rec.finished.get('after')!.tokens).toEqual(fx.alone({ ...ok('after', 3), key: adapterNames[0]! }));
+    expect(rec.finished.has('bad')).toBe(false);
+    expect(b.stats()).toMatchObject({ failed: 2, finished: 1, kvPagesUsed: 0 });
     cache.dispose();
   });
 
