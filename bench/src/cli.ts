@@ -172,9 +172,9 @@ export async function runBench(name: string, load: () => Promise<Bench>, opts: R
   if (noisy.length) {
     log(`warning: ${noisy.length} of ${result.rows.length} rows have an interquartile range above ${NOISY_SPREAD * 100}% of the median: the machine was busy, consider running again`);
   }
-  const paths = writeResult(opts.outDir, result, output.svg);
+  const paths = writeResult(opts.outDir, result, output.svg, output.moreSvgs);
   const seconds = (performance.now() - started) / 1000;
-  log(`done in ${seconds.toFixed(1)} s; wrote ${paths.json} and ${paths.svg}`);
+  log(`done in ${seconds.toFixed(1)} s; wrote ${[paths.json, paths.svg, ...paths.more].join(', ')}`);
 
   if (opts.json) {
     io.stdout(JSON.stringify(result, null, 2));
@@ -183,6 +183,10 @@ export async function runBench(name: string, load: () => Promise<Bench>, opts: R
     io.stdout(`${name}${opts.quick ? ' (quick)' : ''}: ${m.cpuModel}, ${m.threads} thread(s), ${m.isa ?? '?'}, node ${m.node}, ${m.date}`);
     io.stdout('');
     io.stdout(formatTable(output.table));
+    for (const table of output.moreTables ?? []) {
+      io.stdout('');
+      io.stdout(formatTable(table));
+    }
     const ratios = Object.entries(result.ratios);
     if (ratios.length) {
       io.stdout('');

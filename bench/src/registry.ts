@@ -27,6 +27,11 @@ export const BENCHES: readonly BenchEntry[] = [
     summary: 'mini encoder tokens/s vs onnxruntime; mini decoder decode-step latency at batch 1..32; generation tokens/s',
     load: async () => (await import('./benches/engine.js')).engineBench,
   },
+  {
+    name: 'punica',
+    summary: 'Punica in miniature: SGMV vs Loop vs Gather-BMM (Fig. 8), ranks (Fig. 9), roofline (Fig. 7), textgen policies (Fig. 11)',
+    load: async () => (await import('./benches/punica.js')).punicaBench,
+  },
 ];
 
 export function findBench(name: string): BenchEntry | undefined {

@@ -10,13 +10,18 @@ export function defaultResultsDir(): string {
   return join(dirname(fileURLToPath(import.meta.url)), '..', 'results');
 }
 
-export function writeResult(dir: string, result: BenchResult, svg: string): { json: string; svg: string } {
+export function writeResult(dir: string, result: BenchResult, svg: string, moreSvgs: Record<string, string> = {}): { json: string; svg: string; more: string[] } {
   mkdirSync(dir, { recursive: true });
   const jsonPath = join(dir, `${result.name}.json`);
   const svgPath = join(dir, `${result.name}.svg`);
   writeFileSync(jsonPath, `${JSON.stringify(result, null, 2)}\n`);
   writeFileSync(svgPath, svg);
-  return { json: jsonPath, svg: svgPath };
+  const more = Object.entries(moreSvgs).map(([key, doc]) => {
+    const path = join(dir, `${result.name}-${key}.svg`);
+    writeFileSync(path, doc);
+    return path;
+  });
+  return { json: jsonPath, svg: svgPath, more };
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {

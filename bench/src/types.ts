@@ -58,6 +58,10 @@ export interface BenchOutput {
   table: TableSpec;
   /** A standalone SVG document (see svg.ts). */
   svg: string;
+  /** Benches with several figures: more tables, printed after `table`. */
+  moreTables?: TableSpec[];
+  /** More charts, written as results/<name>-<key>.svg. */
+  moreSvgs?: Record<string, string>;
   /** Set by the roofline bench: its own measurement becomes machine.roofline. */
   roofline?: RooflineSummary;
 }

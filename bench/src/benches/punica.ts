@@ -596,3 +596,25 @@ export function makePunicaKernelBench(config?: PunicaKernelConfig): Bench {
     },
   };
 }
+
+/**
+ * `pnpm bench punica`: the kernel figures (Fig. 8 operators, Fig. 9 ranks, Fig. 7 roofline) and then Fig. 11
+ * (text-generation throughput of the three batching policies on the four workloads), one result with every ratio.
+ */
+export const punicaBench: Bench = {
+  name: 'punica',
+  async run(ctx: BenchContext): Promise<BenchOutput> {
+    const kernels = await punicaKernelFigures(ctx);
+    const { punicaTextgenFigure } = await import('./punica-textgen.js');
+    const textgen = await punicaTextgenFigure(ctx);
+    return {
+      params: { kernels: kernels.params, textgen: textgen.params },
+      rows: [...kernels.rows, ...textgen.rows.map((r) => ({ figure: 'fig11', ...r }))],
+      ratios: { ...kernels.ratios, ...textgen.ratios },
+      table: kernels.table,
+      moreTables: [kernels.rankTable, textgen.table],
+      svg: kernels.svgs.fig8,
+      moreSvgs: { fig7: kernels.svgs.fig7, fig9: kernels.svgs.fig9, fig11: textgen.svg },
+    };
+  },
+};
