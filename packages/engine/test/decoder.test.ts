@@ -141,6 +141,28 @@ describe('DecoderModel', () => {
     cache.dispose();
   });
 
+  it('a hook that throws mid-forward gives back the pages that forward reserved, and the model keeps working', () => {
+    const cache = newCache(8);
+    model.forward([{ id: 'a', tokens: prompt.slice(0, 15) }], { cache, logits: 'none' });
+    const before = cache.stats();
+    const pagesA = [...cache.pages('a')];
+    const failing: ModelDelta = {
+      linear(call: LinearSiteCall) {
+        if (call.layer === 1 && call.site === 'down') throw new Error('tenant delta failed');
+      },
+    };
+    // 'a' grows into a second page, 'b' is new: both reservations must be undone.
+    expect(() => model.forward([{ id: 'a', tokens: [1, 2] }, { id: 'b', tokens: prompt.slice(0, 20) }], { cache, deltas: [failing] })).toThrow('tenant delta failed');
+    expect(cache.stats()).toEqual(before);
+    expect(cache.pages('a')).toEqual(pagesA);
+    expect(cache.length('a')).toBe(15);
+    expect(cache.hasSequence('b')).toBe(false);
+    const ok = model.forward([{ id: 'a', tokens: [1, 2] }], { cache });
+    expect(cache.length('a')).toBe(17);
+    ok.logits!.dispose();
+    cache.dispose();
+  });
+
   it('rejects bad input with clear errors and leaks nothing', () => {
     const cache = newCache();
     const before = allocatorStats().inUse;

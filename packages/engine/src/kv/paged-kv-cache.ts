@@ -343,6 +343,23 @@ export class PagedKvCache {
     seq.length = newLength;
   }
 
+  /**
+   * Frees the sequence's pages after its first `keepPages` (newest first back to the pool): undoes a `reserve`
+   * whose work failed. The kept pages must still hold the committed length.
+   */
+  shrinkPages(id: SequenceId, keepPages: number): void {
+    const seq = this.sequence(id);
+    nonNegativeInteger(`shrinkPages(${describeId(id)}): keepPages`, keepPages);
+    if (keepPages * PAGE_SIZE < seq.length) {
+      throw new InvalidArgumentError(`PagedKvCache: shrinkPages(${describeId(id)}, ${keepPages}) would drop committed tokens (length ${seq.length})`);
+    }
+    while (seq.pages.length > keepPages) {
+      const page = seq.pages.pop()!;
+      this.pageInUse[page] = 0;
+      this.free.push(page);
+    }
+  }
+
   /** Frees all the sequence's pages at once and forgets it. */
   release(id: SequenceId): void {
     const seq = this.sequences.get(id);

@@ -136,10 +136,20 @@ export class DecoderModel {
     const layout = options.layout ?? SegmentLayout.fromRowKeys(sequences.flatMap((s) => Array<string | null>(s.tokens.length).fill(s.key ?? null)));
     if (layout.rows !== T) throw new InvalidArgumentError(`DecoderModel: layout covers ${layout.rows} rows but the batch has ${T} tokens`);
 
+    // What this forward reserves, so a failure before the commit (a hook that throws, a native error) gives the
+    // pages back and leaves the cache exactly as it was.
+    const pagesBefore = sequences.map((s) => (cache.hasSequence(s.id) ? cache.pages(s.id).length : -1));
+    const rollback = () =>
+      sequences.forEach((s, b) => {
+        if (!cache.hasSequence(s.id)) return;
+        if (pagesBefore[b] === -1) cache.release(s.id);
+        else cache.shrinkPages(s.id, pagesBefore[b]!);
+      });
     sequences.forEach((s, b) => {
       if (!cache.hasSequence(s.id)) cache.addSequence(s.id);
       cache.reserve(s.id, starts[b]! + s.tokens.length);
     });
+    let committed = false;
 
     // Host-side row metadata: token ids, positions, cache slots; which rows use which attention kernel.
     const tokenIds = new Int32Array(T);
@@ -231,6 +241,7 @@ export class DecoderModel {
       }
 
       sequences.forEach((s, b) => cache.commit(s.id, starts[b]! + s.tokens.length));
+      committed = true;
 
       const mode = options.logits ?? 'last';
       if (mode !== 'none') {
@@ -244,6 +255,9 @@ export class DecoderModel {
         result.logits = linear(normed, this.w(head));
       }
       return result;
+    } catch (err) {
+      if (!committed) rollback();
+      throw err;
     } finally {
       scope.dispose();
     }
