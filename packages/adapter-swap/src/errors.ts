@@ -14,14 +14,8 @@ export class InvalidAdapterNameError extends InvalidArgumentError {
   }
 }
 
-/** No adapter of this name is registered (or it was unregistered while its load was in flight). */
-export class UnknownAdapterError extends TesseraError {
-  readonly adapter: string;
-  constructor(adapter: string, message = `unknown adapter ${JSON.stringify(adapter)}`) {
-    super('TESSERA_UNKNOWN_ADAPTER', message);
-    this.adapter = adapter;
-  }
-}
+/** Re-exported from @tessera/engine: one class across packages (`adapter` names the unregistered name). */
+export { UnknownAdapterError } from '@tessera/engine';
 
 /** The name is registered already, with another directory. */
 export class AdapterExistsError extends TesseraError {

@@ -26,6 +26,7 @@ import {
   StopChecker,
   createSampler,
   pagesForLength,
+  UnknownAdapterError,
 } from '@tessera/engine';
 import { type Clock, systemClock } from './clock.js';
 import { AdapterLoadError, BatcherStateError, RequestValidationError } from './errors.js';
@@ -377,8 +378,9 @@ export class ContinuousBatcher {
       try {
         delta.prepare(layout);
       } catch (err) {
-        const key = (err as { key?: unknown } | null)?.key;
-        const named = typeof key === 'string' && layout.segments.some((g) => g.key === key);
+        // An UnknownAdapterError names the one adapter at fault; any other error fails the whole step's batch.
+        const key = err instanceof UnknownAdapterError ? err.adapter : null;
+        const named = key !== null && layout.segments.some((g) => g.key === key);
         return { key: named ? key : null, error: asError(err) };
       }
     }

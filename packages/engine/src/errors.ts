@@ -68,3 +68,15 @@ export class KvCacheExhaustedError extends TesseraError {
     super('TESSERA_KV_EXHAUSTED', message);
   }
 }
+
+/**
+ * A tenant/adapter name nobody registered or loaded: a SegmentLayout key a delta cannot resolve, a name an adapter
+ * cache does not know. One class for every package, so servers map it to one 404 (never a silent base model).
+ */
+export class UnknownAdapterError extends TesseraError {
+  readonly adapter: string;
+  constructor(adapter: string, message = `unknown adapter ${JSON.stringify(adapter)}`, options?: { cause?: unknown }) {
+    super('TESSERA_UNKNOWN_ADAPTER', message, options);
+    this.adapter = adapter;
+  }
+}

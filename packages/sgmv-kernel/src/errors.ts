@@ -4,20 +4,10 @@
  * TensorShapeError (they name the file and the tensor). The two below are specific to serving LoRA with SGMV.
  */
 import { ConfigError } from '@tessera/engine';
-import { TesseraError } from '@tessera/native';
 
-/**
- * A SegmentLayout key names an adapter the resolver does not know. Never silently the base model: a request
- * for a tenant's fine-tune must not get the untuned model's answer. Servers map it to "adapter not found".
- */
-export class UnknownAdapterError extends TesseraError {
-  /** The unknown SegmentLayout key. */
-  readonly key: string;
-  constructor(key: string, message: string, options?: { cause?: unknown }) {
-    super('TESSERA_UNKNOWN_ADAPTER', message, options);
-    this.key = key;
-  }
-}
+
+/** Re-exported from @tessera/engine: one class across packages (`adapter` names the unknown key). */
+export { UnknownAdapterError } from '@tessera/engine';
 
 /**
  * A PEFT adapter carries something SGMV cannot apply at the hook sites: trained biases, `modules_to_save`

@@ -153,7 +153,7 @@ describe('SgmvLoraDelta in the decoder', () => {
       } catch (e) {
         err = e;
       }
-      expect(err).toMatchObject({ key: 'ghost', code: 'TESSERA_UNKNOWN_ADAPTER' });
+      expect(err).toMatchObject({ adapter: 'ghost', code: 'TESSERA_UNKNOWN_ADAPTER' });
       expect(String((err as Error).message)).toMatch(/"ghost"/);
       const cache = newCache();
       try {
