@@ -8,9 +8,6 @@
  *     for more rows, so the step grows sub-linearly until the FMA units saturate.
  *   - generation: tokens/s of generateBatch (prefill + decode to a fixed length) at batch 1 and 8.
  */
-import { mkdirSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { allocatorStats } from '@tessera/native';
 import {
   type DecoderModel,
@@ -19,11 +16,11 @@ import {
   PagedKvCache,
   exportEncoderOnnx,
   generateBatch,
-  generateModel,
   loadDecoder,
   loadEncoder,
 } from '@tessera/engine';
 import { maxRelErr, rng } from '../data.js';
+import { miniModelDir } from '../models.js';
 import { measure, measureAsync, type MeasureOptions, type Timing } from '../stats.js';
 import { lineChart } from '../svg.js';
 import type { Row } from '../table.js';
@@ -44,16 +41,6 @@ const TOL = 1e-4;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const better = (a: Timing | null, b: Timing): Timing => (a && a.medianMs <= b.medianMs ? a : b);
 
-/** Generated once per machine under the OS temp dir (seeded, so the same bytes every time). */
-async function miniModelDir(family: 'encoder' | 'decoder', ctx: BenchContext): Promise<string> {
-  const dir = join(tmpdir(), 'tessera-bench-models', `${family}-mini-seed0`);
-  if (!existsSync(join(dir, 'model.safetensors'))) {
-    mkdirSync(dir, { recursive: true });
-    ctx.log(`engine: generating the mini ${family} in ${dir} (once)`);
-    await generateModel(dir, { family, size: 'mini', seed: 0, sharpen: family === 'decoder' ? 8 : 1 });
-  }
-  return dir;
-}
 
 function randomTokens(n: number, vocab: number, next: () => number): number[] {
   // Avoid the first ids (special tokens) so the model sees ordinary text-like ids.
@@ -195,7 +182,7 @@ export const engineBench: Bench = {
     const roof = await ctx.roofline();
     const timing: MeasureOptions = ctx.quick ? { budgetMs: 300, warmup: 1, minSamples: 3 } : { budgetMs: 1500, warmup: 2, minSamples: 5 };
 
-    const encoder = loadEncoder(await miniModelDir('encoder', ctx));
+    const encoder = loadEncoder(miniModelDir('encoder', ctx.log));
     let encRows: Row[];
     const encoderBytes = encoder.weights.nbytes;
     try {
@@ -204,7 +191,7 @@ export const engineBench: Bench = {
       encoder.dispose();
     }
 
-    const decoder = loadDecoder(await miniModelDir('decoder', ctx));
+    const decoder = loadDecoder(miniModelDir('decoder', ctx.log));
     const decoderBytes = decoder.weights.nbytes;
     const decoderParams = [...decoder.weights.tensors.values()].reduce((s, t) => s + t.numel, 0);
     let decRows: Row[];

@@ -11,18 +11,19 @@
  * Correctness first: greedy outputs must not depend on the batching, so every request's tokens are compared
  * across the three policies of a workload before the throughput is reported (mismatches are counted and shown).
  */
-import { existsSync, mkdirSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { allocatorStats } from '@tessera/native';
 import {
+  type DecoderConfig,
   type DecoderModel,
+  decoderPreset,
+  parameterCount,
   LoraDelta,
   type LoraAdapter,
   type ModelDelta,
   PagedKvCache,
   generateLoraAdapter,
-  generateModel,
   loadDecoder,
   loadLoraAdapter,
   pagesForLength,
@@ -38,6 +39,7 @@ import {
   readLoraForSgmv,
 } from '@tessera/sgmv-kernel';
 import { rng } from '../data.js';
+import { BENCH_MODELS_DIR, miniModelDir } from '../models.js';
 import { barChart } from '../svg.js';
 import type { Row } from '../table.js';
 import type { BenchContext, BenchOutput } from '../types.js';
@@ -70,7 +72,10 @@ export interface PunicaTextgenOptions {
   workloads?: readonly TextgenWorkload[];
   policies?: readonly BatchPolicy[];
   maxBatch?: number;
-  /** Adapter rank; default 16. */
+  /**
+   * Adapter rank. Default: the rank whose adapter/base byte ratio on the mini decoder is closest to Llama-2-7B
+   * with a rank-16 LoRA on all seven projections (the paper's setting, about 0.6%), see {@link paperMatchedRank}.
+   */
   rank?: number;
   /** Runs per (workload, policy), the fastest kept; default 1 quick, 2 full. */
   rounds?: number;
@@ -78,22 +83,11 @@ export interface PunicaTextgenOptions {
 
 // ─── model and adapters, generated once per machine ────────────────────────────────────────────────────────────
 
-const MODELS_DIR = join(tmpdir(), 'tessera-bench-models');
 const ALL_PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 
-/** The engine bench's mini decoder (same directory and seed, so the two benches share one copy). */
-function miniDecoderDir(ctx: BenchContext): string {
-  const dir = join(MODELS_DIR, 'decoder-mini-seed0');
-  if (!existsSync(join(dir, 'model.safetensors'))) {
-    mkdirSync(dir, { recursive: true });
-    ctx.log(`punica-textgen: generating the mini decoder in ${dir} (once)`);
-    generateModel(dir, { family: 'decoder', size: 'mini', seed: 0, sharpen: 8 });
-  }
-  return dir;
-}
 
 function adapterDirs(model: DecoderModel, count: number, rank: number, ctx: BenchContext): Map<string, string> {
-  const root = join(MODELS_DIR, `decoder-mini-seed0-lora-r${rank}-all`);
+  const root = join(BENCH_MODELS_DIR, `decoder-mini-seed0-lora-r${rank}-all`);
   const dirs = new Map<string, string>();
   let made = 0;
   for (let k = 0; k < count; k++) {
@@ -201,6 +195,40 @@ function meanBatch(h: ReadonlyMap<number, number>): number {
 
 // ─── the figure ────────────────────────────────────────────────────────────────────────────────────────────────
 
+/** LoRA parameters per unit of rank on all seven projections of a Llama-style decoder: Σ (in + out). */
+function loraParamsPerRank(c: DecoderConfig): number {
+  const q = c.numHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  const H = c.hiddenSize;
+  const F = c.intermediateSize;
+  return c.numLayers * ((H + q) + 2 * (H + kv) + (q + H) + 2 * (H + F) + (F + H));
+}
+
+/** Llama-2-7B (32 layers, hidden 4096, FFN 11008, vocab 32000, untied head), the model of the paper's Fig. 11. */
+const LLAMA2_7B: DecoderConfig = {
+  ...decoderPreset('mini'),
+  hiddenSize: 4096,
+  numLayers: 32,
+  numHeads: 32,
+  numKvHeads: 32,
+  headDim: 128,
+  intermediateSize: 11008,
+  vocabSize: 32000,
+  tieWordEmbeddings: false,
+};
+
+/**
+ * The rank that gives the mini decoder's adapters the paper's adapter/base size ratio. A LoRA grows with h·r and
+ * the base with h², so rank 16 at hidden 512 is 8× heavier relative to its base than rank 16 at hidden 4096: a
+ * Distinct step would stream that much more adapter weight than Punica's did, which is not the paper's regime.
+ */
+export function paperMatchedRank(): number {
+  const target = (16 * loraParamsPerRank(LLAMA2_7B)) / parameterCount(LLAMA2_7B);
+  const mini = decoderPreset('mini');
+  const perRank = loraParamsPerRank(mini) / parameterCount(mini);
+  return Math.max(1, Math.round(target / perRank));
+}
+
 export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaTextgenOptions = {}): Promise<BenchOutput> {
   const n = options.requests ?? (ctx.quick ? 64 : 256);
   const [outMin, outMax] = options.outputTokens ?? (ctx.quick ? [16, 32] : [16, 64]);
@@ -208,13 +236,13 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
   const workloads = options.workloads ?? TEXTGEN_WORKLOADS;
   const policies = options.policies ?? TEXTGEN_POLICIES;
   const maxBatch = options.maxBatch ?? 32;
-  const rank = options.rank ?? 16;
+  const rank = options.rank ?? paperMatchedRank();
   const rounds = options.rounds ?? (ctx.quick ? 1 : 2);
   if (!(Number.isInteger(n) && n >= 1 && Number.isInteger(rounds) && rounds >= 1 && outMin >= 1 && outMax >= outMin && promptMin >= 1 && promptMax >= promptMin)) {
     throw new RangeError(`punica-textgen: bad sizes (requests ${n}, rounds ${rounds}, outputs [${outMin}, ${outMax}], prompts [${promptMin}, ${promptMax}])`);
   }
 
-  const model = loadDecoder(miniDecoderDir(ctx));
+  const model = loadDecoder(miniModelDir('decoder', ctx.log));
   const c = model.config;
   const modelBytes = model.weights.nbytes;
   const adapterCount = Math.max(...workloads.map((w) => popularity(w, n).length));
