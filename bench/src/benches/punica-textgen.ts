@@ -63,9 +63,9 @@ export interface PunicaTextgenOptions {
    * {@link sgmvLoraDelta} (@tessera/sgmv-kernel's SGMV); {@link engineLoraDelta} is the plain two-GEMM form.
    */
   makeDelta?: (model: DecoderModel, adapters: ReadonlyMap<string, string>) => TextgenDelta | Promise<TextgenDelta>;
-  /** Requests per run; default 64 quick, 256 full. */
+  /** Requests per run; default 64 quick, 192 full (the baselines run near batch 1, so a full run is minutes). */
   requests?: number;
-  /** Forced output lengths, uniform in [min, max]; default [16, 32] quick, [16, 64] full. */
+  /** Forced output lengths, uniform in [min, max]; default [16, 32] quick, [16, 48] full. */
   outputTokens?: readonly [number, number];
   /** Prompt lengths, uniform in [min, max]; default [16, 64]. */
   promptTokens?: readonly [number, number];
@@ -77,7 +77,7 @@ export interface PunicaTextgenOptions {
    * with a rank-16 LoRA on all seven projections (the paper's setting, about 0.6%), see {@link paperMatchedRank}.
    */
   rank?: number;
-  /** Runs per (workload, policy), the fastest kept; default 1 quick, 2 full. */
+  /** Runs per (workload, policy), the fastest kept; default 1 (a quiet machine needs no more). */
   rounds?: number;
 }
 
@@ -230,14 +230,14 @@ export function paperMatchedRank(): number {
 }
 
 export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaTextgenOptions = {}): Promise<BenchOutput> {
-  const n = options.requests ?? (ctx.quick ? 64 : 256);
-  const [outMin, outMax] = options.outputTokens ?? (ctx.quick ? [16, 32] : [16, 64]);
+  const n = options.requests ?? (ctx.quick ? 64 : 192);
+  const [outMin, outMax] = options.outputTokens ?? (ctx.quick ? [16, 32] : [16, 48]);
   const [promptMin, promptMax] = options.promptTokens ?? [16, 64];
   const workloads = options.workloads ?? TEXTGEN_WORKLOADS;
   const policies = options.policies ?? TEXTGEN_POLICIES;
   const maxBatch = options.maxBatch ?? 32;
   const rank = options.rank ?? paperMatchedRank();
-  const rounds = options.rounds ?? (ctx.quick ? 1 : 2);
+  const rounds = options.rounds ?? 1;
   if (!(Number.isInteger(n) && n >= 1 && Number.isInteger(rounds) && rounds >= 1 && outMin >= 1 && outMax >= outMin && promptMin >= 1 && promptMax >= promptMin)) {
     throw new RangeError(`punica-textgen: bad sizes (requests ${n}, rounds ${rounds}, outputs [${outMin}, ${outMax}], prompts [${promptMin}, ${promptMax}])`);
   }

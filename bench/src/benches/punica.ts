@@ -9,8 +9,9 @@
  *     @tessera/sgmv-kernel), under the measured triad bandwidth line and the FMA peak.
  * Adapters come from a pool several times the last-level cache, and every call takes the next adapters in the
  * pool, so each call streams its weights from DRAM, as on the paper's GPU after its 256 MiB L2 flush: reuse
- * of one adapter is at least (pool / working set) calls apart. Before each timed call a read-only sweep over
- * twice the last-level cache leaves it clean, so no call pays for another's dirty lines. Each method's numbers are checked against the
+ * of one adapter is at least (pool / working set) calls apart. A sample times a burst of back-to-back calls (a
+ * server's steady state); before each sample a read-only sweep over twice the last-level cache leaves it clean,
+ * so no call pays for another's dirty lines. Each method's numbers are checked against the
  * float64 reference (and each other) before anything is timed.
  */
 import { type Tensor as TensorT, Tensor, readSumProbe } from '@tessera/native';
@@ -63,11 +64,17 @@ export interface PunicaKernelConfig {
    */
   flushMiB?: number;
   /**
-   * Milliseconds to sleep between the sweep and each timed call (default 1; 0: none). On a shared machine the
+   * Milliseconds to sleep between the sweep and each timed sample (default 0: none). On a shared machine the
    * call then starts on a fresh scheduler time slice instead of being preempted halfway because the sweep used
    * up the slice; on a quiet machine it costs the call a wake-up from idle, so 0 is the better choice there.
    */
   settleMs?: number;
+  /**
+   * Calls per timed sample, back to back, each on the next adapters of the pool (default 8). A server runs its
+   * LoRA ops back to back between other kernels, with the thread pool awake; a lone call after an idle gap pays a
+   * wake-up of the pool's threads on top (tens of µs), which no step of a running server pays.
+   */
+  burst?: number;
 }
 
 export const PUNICA_KERNEL_FULL: PunicaKernelConfig = {
@@ -256,20 +263,20 @@ class Point {
     return { ...errors, baselines_vs_sgmv: vsSgmv };
   }
 
-  /** Times the methods, interleaved call by call in a rotating order, each call on fresh adapters. */
-  async time(methods: readonly Method[], reps: number, warmup: number, flush: () => void, settleMs: number): Promise<Record<Method, PointTiming>> {
+  /** Times the methods, interleaved sample by sample in a rotating order; a sample is `burst` calls, each on fresh adapters. */
+  async time(methods: readonly Method[], reps: number, warmup: number, flush: () => void, settleMs: number, burst = 1): Promise<Record<Method, PointTiming>> {
     const samples = Object.fromEntries(methods.map((m) => [m, [] as number[]])) as Record<Method, number[]>;
     // BMM alone reads stacks someone gathered: fill them once.
     if (methods.includes('bmm')) this.call('gather', this.pool.next(this.segments))();
     for (let rep = -warmup; rep < reps; rep++) {
       for (let k = 0; k < methods.length; k++) {
         const method = methods[(k + Math.max(rep, 0)) % methods.length]!;
-        const fn = this.call(method, this.pool.next(this.segments));
+        const fns = Array.from({ length: burst }, () => this.call(method, this.pool.next(this.segments)));
         flush();
         if (settleMs > 0) await sleep(settleMs);
         const t0 = performance.now();
-        fn();
-        const ms = performance.now() - t0;
+        for (const fn of fns) fn();
+        const ms = (performance.now() - t0) / burst;
         if (rep >= 0) samples[method].push(ms);
       }
     }
@@ -309,7 +316,8 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
   const flushMiB = cfg.flushMiB ?? 2 * (lastLevelCacheMiB() ?? 32);
   const flushBuffer = Tensor.zeros([Math.max(1, Math.round((flushMiB * 2 ** 20) / 4))]);
   const flush = () => void readSumProbe(flushBuffer);
-  const settleMs = cfg.settleMs ?? 1;
+  const settleMs = cfg.settleMs ?? 0;
+  const burst = cfg.burst ?? 8;
   try {
     // ---- Fig. 8 (and the points of Fig. 7)
     {
@@ -323,7 +331,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
             try {
               if (bs === Math.max(...cfg.batches) || bs === Math.min(...cfg.batches)) verification[`${workload} b${bs}`] = point.verify(`fig 8 ${workload} batch ${bs}`);
               ctx.log(`punica: fig 8: ${workload} batch ${bs} (${point.segments} segments)`);
-              const t = await point.time(METHODS, cfg.reps, cfg.warmup, flush, settleMs);
+              const t = await point.time(METHODS, cfg.reps, cfg.warmup, flush, settleMs, burst);
               const cost = addLoraCost({ segments: point.sizes, hIn: h, hOut: h, rank: cfg.rank, elementBytes: 4 });
               const sgmvS = t.sgmv.medianMs / 1000;
               const row: Row = {
@@ -372,7 +380,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
             const point = new Point(pool, workload, bs, rank, h, seed++);
             try {
               if (bs === Math.max(...cfg.rankBatches)) verification[`${workload} b${bs} r${rank}`] = point.verify(`fig 9 ${workload} batch ${bs} rank ${rank}`);
-              const t = await point.time(['sgmv'], cfg.reps, cfg.warmup, flush, settleMs);
+              const t = await point.time(['sgmv'], cfg.reps, cfg.warmup, flush, settleMs, burst);
               const cost = addLoraCost({ segments: point.sizes, hIn: h, hOut: h, rank, elementBytes: 4 });
               const row: Row = {
                 figure: 'fig9',
@@ -446,7 +454,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
     ],
     rows: fig8,
     notes: [
-      `LoRA add-on y += (x A^T) B, h_in = h_out = ${h}, r = ${cfg.rank}, f32; median of ${cfg.reps} single calls per method, ` +
+      `LoRA add-on y += (x A^T) B, h_in = h_out = ${h}, r = ${cfg.rank}, f32; median over ${cfg.reps} samples of ${burst} back-to-back calls per method, ` +
         `each on the next adapters of a ${cfg.poolMiB}+ MiB pool after a ${flushMiB} MiB read-only cache sweep (weights come from DRAM). Threads: ${ctx.threads}.`,
       `Machine (${roof.source}): triad ${roof.triadGBs.toFixed(1)} GB/s, peak ${roof.peakGflops.toFixed(0)} GFLOP/s. ` +
         'AI and GB/s count f32 bytes of x, y, v and each segment\'s A and B once (sgmv-kernel roofline.ts).',
@@ -481,6 +489,7 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
       poolMiB: cfg.poolMiB,
       flushMiB,
       settleMs,
+      burst,
       dtype: 'f32 activations and weights; A [L, r, h_in], B [L, r, h_out]',
       tolerance: TOL,
       verification,
