@@ -27,6 +27,17 @@ class ThreadPool {
   // remaining unclaimed tasks are skipped and the first exception is rethrown on the calling thread.
   void parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn);
 
+  // parallel_for, or a plain loop on the calling thread when `on_caller` is set: for work smaller than what
+  // waking the pool costs (and, on a busy machine, waiting for a descheduled worker to check in). Tasks write
+  // disjoint outputs, so both ways give the same bits.
+  void parallel_for_or_inline(int64_t tasks, bool on_caller, const std::function<void(int64_t)>& fn) {
+    if (on_caller) {
+      for (int64_t t = 0; t < tasks; ++t) fn(t);
+    } else {
+      parallel_for(tasks, fn);
+    }
+  }
+
   // Convenience: splits [0, n) into chunks of at least `grain` items, fn(begin, end).
   void parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 

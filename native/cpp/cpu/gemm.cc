@@ -2,7 +2,6 @@
 // path. The plan and the per-ISA bodies are described in gemm_simd.h.
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
 #include "../core/cpu_features.h"
 #include "../core/thread_pool.h"
@@ -162,20 +161,15 @@ void choose_blocks(GemmPlan& plan, const GemmShape& s) {
   plan.x_outer = plan.y_packed && plan.q_block * plan.K * int64_t(sizeof(float)) <= kXOuterMaxYBytes;
 }
 
-// Below this many flops a GEMM runs on the calling thread: waking the pool (and, on a busy machine, waiting for a
-// descheduled worker to check in) costs more than the work, e.g. a LoRA shrink of one row (2·4096·16 flops).
+// Below this many flops a GEMM runs on the calling thread: waking the pool costs more than the work, e.g. a LoRA
+// shrink of one row (2·4096·16 flops).
 constexpr double kInlineFlops = 1 << 20;
 
-void parallel_or_inline(double flops, int64_t tasks, const std::function<void(int64_t)>& fn) {
-  if (flops < kInlineFlops) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t);
-  } else {
-    global_pool().parallel_for(tasks, fn);
-  }
-}
+bool run_inline(double m, double n, double k) { return 2.0 * m * n * k < kInlineFlops; }
 
 void run_plan(Isa isa, const GemmPlan& plan) {
-  parallel_or_inline(2.0 * double(plan.P) * double(plan.Q) * double(plan.K), plan.p_blocks * plan.q_blocks, [&](int64_t t) {
+  const bool small = run_inline(double(plan.P), double(plan.Q), double(plan.K));
+  global_pool().parallel_for_or_inline(plan.p_blocks * plan.q_blocks, small, [&](int64_t t) {
     switch (isa) {
       case Isa::Avx512: gemm_task_avx512(plan, t); break;
       case Isa::Avx2: gemm_task_avx2(plan, t); break;
@@ -254,7 +248,7 @@ void gemm_dot(const GemmArgs& g, Isa isa) {
   // task streams a few hundred KB of weights.
   d.rows_per_task = std::max<int64_t>(16, gemm_ceil_div(g.n, 64));
   const int64_t tasks = gemm_ceil_div(g.n, d.rows_per_task);
-  parallel_or_inline(2.0 * double(g.m) * double(g.n) * double(g.k), tasks, [&](int64_t t) {
+  global_pool().parallel_for_or_inline(tasks, run_inline(double(g.m), double(g.n), double(g.k)), [&](int64_t t) {
     switch (isa) {
       case Isa::Avx512: gemm_dot_task_avx512(d, t); break;
       case Isa::Avx2: gemm_dot_task_avx2(d, t); break;

@@ -138,15 +138,6 @@ int64_t traffic_bytes(const SgmvArgs& a) {
   return bytes;
 }
 
-template <typename Fn>
-void run_tasks(int64_t n, bool on_caller, const Fn& fn) {
-  if (on_caller) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-  } else {
-    global_pool().parallel_for(n, fn);
-  }
-}
-
 // Grow-only scratch for shrink partials, one per calling thread (ops run on the JS thread that called them).
 std::vector<float>& partial_scratch() {
   thread_local std::vector<float> scratch;
@@ -211,7 +202,7 @@ void sgmv_shrink(const SgmvArgs& a) {
   if (part.size() < static_cast<size_t>(offset.back())) part.resize(static_cast<size_t>(offset.back()));
   const Isa isa = active_isa();
   const bool small = traffic_bytes(a) < kInlineBytes;
-  run_tasks(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
+  global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
     const SgmvSegment& s = a.segments[task.g];
     ShrinkTile t;
@@ -235,7 +226,7 @@ void sgmv_shrink(const SgmvArgs& a) {
     if (!has_work(s)) continue;
     for (int64_t j0 = 0; j0 < s.rows; j0 += kReduceRowsPerTask) reduce.push_back({g, j0, std::min(s.rows, j0 + kReduceRowsPerTask), 0, 0});
   }
-  run_tasks(static_cast<int64_t>(reduce.size()), small || offset.back() < kInlinePartials, [&](int64_t i) {
+  global_pool().parallel_for_or_inline(static_cast<int64_t>(reduce.size()), small || offset.back() < kInlinePartials, [&](int64_t i) {
     const Task& task = reduce[static_cast<size_t>(i)];
     const SgmvSegment& s = a.segments[task.g];
     const SgmvRows rows = rows_of(a, s);
@@ -260,7 +251,7 @@ void sgmv_expand(const SgmvArgs& a) {
   });
   if (tasks.empty()) return;
   const Isa isa = active_isa();
-  run_tasks(static_cast<int64_t>(tasks.size()), traffic_bytes(a) < kInlineBytes, [&](int64_t i) {
+  global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), traffic_bytes(a) < kInlineBytes, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
     const SgmvSegment& s = a.segments[task.g];
     ExpandTile t;
