@@ -1,7 +1,2 @@
-/** Milliseconds from an arbitrary origin. Injected so the same cache runs under simulated time (decision 6). */
-export interface Clock {
-  now(): number;
-}
-
-/** The process's monotonic clock (`performance.now()`). */
-export const systemClock: Clock = { now: () => performance.now() };
+/** One Clock for every policy package: @tessera/engine's (decision 6). */
+export { type Clock, systemClock } from '@tessera/engine';

@@ -10,6 +10,7 @@
  *   onnx/      ONNX export of both families and the onnxruntime-node runner
  */
 export * from './errors.js';
+export { type Clock, systemClock } from './clock.js';
 export type { DecoderConfig, EncoderConfig, ModelConfig } from './config.js';
 export * from './models/names.js';
 
