@@ -17,7 +17,6 @@
  */
 import { InvalidArgumentError } from '@tessera/native';
 import {
-  type DecoderModel,
   type DecoderSequence,
   type ModelDelta,
   type PagedKvCache,
@@ -33,11 +32,13 @@ import { AdapterLoadError, BatcherStateError, RequestValidationError } from './e
 import type {
   AdapterResidency,
   BatchPolicy,
+  BatcherModel,
   BatcherFinishReason,
   BatcherRequest,
   BatcherStats,
   ContinuousBatcherOptions,
   FinishedRequest,
+  KvExhaustionPolicy,
   RequestListener,
   StepReport,
 } from './types.js';
@@ -114,7 +115,8 @@ function asError(err: unknown): Error {
 export class ContinuousBatcher {
   readonly policy: BatchPolicy;
   readonly maxBatch: number;
-  private readonly model: DecoderModel;
+  readonly kvExhaustion: KvExhaustionPolicy;
+  private readonly model: BatcherModel;
   private readonly cache: PagedKvCache;
   private readonly deltas: readonly ModelDelta[];
   private readonly adapters: AdapterResidency | undefined;
@@ -178,6 +180,11 @@ export class ContinuousBatcher {
     this.maxBatch = maxBatch;
     this.clock = options.clock ?? systemClock;
     this.decode = options.decode;
+    const kvExhaustion = options.kvExhaustion ?? 'requeue';
+    if (kvExhaustion !== 'requeue' && kvExhaustion !== 'evict') {
+      throw new InvalidArgumentError(`ContinuousBatcher: kvExhaustion must be 'requeue' or 'evict', got ${String(kvExhaustion)}`);
+    }
+    this.kvExhaustion = kvExhaustion;
   }
 
   // ─── requests in and out ──────────────────────────────────────────────────────────────────────────────────
@@ -404,12 +411,18 @@ export class ContinuousBatcher {
       let victim: RequestState | undefined;
       for (const s of this.running) if (s.phase === 'running' && (!victim || s.admission > victim.admission)) victim = s;
       if (!victim) break;
+      this.counters.preemptions++;
+      preempted.push(victim.id);
+      if (this.kvExhaustion === 'evict') {
+        this.remove(victim);
+        const generated = [...victim.stop.tokenIds];
+        this.notify(victim, (l) => l.onEvicted?.(generated));
+        continue;
+      }
       this.releaseKv(victim);
       this.running = this.running.filter((s) => s !== victim);
       victim.phase = 'queued';
       this.queue.unshift(victim);
-      this.counters.preemptions++;
-      preempted.push(victim.id);
     }
     if (preempted.length > 0) this.endStaticBatchIfDone();
     return preempted;
@@ -663,6 +676,7 @@ export class ContinuousBatcher {
       occupying: this.running.filter((s) => s.phase === 'occupying').length,
       queued: this.queue.length,
       waitingForAdapter: adapters ? this.queue.filter((s) => s.adapter !== null && !adapters.isResident(s.adapter)).length : 0,
+      queuedInputPages: this.queue.reduce((sum, s) => sum + pagesForLength(this.inputLength(s)), 0),
       kvPagesUsed: this.cache.usedPages,
       kvPagesFree: this.cache.freePages,
     };
@@ -713,6 +727,21 @@ export class ContinuousBatcher {
       });
     } catch (err) {
       throw bad('TESSERA_INVALID_REQUEST', asError(err).message, err);
+    }
+    const generated = request.generated ?? [];
+    if (!Array.isArray(generated) && !ArrayBuffer.isView(generated)) throw bad('TESSERA_INVALID_REQUEST', 'generated must be an array of token ids');
+    if (generated.length >= maxTokens) {
+      throw bad('TESSERA_INVALID_MAX_TOKENS', `it already generated ${generated.length} of its ${maxTokens} tokens; nothing is left to generate`);
+    }
+    for (let i = 0; i < generated.length; i++) {
+      const t = generated[i]!;
+      if (!Number.isInteger(t) || t < 0 || t >= c.vocabSize) {
+        throw bad('TESSERA_TOKEN_OUT_OF_VOCAB', `generated token ${i} is ${t}, outside the vocabulary [0, ${c.vocabSize})`);
+      }
+      // Replaying through the stop checker restores stop-string and text state; a resumed request must not be over.
+      if (checker.push(t).finished !== null) {
+        throw bad('TESSERA_INVALID_REQUEST', `generated token ${i} already ends the request (EOS or a stop string); nothing is left to generate`);
+      }
     }
     return {
       id,

@@ -10,11 +10,13 @@ export { AdapterLoadError, BatcherStateError, type RequestValidationCode, Reques
 export type {
   AdapterResidency,
   BatchPolicy,
+  BatcherModel,
   BatcherFinishReason,
   BatcherRequest,
   BatcherStats,
   ContinuousBatcherOptions,
   FinishedRequest,
+  KvExhaustionPolicy,
   RequestListener,
   StepReport,
 } from './types.js';

@@ -37,6 +37,12 @@ export interface BatcherRequest {
   stop?: readonly string[];
   /** Keep going past EOS (benchmarks that force a length). */
   ignoreEos?: boolean;
+  /**
+   * Tokens this request already generated elsewhere (a migrated request, Punica §7.4). They are prefilled after
+   * the prompt (recompute), count toward maxTokens and stop strings, and are not streamed again: the first
+   * onToken is the token after them.
+   */
+  generated?: readonly number[];
 }
 
 export type BatcherFinishReason = 'eos' | 'stop' | 'length' | 'cancelled';
@@ -59,10 +65,26 @@ export interface RequestListener {
   onFinish?(result: FinishedRequest): void;
   /** The request failed (its adapter could not be loaded, or its step's forward threw); nothing more follows. */
   onError?(err: Error): void;
+  /**
+   * kvExhaustion 'evict' only: the KV cache could not grow, and this request (the newest running) was dropped
+   * before the step's forward, its pages freed. `generated` is every token it produced (the `generated` it was
+   * submitted with included); nothing more follows. Its scheduler re-places it (migration by recompute).
+   */
+  onEvicted?(generated: number[]): void;
 }
 
+/**
+ * What the batcher does with the newest running request when the running decodes' KV growth does not fit:
+ * 'requeue' puts it back at the head of its own queue (recompute on this engine, the single-host default);
+ * 'evict' drops it and tells its listener (onEvicted), so a cluster scheduler can re-place it on any host.
+ */
+export type KvExhaustionPolicy = 'requeue' | 'evict';
+
+/** What the batcher needs of a model: its config and a forward over the KV cache (DecoderModel; `@tessera/sim`'s simulated decoder). */
+export type BatcherModel = Pick<DecoderModel, 'config' | 'forward'>;
+
 export interface ContinuousBatcherOptions {
-  model: DecoderModel;
+  model: BatcherModel;
   cache: PagedKvCache;
   /** Multi-tenant deltas run at the hook sites (e.g. LoraDelta, SgmvLoraDelta); they read the step's SegmentLayout. */
   deltas?: readonly ModelDelta[];
@@ -76,6 +98,8 @@ export interface ContinuousBatcherOptions {
   clock?: Clock;
   /** Token ids → text, for stop strings and `text` (e.g. `(ids) => tokenizer.decode(ids)`). */
   decode?: (ids: number[]) => string;
+  /** Default 'requeue'. */
+  kvExhaustion?: KvExhaustionPolicy;
 }
 
 /** What one step did. */
@@ -98,7 +122,7 @@ export interface StepReport {
   admitted: string[];
   /** Request ids that finished this step (eos, stop or length). */
   finished: string[];
-  /** Request ids put back in the queue before the forward because the KV cache could not grow. */
+  /** Request ids preempted before the forward because the KV cache could not grow (requeued or evicted). */
   preempted: string[];
   /** Request ids failed because the forward threw (each got onError). */
   failed: string[];
@@ -142,6 +166,8 @@ export interface BatcherStats {
   queued: number;
   /** Queued requests whose adapter is not resident. */
   waitingForAdapter: number;
+  /** KV pages the queued requests' prefills will take when admitted (prompt + generated tokens each). */
+  queuedInputPages: number;
   kvPagesUsed: number;
   kvPagesFree: number;
 }

@@ -155,3 +155,69 @@ describe('batching policies', () => {
     });
   }
 });
+
+describe("kvExhaustion 'evict' and resuming with generated tokens (the host side of Punica's migration)", () => {
+  it('evicts the newest running request with its tokens; resubmitted with them, it finishes with the unmigrated tokens', () => {
+    const requests = [A, B, null, A].map((a, i) => request(`e${i}`, a, 10, 40, 900 + i));
+    const cache = fx.newCache(7);
+    const batcher = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta], kvExhaustion: 'evict' });
+    expect(batcher.kvExhaustion).toBe('evict');
+    const streamed = new Map<string, number[]>(requests.map((r) => [r.id, []]));
+    const finished = new Map<string, FinishedRequest>();
+    const evictions: { id: string; generated: number[]; runningBefore: string[] }[] = [];
+    let running: string[] = [];
+    const submit = (r: BatcherRequest) =>
+      batcher.submit(r, {
+        onToken: (t) => streamed.get(r.id)!.push(t),
+        onFinish: (f) => finished.set(r.id, f),
+        onEvicted: (generated) => evictions.push({ id: r.id, generated, runningBefore: [...running] }),
+        onError: (e) => {
+          throw e;
+        },
+      });
+    for (const r of requests) submit(r);
+    let resubmitted = 0;
+    for (let guard = 0; guard < 5000; guard++) {
+      const report = batcher.step();
+      if (report) {
+        running = running.filter((id) => !report.finished.includes(id) && !report.preempted.includes(id)).concat(report.admitted);
+      }
+      // The "scheduler": every eviction goes back in as a new request carrying its generated tokens.
+      while (resubmitted < evictions.length) {
+        const ev = evictions[resubmitted++]!;
+        const original = requests.find((r) => r.id === ev.id)!;
+        submit({ ...original, generated: ev.generated });
+      }
+      if (!report && batcher.stats().queued === 0) break;
+    }
+    expect(evictions.length).toBeGreaterThan(0);
+    expect(batcher.stats().preemptions).toBe(evictions.length);
+    for (const ev of evictions) {
+      // The victim is the newest admission among the running requests, and its tokens are what it streamed.
+      expect(ev.id).toBe(ev.runningBefore[ev.runningBefore.length - 1]);
+      expect(ev.generated.length).toBeGreaterThan(0);
+    }
+    for (const r of requests) {
+      const want = fx.alone({ prompt: r.prompt, maxTokens: r.maxTokens, ignoreEos: true, key: r.adapter });
+      expect(finished.get(r.id)!.tokens).toEqual(want);
+      // Every token streamed once: the resumed placement starts after the tokens it was given.
+      expect(streamed.get(r.id)).toEqual(want);
+    }
+    expect(cache.freePages).toBe(cache.numPages);
+    cache.dispose();
+  });
+
+  it('validates generated tokens: out of vocabulary, already at maxTokens, or already past EOS is refused, nothing queued', () => {
+    const cache = fx.newCache(64);
+    const batcher = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const base = request('g', A, 5, 4, 7);
+    const vocab = fx.model.config.vocabSize;
+    expect(() => batcher.submit({ ...base, generated: [vocab] })).toThrow(expect.objectContaining({ code: 'TESSERA_TOKEN_OUT_OF_VOCAB' }));
+    expect(() => batcher.submit({ ...base, generated: [1, 2, 3, 4] })).toThrow(expect.objectContaining({ code: 'TESSERA_INVALID_MAX_TOKENS' }));
+    const eos = fx.model.config.eosTokenIds[0]!;
+    expect(() => batcher.submit({ ...base, ignoreEos: false, generated: [eos] })).toThrow(/already ends the request/);
+    expect(batcher.stats().queued).toBe(0);
+    expect(() => batcher.submit({ ...base, generated: [1, 2] })).not.toThrow();
+    cache.dispose();
+  });
+});

@@ -1,0 +1,33 @@
+/**
+ * @tessera/cluster: serving beyond one engine. The Punica scheduler (placement on the busiest host with room,
+ * FCFS queue, migration by recompute on KV exhaustion, autoscale signals), engine hosts in-process or as BullMQ
+ * workers on Redis, and the client stream that turns at-least-once host events into exactly-once tokens.
+ */
+export type {
+  EngineHost,
+  FinishReason,
+  FinishedResult,
+  GenerateRequest,
+  HostEngine,
+  HostEvent,
+  HostEventSink,
+  HostLoad,
+  Placement,
+  SamplingOptions,
+  SerializedError,
+  StreamEvent,
+} from './types.js';
+export { ClusterArgumentError, ClusterError, RedisUnavailableError, RemoteError, serializeError } from './errors.js';
+export {
+  type AutoscaleSignal,
+  DEFAULT_SCHEDULER_MAX_BATCH,
+  PunicaScheduler,
+  type PunicaSchedulerOptions,
+  type SchedulerEvents,
+  type SchedulerHostView,
+  type SchedulerSnapshot,
+} from './scheduler/punica-scheduler.js';
+export { type ClientEvent, ClientStream } from './client/client-stream.js';
+export { type BatcherEngineOptions, batcherEngine } from './in-process/batcher-engine.js';
+export { InProcessEngineHost } from './in-process/in-process-host.js';
+export { InProcessCluster, type InProcessClusterOptions } from './in-process/in-process-cluster.js';

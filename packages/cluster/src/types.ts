@@ -1,0 +1,140 @@
+/**
+ * The shapes that cross between a frontend, the scheduler and the engine hosts. Everything here is plain
+ * structured-clone / JSON data, so the same messages travel through a function call (in-process), a worker
+ * thread's postMessage, or a BullMQ job and a Redis stream (distributed).
+ *
+ *   frontend ──submit/cancel──▶ scheduler ──add/cancel (Placement)──▶ host
+ *   host ──token/finish/error──▶ the request's stream ──▶ frontend (deduplicated by ClientStream)
+ *   host ──finish/error/evicted──▶ scheduler (capacity freed, migration)
+ *   host ──HostLoad (with a TTL when distributed)──▶ scheduler (placement; a silent host is lost)
+ */
+
+/** Sampling parameters, as the batcher takes them. */
+export interface SamplingOptions {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  seed?: number;
+}
+
+/** A generation request. `id` is the idempotency key: submitting the same id twice runs it once. */
+export interface GenerateRequest {
+  id: string;
+  /** A registered adapter's name, or null for the base model. */
+  adapter: string | null;
+  /** Prompt token ids (BOS included when the tokenizer's template adds it). */
+  prompt: number[];
+  /** Most tokens to generate (EOS included), counted over every placement of the request. */
+  maxTokens: number;
+  sampling: SamplingOptions;
+  stop: string[];
+  ignoreEos: boolean;
+}
+
+/**
+ * One placement of a request on a host. A request is placed again when its host runs out of KV (migration) or
+ * disappears; each placement has the next `attempt`. The host prefills `prompt ++ generated` (recompute, Punica
+ * §7.4) and continues at token index `generated.length`: it never re-emits the tokens the client already has.
+ */
+export interface Placement {
+  request: GenerateRequest;
+  /** Tokens already delivered to the client by earlier attempts (empty on the first placement). */
+  generated: number[];
+  /** 0 for the first placement, then 1, 2, … Events carry it; a client ignores events of a superseded attempt. */
+  attempt: number;
+}
+
+export type FinishReason = 'eos' | 'stop' | 'length' | 'cancelled';
+
+export interface FinishedResult {
+  id: string;
+  /** Every generated token id over all attempts (an ending EOS included). */
+  tokens: number[];
+  text: string;
+  finishReason: FinishReason;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/** An Error flattened for transport: class name, typed error code, and the adapter it names, if any. */
+export interface SerializedError {
+  name: string;
+  message: string;
+  code: string | null;
+  adapter: string | null;
+}
+
+/**
+ * What a host emits about one placement. `index` is the token's position in the whole generated sequence
+ * (0-based, across attempts), which is what makes at-least-once delivery safe: a client keeps a token only if its
+ * index is the next one it expects.
+ */
+export type HostEvent =
+  | { kind: 'token'; id: string; attempt: number; index: number; token: number; text: string }
+  | { kind: 'finish'; id: string; attempt: number; result: FinishedResult }
+  | { kind: 'error'; id: string; attempt: number; error: SerializedError }
+  /** The host ran out of KV pages and dropped this placement (its newest); `generated` = every token so far. */
+  | { kind: 'evicted'; id: string; attempt: number; generated: number[] };
+
+/**
+ * What a client's stream carries: host events, plus `placed` written by the scheduler before it dispatches an
+ * attempt. A `placed` marker fences the earlier attempts: their later events (a host that was declared lost but
+ * is still running, a redelivered job) are dropped.
+ */
+export type StreamEvent = HostEvent | { kind: 'placed'; id: string; attempt: number; hostId: string; generated: number };
+
+/** A host's state as the scheduler sees it. Published periodically (distributed, with a TTL) or read live. */
+export interface HostLoad {
+  hostId: string;
+  /** The host's own batch cap (the scheduler uses the smaller of this and its own). */
+  maxBatch: number;
+  /** KV pages in the host's cache, and tokens per page. */
+  kvPages: number;
+  pageTokens: number;
+  /**
+   * Pages free for new work: free pages minus what the host's queued (not yet admitted) placements will need
+   * for their prefill. The scheduler subtracts its own not-yet-reported placements from this.
+   */
+  freeKvPages: number;
+  /** The placements the host holds (queued or running), by request id and attempt. */
+  requests: { id: string; attempt: number }[];
+  /** Registered adapter names, and those resident on the device. */
+  adapters: string[];
+  residentAdapters: string[];
+  /** Engine steps run so far and tokens generated so far (monotonic counters, for throughput over time). */
+  steps: number;
+  tokens: number;
+  /** Clock time of the report (host clock; only the scheduler's own receipt time is used for liveness). */
+  at: number;
+}
+
+/**
+ * The scheduler's handle on one engine host. In-process it calls the engine directly; distributed it enqueues
+ * a BullMQ job on the host's queue. Calls are fire-and-forget and must be delivered in order per host.
+ */
+export interface EngineHost {
+  readonly id: string;
+  /** Starts (or, for a redelivered placement of the same id and attempt, ignores) a placement. */
+  add(placement: Placement): void;
+  /** Drops a placement (frees its KV). Unknown ids and superseded attempts are ignored. */
+  cancel(id: string, attempt: number): void;
+  /** The latest load (live in-process; the last report when distributed); null when none is known yet. */
+  load(): HostLoad | null;
+}
+
+/** What a placement's events are delivered to, on the host side. */
+export type HostEventSink = (event: HostEvent) => void;
+
+/**
+ * The engine a host runs: a ContinuousBatcher in this thread ({@link batcherEngine}), an engine worker thread
+ * (apps/punica), or a simulated GPU (`@tessera/sim`). Its batcher must evict, not requeue, on KV exhaustion, so
+ * the scheduler can re-place the evicted request on any host.
+ */
+export interface HostEngine {
+  /** Queues a placement; its events go to `sink`. Throws a typed error (nothing changed) for a request it cannot take. */
+  submit(placement: Placement, sink: HostEventSink): void;
+  /** Drops a request by id; false if it holds none. */
+  cancel(id: string): boolean;
+  /** Live load (hostId is filled in by the host). */
+  load(): Omit<HostLoad, 'hostId'>;
+}
