@@ -31,3 +31,4 @@ export { type ClientEvent, ClientStream } from './client/client-stream.js';
 export { type BatcherEngineOptions, batcherEngine } from './in-process/batcher-engine.js';
 export { InProcessEngineHost } from './in-process/in-process-host.js';
 export { InProcessCluster, type InProcessClusterOptions } from './in-process/in-process-cluster.js';
+export * from './redis/index.js';

@@ -1,0 +1,2 @@
+// The distributed engine hosts (BullMQ on Redis): filled in by the redis work.
+export {};
