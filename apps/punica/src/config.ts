@@ -1,6 +1,7 @@
 /**
  * Command-line flags and their PUNICA_* environment equivalents (a flag wins over its variable).
  */
+import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
 
 export const USAGE = `tessera-punica: an OpenAI-compatible multi-LoRA server (Punica on one machine)
@@ -29,7 +30,19 @@ Engine
   --adapter-budget-mib <n>      device memory for resident adapters (default 64)    PUNICA_ADAPTER_BUDGET_MIB
   --host-adapter-budget-mib <n> host cache of read adapters (default 256, 0 = off)  PUNICA_HOST_ADAPTER_BUDGET_MIB
   --threads <n>                 CPU kernel threads (default: TESSERA_THREADS or all cores)  PUNICA_THREADS
+Cluster (BullMQ on Redis; without --role everything runs in this one process)
+  --role <role>                 frontend | worker | scheduler                       PUNICA_ROLE
+  --redis <url>                 Redis of the cluster (default REDIS_URL or redis://127.0.0.1:6379)  PUNICA_REDIS_URL
+  --cluster-prefix <name>       namespace of the cluster's keys and queues (tessera) PUNICA_CLUSTER_PREFIX
+  --host-id <id>                worker: this host's id; placement ties go to the highest (default: hostname-pid)  PUNICA_HOST_ID
+  --lightly-loaded <f>          scheduler: a host below f × max batch is lightly loaded (0.5)  PUNICA_LIGHTLY_LOADED
+  --idle-release-s <n>          scheduler: a host idle this long is releasable (60)  PUNICA_IDLE_RELEASE_S
   -h, --help                    show this help
+
+A cluster is one scheduler, any number of workers and frontends on one Redis, e.g.:
+  tessera-punica --role scheduler --redis redis://127.0.0.1:6379
+  tessera-punica --role worker --host-id gpu-0 --model <dir> --adapters <dir>     (one per accelerator)
+  tessera-punica --role frontend --port 8000 --model <dir> --adapters <dir>       (tokenizer and adapter names)
 
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
@@ -50,7 +63,17 @@ export interface CliConfig {
   adapterBudgetMiB: number;
   hostAdapterBudgetMiB: number;
   threads: number | undefined;
+  /** null: the single-process server. */
+  role: ClusterRole | null;
+  redisUrl: string;
+  clusterPrefix: string;
+  hostId: string;
+  lightlyLoadedFraction: number;
+  idleReleaseSeconds: number;
 }
+
+export type ClusterRole = 'frontend' | 'worker' | 'scheduler';
+const ROLES: readonly ClusterRole[] = ['frontend', 'worker', 'scheduler'];
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -100,6 +123,12 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
         'adapter-budget-mib': { type: 'string' },
         'host-adapter-budget-mib': { type: 'string' },
         threads: { type: 'string' },
+        role: { type: 'string' },
+        redis: { type: 'string' },
+        'cluster-prefix': { type: 'string' },
+        'host-id': { type: 'string' },
+        'lightly-loaded': { type: 'string' },
+        'idle-release-s': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -115,6 +144,12 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
   };
   const logLevel = str('log-level', 'PUNICA_LOG_LEVEL') ?? 'info';
   if (!LOG_LEVELS.includes(logLevel)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+  const role = str('role', 'PUNICA_ROLE') ?? null;
+  if (role !== null && !ROLES.includes(role as ClusterRole)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got ${JSON.stringify(role)}`);
+  const redisFlag = str('redis', 'PUNICA_REDIS_URL');
+  if (redisFlag !== undefined && role === null) throw new UsageError('--redis needs --role frontend|worker|scheduler (without a role the server runs alone, without Redis)');
+  const lightlyLoaded = Number(str('lightly-loaded', 'PUNICA_LIGHTLY_LOADED') ?? '0.5');
+  if (!(lightlyLoaded > 0 && lightlyLoaded <= 1)) throw new UsageError(`--lightly-loaded must be a fraction in (0, 1], got ${JSON.stringify(str('lightly-loaded', 'PUNICA_LIGHTLY_LOADED'))}`);
   return {
     modelDir: str('model', 'PUNICA_MODEL'),
     modelName: str('model-name', 'PUNICA_MODEL_NAME'),
@@ -131,5 +166,11 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     adapterBudgetMiB: integer('--adapter-budget-mib', str('adapter-budget-mib', 'PUNICA_ADAPTER_BUDGET_MIB'), 1) ?? 64,
     hostAdapterBudgetMiB: integer('--host-adapter-budget-mib', str('host-adapter-budget-mib', 'PUNICA_HOST_ADAPTER_BUDGET_MIB'), 0) ?? 256,
     threads: integer('--threads', str('threads', 'PUNICA_THREADS'), 1, 1024),
+    role: role as ClusterRole | null,
+    redisUrl: redisFlag ?? (env.REDIS_URL || 'redis://127.0.0.1:6379'),
+    clusterPrefix: str('cluster-prefix', 'PUNICA_CLUSTER_PREFIX') ?? 'tessera',
+    hostId: str('host-id', 'PUNICA_HOST_ID') ?? `${hostname()}-${process.pid}`,
+    lightlyLoadedFraction: lightlyLoaded,
+    idleReleaseSeconds: integer('--idle-release-s', str('idle-release-s', 'PUNICA_IDLE_RELEASE_S'), 0) ?? 60,
   };
 }

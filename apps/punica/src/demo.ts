@@ -88,6 +88,12 @@ export function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) =
     log(`generating adapter ${i + 1}/${DEMO_ADAPTERS.length}: ${a.name} (rank ${a.rank}, ${a.targets.join(', ')}; ${(out.bytes / 1024).toFixed(0)} KiB)`);
   });
   writeFileSync(join(staging, 'demo.json'), `${JSON.stringify({ version: DEMO_VERSION, model: DEMO_MODEL_NAME, adapters: DEMO_ADAPTERS.map((a) => a.name) }, null, 2)}\n`);
+  // Another process (a cluster worker and frontend started together) may have finished first: same seeds, same
+  // files, so keep its copy rather than deleting a demo it may be reading.
+  if (isCurrent(root)) {
+    rmSync(staging, { recursive: true, force: true });
+    return { dir: root, ...layout(root), modelName: DEMO_MODEL_NAME, generated: false };
+  }
   rmSync(root, { recursive: true, force: true });
   mkdirSync(dirname(root), { recursive: true });
   renameSync(staging, root);

@@ -1,13 +1,16 @@
 /**
- * The `tessera-punica` command: parse flags, generate the demo when no model is given, build the server, listen
- * with graceful shutdown. `pnpm --filter @tessera/punica start` runs this file from source.
+ * The `tessera-punica` command: parse flags, generate the demo when no model is given, then run the role: the
+ * single-process server (default), or a cluster scheduler, worker or frontend on Redis (`--role`). `pnpm --filter @tessera/punica start` runs this file from source.
  */
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
+import { startClusterScheduler } from './cluster/scheduler-role.js';
+import { startClusterWorker } from './cluster/worker-role.js';
 import { parseCli, USAGE, UsageError } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
-import { buildServer, listen } from './server.js';
+import { MIB } from './engine/client.js';
+import { buildServer, discoverAdapters, listen } from './server.js';
 
 export async function main(argv: readonly string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let config;
@@ -25,6 +28,22 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     return 0;
   }
 
+  const redis = { url: config.redisUrl, prefix: config.clusterPrefix };
+  // The scheduler needs no model: it places requests by the workers' load reports.
+  if (config.role === 'scheduler') {
+    const say = (line: string) => process.stdout.write(`[punica scheduler] ${line}\n`);
+    const scheduler = await startClusterScheduler({
+      redis,
+      maxBatch: config.maxBatch,
+      lightlyLoadedFraction: config.lightlyLoadedFraction,
+      idleReleaseMs: config.idleReleaseSeconds * 1000,
+      log: say,
+    });
+    say(`scheduling on ${config.redisUrl} (prefix ${config.clusterPrefix}); Ctrl-C stops it`);
+    onSignal(() => scheduler.close());
+    return 0;
+  }
+
   let { modelDir, adaptersDir, modelName } = config;
   if (modelDir === undefined || config.demo) {
     const say = (line: string) => process.stdout.write(`[punica] ${line}\n`);
@@ -33,6 +52,24 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     modelDir = demo.modelDir;
     adaptersDir = demo.adaptersDir;
     modelName = demo.modelName;
+  }
+
+  if (config.role === 'worker') {
+    const say = (line: string) => process.stdout.write(`[punica worker ${config.hostId}] ${line}\n`);
+    const worker = await startClusterWorker({
+      redis,
+      hostId: config.hostId,
+      modelDir,
+      adapters: adaptersDir ? discoverAdapters(adaptersDir) : [],
+      maxBatch: config.maxBatch,
+      kvBudgetBytes: config.kvBudgetMiB * MIB,
+      adapterBudgetBytes: config.adapterBudgetMiB * MIB,
+      hostAdapterBudgetBytes: config.hostAdapterBudgetMiB * MIB,
+      threads: config.threads ?? null,
+      log: say,
+    });
+    onSignal(() => worker.close());
+    return 0;
   }
 
   process.stdout.write(`[punica] loading ${modelDir}${adaptersDir ? ` with the adapters in ${adaptersDir}` : ''}\n`);
@@ -48,6 +85,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     adapterAdmin: config.adapterAdmin,
     adapterRoot: config.adapterRoot,
     logger: { level: config.logLevel },
+    ...(config.role === 'frontend' ? { cluster: { redis } } : {}),
   });
   const address = await listen(app, { host: config.host, port: config.port });
   const adapters = app.models.adapters().map((a) => a.name);
@@ -55,7 +93,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   process.stdout.write(
     [
       '',
-      `[punica] serving ${app.models.base.name} (${app.modelInfo.device}) with ${adapters.length} adapter(s) on ${address}`,
+      `[punica] serving ${app.models.base.name} (${config.role === 'frontend' ? `cluster frontend on ${config.redisUrl}` : app.modelInfo.device}) with ${adapters.length} adapter(s) on ${address}`,
       ...(adapters.length > 0 ? [`[punica] adapters: ${adapters.join(', ')}`] : []),
       '[punica] try:',
       `  curl ${address}/v1/completions -H 'content-type: application/json' \\`,
@@ -68,6 +106,25 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     ].join('\n'),
   );
   return 0;
+}
+
+/** Runs `stop` once on SIGINT or SIGTERM, then exits; a second signal exits at once. */
+function onSignal(stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    process.stdout.write(`[punica] ${signal}: stopping\n`);
+    stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`[punica] ${err instanceof Error ? err.message : String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', handler);
+  process.on('SIGTERM', handler);
 }
 
 function isEntryPoint(): boolean {
@@ -86,7 +143,9 @@ if (isEntryPoint()) {
       if (code !== 0) process.exitCode = code;
     },
     (err: unknown) => {
-      process.stderr.write(`[punica] ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      // A typed error (Redis down at start-up, a bad model directory) says what to do; a stack would only bury it.
+      const typed = err instanceof Error && typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('TESSERA_');
+      process.stderr.write(`[punica] ${err instanceof Error ? (typed ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
       process.exitCode = 1;
     },
   );

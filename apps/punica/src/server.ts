@@ -18,6 +18,8 @@ import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/typ
 import closeWithGrace from 'close-with-grace';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 
+import type { RedisOptions } from '@tessera/cluster';
+
 import { MIB } from './engine/client.js';
 import { enginePlugin } from './plugins/engine.js';
 import { errorsPlugin } from './plugins/errors.js';
@@ -57,6 +59,11 @@ export interface ServerOptions {
   logger?: FastifyServerOptions['logger'];
   /** How long closing waits for the engine worker to stop before terminating it (default 10 s). */
   engineShutdownTimeoutMs?: number | undefined;
+  /**
+   * Cluster frontend (`--role frontend`): no engine in this process; requests go through the Punica scheduler on
+   * this Redis to the worker processes. Runtime adapter loading is off (workers register adapters at start).
+   */
+  cluster?: { redis: RedisOptions } | undefined;
 }
 
 /** The adapters in `dir`: one per subdirectory (hidden ones skipped), named after it, in name order. */
@@ -102,13 +109,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       threads: options.threads ?? null,
       ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}),
     },
+    cluster: options.cluster,
   });
   await app.register(metricsPlugin, { maxLora: maxBatch });
 
   await app.register(completionRoutes);
   await app.register(chatCompletionRoutes);
   await app.register(modelRoutes);
-  if (options.adapterAdmin ?? true) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
+  if ((options.adapterAdmin ?? true) && !options.cluster) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
   await app.register(healthRoutes);
   await app.register(metricsRoutes);
 

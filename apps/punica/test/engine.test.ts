@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import type { EngineEventMessage } from '../src/engine/protocol.js';
-import type { RequestEnd } from '../src/engine/client.js';
+import type { EngineClient, RequestEnd } from '../src/engine/client.js';
 import { ALL_TARGETS, type AdapterSpec, type Fixture, makeFixture, metricValue, MODEL_NAME, parseSse, serve } from './support/fixture.js';
 
 const TENANTS: AdapterSpec[] = Array.from({ length: 16 }, (_, i) => ({
@@ -179,7 +179,7 @@ describe('a crashed engine worker', () => {
   it('fails in-flight and new requests with 503, and /health reports unhealthy', async () => {
     const stream = sseReader(await postJson('/v1/completions', { model: TENANTS[1]!.name, prompt: 'doomed', max_tokens: 200, temperature: 0, ignore_eos: true, stream: true }));
     await stream.next();
-    await app.engine.terminate();
+    await (app.engine as EngineClient).terminate();
 
     const frames: unknown[] = [];
     for (let f = await stream.next(); f !== null; f = await stream.next()) frames.push(f);

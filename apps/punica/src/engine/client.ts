@@ -17,6 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 
 import { EngineError, EngineUnavailableError } from './errors.js';
+import type { GenerationEngine } from './generation-engine.js';
 import type {
   AdapterStatus,
   AdminCall,
@@ -161,7 +162,7 @@ interface PendingCall {
   reject: (err: Error) => void;
 }
 
-export class EngineClient extends EventEmitter<EngineClientEvents> {
+export class EngineClient extends EventEmitter<EngineClientEvents> implements GenerationEngine {
   /** The loaded model, as the worker reported it. */
   readonly model: ModelSummary;
   /** The adapters registered at start-up, as the worker reported them. */

@@ -1,23 +1,14 @@
 /**
- * The engine worker thread: everything that touches the model runs here, off the HTTP event loop.
- *
- *   loadDecoder(modelDir)                         base weights on the device (native backend)
- *   TextTokenizer                                 detokenization for stop strings and streamed text
- *   PagedKvCache (kvBudgetBytes)                  the sequences' K/V pages
- *   AdapterCache(loraAdapterSource)               disk → host → device-resident LoRA weights (Punica §5.2)
- *   SgmvLoraDelta(name → cache.get(name))         one SGMV shrink + expand per projection per step (Punica §4)
- *   ContinuousBatcher(policy 'punica')            token-level continuous batching of any adapter mix (§5)
+ * The engine worker thread: everything that touches the model runs here, off the HTTP event loop. The engine
+ * itself (model, KV cache, adapter cache, SGMV delta, batcher) is assembled by stack.ts, which a cluster worker
+ * process uses too; this file adds the thread's message loop, request bookkeeping and adapter unloading.
  *
  * The batcher's `run()` loop yields between steps, so messages (submit, cancel, admin) are handled between two
  * engine steps. Events are batched per step and posted in order (see protocol.ts).
  */
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { AdapterCache, AdapterExistsError, UnknownAdapterError } from '@tessera/adapter-swap';
-import { ContinuousBatcher } from '@tessera/batcher';
-import { loadDecoder, PagedKvCache, TextTokenizer } from '@tessera/engine';
-import { setThreads } from '@tessera/native';
-import { loraAdapterSource, readLoraForSgmv, SgmvLoraDelta } from '@tessera/sgmv-kernel';
+import { UnknownAdapterError } from '@tessera/adapter-swap';
 
 import {
   type AdapterStatus,
@@ -30,6 +21,7 @@ import {
   type WorkerInit,
   serializeError,
 } from './protocol.js';
+import { buildEngineStack, duplicateAdapter } from './stack.js';
 
 const port = parentPort;
 if (!port) throw new Error('worker.ts runs as the engine worker thread (started by EngineClient), not as a script');
@@ -60,50 +52,24 @@ interface LiveRequest {
 }
 
 async function start() {
-  if (init.threads !== null) setThreads(init.threads);
-  const model = loadDecoder(init.modelDir);
-  const tokenizer = TextTokenizer.fromDir(init.modelDir);
-  const kv = PagedKvCache.create({ ...model.kvShape, budgetBytes: init.kvBudgetBytes }, model.backend);
-  const cache = new AdapterCache({
-    source: loraAdapterSource(model.config, model.backend),
-    deviceBudgetBytes: init.adapterBudgetBytes,
-    hostBudgetBytes: init.hostAdapterBudgetBytes,
-  });
-  const delta = new SgmvLoraDelta((name) => cache.get(name));
-  const batcher = new ContinuousBatcher({
-    model,
-    cache: kv,
-    deltas: [delta],
-    adapters: cache,
-    policy: 'punica',
-    maxBatch: init.maxBatch,
-    decode: (ids) => tokenizer.decode(ids),
-  });
+  const stack = buildEngineStack(init);
+  const { model, kv, cache, batcher } = stack;
 
   cache.on('load-start', ({ name, from }) => emit({ kind: 'adapter-load-start', name, from }));
   cache.on('loaded', ({ name, ms, bytes }) => emit({ kind: 'adapter-loaded', name, seconds: ms / 1000, bytes }));
   cache.on('load-failed', ({ name, error }) => emit({ kind: 'adapter-load-failed', name, error: serializeError(error) }));
   cache.on('evicted', ({ name, tier, reason }) => emit({ kind: 'adapter-evicted', name, tier, reason }));
 
-  const ranks = new Map<string, number>();
   const live = new Map<string, LiveRequest>();
   /** Adapters being unloaded: new requests for them are refused; the unregister waits for their live requests. */
   const unloading = new Map<string, (() => void)[]>();
 
-  /** Reads the adapter once (validating it against the model: modules, shapes, dtypes) and registers it. */
+  /** Reads the adapter once (validating it against the model) and registers it; refused while it is unloading. */
   async function register(name: string, path: string): Promise<AdapterStatus> {
-    if (cache.has(name) || unloading.has(name)) throw duplicate(name);
-    const host = await readLoraForSgmv(path, model.config, { name });
-    if (cache.has(name) || unloading.has(name)) throw duplicate(name);
-    cache.register(name, path);
-    ranks.set(name, host.rank);
-    return status(name);
+    if (unloading.has(name)) throw duplicateAdapter(name);
+    return stack.register(name, path);
   }
-
-  function status(name: string): AdapterStatus {
-    const info = cache.info(name);
-    return { name, path: info.dir, residency: info.tier, rank: ranks.get(name) ?? 0, pins: info.pins };
-  }
+  const status = (name: string) => stack.status(name);
 
   function usersOf(name: string): number {
     let n = 0;
@@ -239,8 +205,7 @@ async function start() {
           unloading.set(call.name, [resolve]);
           settleUnloads();
         });
-        await cache.unregister(call.name);
-        ranks.delete(call.name);
+        await stack.unregister(call.name);
         return null;
       }
       case 'adapters':
@@ -253,9 +218,7 @@ async function start() {
         await running;
         for (const id of [...live.keys()]) cancel(id);
         flush();
-        cache.dispose();
-        kv.dispose();
-        model.dispose();
+        stack.dispose();
         return null;
       }
     }
@@ -319,10 +282,6 @@ async function start() {
     post({ type: 'fatal', error: serializeError(err) });
     process.exit(1);
   });
-}
-
-function duplicate(name: string): AdapterExistsError {
-  return new AdapterExistsError(name, '', `an adapter named ${JSON.stringify(name)} is already registered`);
 }
 
 start().catch((err: unknown) => {

@@ -14,7 +14,8 @@ import { randomBytes } from 'node:crypto';
 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
-import type { EngineClient, EngineEvent, EngineRequest } from '../engine/client.js';
+import type { EngineEvent, EngineRequest } from '../engine/client.js';
+import type { GenerationEngine } from '../engine/generation-engine.js';
 import { EngineError, EngineUnavailableError } from '../engine/errors.js';
 import type { EngineFinishReason, FinishedResult, SubmitRequest } from '../engine/protocol.js';
 import { ApiError, badRequest, engineUnavailable, modelNotFound } from './errors.js';
@@ -24,7 +25,7 @@ import type { FinishReason, Usage } from './schemas.js';
 
 /** What a generation route needs from the app. */
 export interface GenerationDeps {
-  engine: EngineClient;
+  engine: GenerationEngine;
   registry: ModelRegistry;
   /** Most tokens a sequence may hold (prompt + completion): the model's max_position_embeddings. */
   contextLength: number;

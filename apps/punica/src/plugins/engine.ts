@@ -1,6 +1,7 @@
 /**
- * The engine plugin: starts the engine worker, and decorates the app with what the routes need:
- *   app.engine          EngineClient (submit, cancel, adapters, stats)
+ * The engine plugin: starts the engine worker (or, as a cluster frontend, connects to the scheduler on Redis), and
+ * decorates the app with what the routes need:
+ *   app.engine          a GenerationEngine: EngineClient, or ClusterEngine in cluster mode
  *   app.models          ModelRegistry (the base model's name and the registered adapters)
  *   app.tokenizer       the model's tokenizer, on the HTTP thread (prompt tokens and limits are checked before
  *                       anything reaches the engine; it is pure JS, so the HTTP thread never loads the addon)
@@ -13,7 +14,11 @@ import { basename, resolve } from 'node:path';
 
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
 
+import type { RedisOptions } from '@tessera/cluster';
+
+import { ClusterEngine } from '../cluster/cluster-engine.js';
 import { EngineClient, type EngineOptions } from '../engine/client.js';
+import type { GenerationEngine } from '../engine/generation-engine.js';
 import type { GenerationDeps } from '../openai/generation.js';
 import { ModelRegistry } from '../openai/model-registry.js';
 import { definePlugin } from './define-plugin.js';
@@ -25,6 +30,8 @@ export interface EnginePluginOptions {
   /** Adapters registered at start-up. */
   adapters: { name: string; path: string }[];
   engine: Omit<EngineOptions, 'modelDir' | 'adapters'>;
+  /** Cluster frontend: requests go to the scheduler on this Redis instead of an engine in this process. */
+  cluster?: { redis: RedisOptions } | undefined;
 }
 
 export interface ModelInfo {
@@ -36,7 +43,7 @@ export interface ModelInfo {
 
 declare module 'fastify' {
   interface FastifyInstance {
-    engine: EngineClient;
+    engine: GenerationEngine;
     models: ModelRegistry;
     tokenizer: TextTokenizer;
     modelInfo: ModelInfo;
@@ -52,9 +59,16 @@ export const enginePlugin = definePlugin<EnginePluginOptions>(
     const tokenizer = TextTokenizer.fromDir(modelDir);
     const name = options.modelName ?? basename(modelDir);
 
-    app.log.info({ model: modelDir, adapters: options.adapters.length }, 'starting the engine worker');
-    const engine = await EngineClient.start({ ...options.engine, modelDir, adapters: options.adapters });
-    app.log.info({ device: engine.model.device, kvPages: engine.model.kvPages }, 'engine ready');
+    let engine: GenerationEngine;
+    if (options.cluster) {
+      app.log.info({ model: modelDir, adapters: options.adapters.length }, 'connecting to the cluster scheduler on Redis');
+      engine = await ClusterEngine.connect({ redis: options.cluster.redis, modelDir, adapters: options.adapters });
+      app.log.info('cluster frontend ready');
+    } else {
+      app.log.info({ model: modelDir, adapters: options.adapters.length }, 'starting the engine worker');
+      engine = await EngineClient.start({ ...options.engine, modelDir, adapters: options.adapters });
+      app.log.info({ device: engine.model.device, kvPages: engine.model.kvPages }, 'engine ready');
+    }
 
     const now = Math.floor(Date.now() / 1000);
     const models = new ModelRegistry({ name, root: modelDir, maxModelLen: config.maxPositions, created: now });

@@ -10,7 +10,8 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
-import type { EngineClient, RequestEnd } from '../engine/client.js';
+import type { RequestEnd } from '../engine/client.js';
+import type { GenerationEngine } from '../engine/generation-engine.js';
 import type { EngineStats } from '../engine/protocol.js';
 import { definePlugin } from './define-plugin.js';
 
@@ -201,7 +202,7 @@ export const metricsPlugin = definePlugin<MetricsPluginOptions>(
 );
 
 /** Refreshes the engine-sampled metrics (call before rendering /metrics). */
-export async function refreshEngineMetrics(app: { engine: EngineClient; metrics: PunicaMetrics }): Promise<void> {
+export async function refreshEngineMetrics(app: { engine: GenerationEngine; metrics: PunicaMetrics }): Promise<void> {
   app.metrics.engineHealthy.set(app.engine.healthy ? 1 : 0);
   if (!app.engine.healthy) return;
   try {

@@ -1,0 +1,104 @@
+/**
+ * The engine stack of one host, assembled once, used by the engine worker thread (single-machine server) and by
+ * a cluster worker process (`--role worker`):
+ *
+ *   loadDecoder(modelDir)                         base weights on the device (native backend)
+ *   TextTokenizer                                 detokenization for stop strings and streamed text
+ *   PagedKvCache (kvBudgetBytes)                  the sequences' K/V pages
+ *   AdapterCache(loraAdapterSource)               disk → host → device-resident LoRA weights (Punica §5.2)
+ *   SgmvLoraDelta(name → cache.get(name))         one SGMV shrink + expand per projection per step (Punica §4)
+ *   ContinuousBatcher(policy 'punica')            token-level continuous batching of any adapter mix (§5)
+ *
+ * Everything here loads the native addon: never import it on an HTTP thread.
+ */
+import { AdapterCache, AdapterExistsError } from '@tessera/adapter-swap';
+import { ContinuousBatcher, type KvExhaustionPolicy } from '@tessera/batcher';
+import { type DecoderModel, loadDecoder, PagedKvCache, TextTokenizer } from '@tessera/engine';
+import { setThreads } from '@tessera/native';
+import { loraAdapterSource, readLoraForSgmv, SgmvLoraDelta } from '@tessera/sgmv-kernel';
+
+import type { AdapterStatus } from './protocol.js';
+
+export interface EngineStackOptions {
+  modelDir: string;
+  maxBatch: number;
+  kvBudgetBytes: number;
+  adapterBudgetBytes: number;
+  hostAdapterBudgetBytes: number;
+  threads: number | null;
+  /** 'requeue' on one machine; 'evict' in a cluster worker, so the scheduler migrates the request (default 'requeue'). */
+  kvExhaustion?: KvExhaustionPolicy;
+}
+
+export interface EngineStack {
+  model: DecoderModel;
+  tokenizer: TextTokenizer;
+  kv: PagedKvCache;
+  cache: AdapterCache<unknown, unknown>;
+  batcher: ContinuousBatcher;
+  /** Reads the adapter once (validating it against the model: modules, shapes, dtypes) and registers it. */
+  register(name: string, path: string): Promise<AdapterStatus>;
+  /** Unregisters an adapter (its weights are freed; callers make sure no request uses it). */
+  unregister(name: string): Promise<void>;
+  status(name: string): AdapterStatus;
+  dispose(): void;
+}
+
+export function duplicateAdapter(name: string): AdapterExistsError {
+  return new AdapterExistsError(name, '', `an adapter named ${JSON.stringify(name)} is already registered`);
+}
+
+export function buildEngineStack(options: EngineStackOptions): EngineStack {
+  if (options.threads !== null) setThreads(options.threads);
+  const model = loadDecoder(options.modelDir);
+  const tokenizer = TextTokenizer.fromDir(options.modelDir);
+  const kv = PagedKvCache.create({ ...model.kvShape, budgetBytes: options.kvBudgetBytes }, model.backend);
+  const cache = new AdapterCache({
+    source: loraAdapterSource(model.config, model.backend),
+    deviceBudgetBytes: options.adapterBudgetBytes,
+    hostBudgetBytes: options.hostAdapterBudgetBytes,
+  });
+  const delta = new SgmvLoraDelta((name) => cache.get(name));
+  const batcher = new ContinuousBatcher({
+    model,
+    cache: kv,
+    deltas: [delta],
+    adapters: cache,
+    policy: 'punica',
+    maxBatch: options.maxBatch,
+    decode: (ids) => tokenizer.decode(ids),
+    kvExhaustion: options.kvExhaustion ?? 'requeue',
+  });
+  const ranks = new Map<string, number>();
+
+  function status(name: string): AdapterStatus {
+    const info = cache.info(name);
+    return { name, path: info.dir, residency: info.tier, rank: ranks.get(name) ?? 0, pins: info.pins };
+  }
+
+  return {
+    model,
+    tokenizer,
+    kv,
+    cache: cache as AdapterCache<unknown, unknown>,
+    batcher,
+    async register(name, path) {
+      if (cache.has(name)) throw duplicateAdapter(name);
+      const host = await readLoraForSgmv(path, model.config, { name });
+      if (cache.has(name)) throw duplicateAdapter(name);
+      cache.register(name, path);
+      ranks.set(name, host.rank);
+      return status(name);
+    },
+    async unregister(name) {
+      await cache.unregister(name);
+      ranks.delete(name);
+    },
+    status,
+    dispose() {
+      cache.dispose();
+      kv.dispose();
+      model.dispose();
+    },
+  };
+}
