@@ -144,7 +144,8 @@ if (isEntryPoint()) {
     },
     (err: unknown) => {
       // A typed error (Redis down at start-up, a bad model directory) says what to do; a stack would only bury it.
-      const typed = err instanceof Error && typeof (err as { code?: unknown }).code === 'string' && (err as { code: string }).code.startsWith('TESSERA_');
+      const code: unknown = (err as { code?: unknown } | null)?.code;
+      const typed = err instanceof Error && typeof code === 'string' && code.startsWith('TESSERA_');
       process.stderr.write(`[punica] ${err instanceof Error ? (typed ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
       process.exitCode = 1;
     },
