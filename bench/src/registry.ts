@@ -32,6 +32,11 @@ export const BENCHES: readonly BenchEntry[] = [
     summary: 'Punica in miniature: SGMV vs Loop vs Gather-BMM (Fig. 8), ranks (Fig. 9), roofline (Fig. 7), textgen policies (Fig. 11)',
     load: async () => (await import('./benches/punica.js')).punicaBench,
   },
+  {
+    name: 'cluster',
+    summary: 'Punica cluster (Fig. 13): 16 simulated GPUs for an hour of ramped zipf-1.5 load; 3 worker processes on Redis vs one process',
+    load: async () => (await import('./benches/cluster.js')).clusterBench,
+  },
 ];
 
 export function findBench(name: string): BenchEntry | undefined {

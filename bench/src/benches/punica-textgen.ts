@@ -86,8 +86,14 @@ export interface PunicaTextgenOptions {
 const ALL_PROJECTIONS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 
 
-function adapterDirs(model: DecoderModel, count: number, rank: number, ctx: BenchContext): Map<string, string> {
-  const root = join(BENCH_MODELS_DIR, `decoder-mini-seed0-lora-r${rank}-all`);
+/** `count` seeded rank-`rank` LoRA adapters on all seven projections of the mini decoder, generated once under `root`. */
+export function adapterDirs(
+  model: Pick<DecoderModel, 'config'>,
+  count: number,
+  rank: number,
+  ctx: Pick<BenchContext, 'log'>,
+  root = join(BENCH_MODELS_DIR, `decoder-mini-seed0-lora-r${rank}-all`),
+): Map<string, string> {
   const dirs = new Map<string, string>();
   let made = 0;
   for (let k = 0; k < count; k++) {
