@@ -52,6 +52,23 @@ describe('parseCli', () => {
     }
     expect(() => parseCli([], { PUNICA_ADAPTER_ADMIN: 'maybe' })).toThrow(/PUNICA_ADAPTER_ADMIN/);
   });
+
+  it('cluster mode: --role and --redis (or PUNICA_ROLE, PUNICA_REDIS_URL, REDIS_URL); no role means one process', () => {
+    expect(parseCli([], { REDIS_URL: 'redis://r:1' })).toMatchObject({ role: null, redisUrl: 'redis://r:1', clusterPrefix: 'tessera', lightlyLoadedFraction: 0.5, idleReleaseSeconds: 60 });
+    expect(parseCli(['--role', 'worker', '--host-id', 'gpu-7'], {})).toMatchObject({ role: 'worker', hostId: 'gpu-7', redisUrl: 'redis://127.0.0.1:6379' });
+    expect(parseCli(['--role', 'scheduler', '--redis', 'redis://s:2', '--lightly-loaded', '0.25', '--idle-release-s', '5'], { REDIS_URL: 'redis://r:1' })).toMatchObject({
+      role: 'scheduler',
+      redisUrl: 'redis://s:2',
+      lightlyLoadedFraction: 0.25,
+      idleReleaseSeconds: 5,
+    });
+    expect(parseCli([], { PUNICA_ROLE: 'frontend', PUNICA_REDIS_URL: 'redis://e:3', PUNICA_CLUSTER_PREFIX: 'blue' })).toMatchObject({ role: 'frontend', redisUrl: 'redis://e:3', clusterPrefix: 'blue' });
+    expect(parseCli(['--role', 'worker'], {})!.hostId).toMatch(/-\d+$/);
+    for (const flag of ['--role', '--redis', '--cluster-prefix', '--host-id', '--lightly-loaded', '--idle-release-s']) expect(USAGE).toContain(flag);
+    expect(() => parseCli(['--role', 'boss'], {})).toThrow(/--role must be one of frontend, worker, scheduler/);
+    expect(() => parseCli(['--redis', 'redis://x:1'], {})).toThrow(/--redis needs --role/);
+    expect(() => parseCli(['--role', 'scheduler', '--lightly-loaded', '2'], {})).toThrow(/--lightly-loaded/);
+  });
 });
 
 describe('the demo', () => {
