@@ -24,6 +24,7 @@ import {
   collect,
   deleteKeys,
   HostProcess,
+  type HostProcessOptions,
   makeTinyModel,
   range,
   REDIS_URL,
@@ -46,7 +47,7 @@ const lost: SchedulerEvents['host-lost'][0][] = [];
 const done: SchedulerEvents['done'][0][] = [];
 let seed = 1000;
 
-function startHost(hostId: string, options: { kvPages?: number; stepDelayMs?: number } = {}): Promise<HostProcess> {
+function startHost(hostId: string, options: Pick<HostProcessOptions, 'kvPages' | 'stepDelayMs' | 'reportTtlMs'> = {}): Promise<HostProcess> {
   return HostProcess.start({ modelDir: tiny.dir, hostId, url: REDIS_URL, prefix, maxBatch: 2, stepDelayMs: 6, ...options }).then((h) => {
     hosts.set(hostId, h);
     return h;
@@ -78,7 +79,7 @@ const resumeAll = () => Promise.all([...hosts.values()].map((h) => h.resume()));
 
 beforeAll(async () => {
   tiny = makeTinyModel();
-  service = await startSchedulerService({ url: REDIS_URL, prefix, pollMs: 50, maxBatch: 32 });
+  service = await startSchedulerService({ url: REDIS_URL, prefix, pollMs: 50, maxBatch: 32, hostTtlMs: 1500 });
   const s = service.scheduler;
   s.on('placed', (e) => placed.push(e));
   s.on('queued', (e) => queued.push(e.id));
@@ -253,5 +254,34 @@ describe('distributed cluster on Redis (BullMQ queues, request streams, host pro
       expect(again.every((p) => p.hostId !== 'h3')).toBe(true);
     }
     expect(service.scheduler.hostIds()).toEqual(['h1', 'h2']);
+  });
+
+  it('fences a host given up for lost that was only frozen: its late writes are dropped, its stale placements cancelled', async () => {
+    // Its key would live a minute: only the scheduler's hostTtlMs (1.5 s without a new report) notices it stopped.
+    const zombie = await startHost('h5', { reportTtlMs: 60_000 });
+    await waitFor('the scheduler to see h5', () => service.scheduler.hasHost('h5'));
+    const requests = [request('zombie-0', 40), request('zombie-1', 40)];
+    const streams: ClientStream[] = [];
+    for (const r of requests) streams.push(await submitAndWait(r));
+    expect(requests.map((r) => placementsOf(r.id)[0]!.hostId)).toEqual(['h5', 'h5']);
+    const counts = new Map<string, number>();
+    const results = streams.map((s, i) => collect(s, (n) => counts.set(requests[i]!.id, n)));
+    await waitFor('both requests to stream 3 tokens', () => requests.every((r) => (counts.get(r.id) ?? 0) >= 3));
+    zombie.freeze();
+    await waitFor('the scheduler to give h5 up', () => lost.some((l) => l.hostId === 'h5'), 10_000);
+    zombie.thaw();
+
+    const collected = await Promise.all(results);
+    for (let i = 0; i < requests.length; i++) expectReference(requests[i]!, collected[i]!);
+    // The thawed host went on writing attempt 0 after the fences: the clients dropped it.
+    expect(streams.some((s) => s.dropped > 0)).toBe(true);
+    for (const r of requests) expect(placementsOf(r.id).filter((p) => p.attempt === 1).map((p) => p.hostId)).not.toContain('h5');
+    // Reporting again, it is a host again, and it is made to drop the placements it no longer has.
+    await waitFor('h5 back, holding nothing', async () => {
+      const load = (await client.hosts()).find((h) => h.hostId === 'h5');
+      return service.scheduler.hasHost('h5') && !!load && load.requests.length === 0;
+    });
+    expect(await zombie.stop()).toBe(0);
+    hosts.delete('h5');
   });
 });

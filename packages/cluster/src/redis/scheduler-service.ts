@@ -57,6 +57,8 @@ export class RedisEngineHost implements EngineHost {
   private readonly keys: RedisKeys;
   private readonly queue: Queue;
   private report: HostLoad | null = null;
+  /** Stale placements already cancelled (attempt NUL id), while the host still reports them. */
+  private readonly staleCancelled = new Set<string>();
   /** The chain that keeps this host's marker and job writes in call order. */
   private tail: Promise<void> = Promise.resolve();
   private readonly onError: (err: unknown) => void;
@@ -88,6 +90,21 @@ export class RedisEngineHost implements EngineHost {
 
   load(): HostLoad | null {
     return this.report;
+  }
+
+  /**
+   * Cancels placements this host reports but the scheduler no longer gives it, once each (a report lists them
+   * again until the host has dropped them).
+   */
+  cancelStale(placements: readonly { id: string; attempt: number }[]): void {
+    const current = new Set(placements.map(({ id, attempt }) => `${attempt}\u0000${id}`));
+    for (const key of this.staleCancelled) if (!current.has(key)) this.staleCancelled.delete(key);
+    for (const { id, attempt } of placements) {
+      const key = `${attempt}\u0000${id}`;
+      if (this.staleCancelled.has(key)) continue;
+      this.staleCancelled.add(key);
+      this.cancel(id, attempt);
+    }
   }
 
   /** The poll loop's newest report; null takes the host out of placement (it is being given up for lost). */
@@ -302,10 +319,12 @@ class RedisSchedulerService implements SchedulerService {
    * ignores a cancel whose attempt it does not hold, so a report older than the scheduler's state is harmless.
    */
   private cancelStalePlacements(host: RedisEngineHost, load: HostLoad): void {
+    const stale: { id: string; attempt: number }[] = [];
     for (const { id, attempt } of load.requests) {
       const where = this.scheduler.locate(id);
-      if (!where || where.hostId !== host.id || where.attempt !== attempt) host.cancel(id, attempt);
+      if (!where || where.hostId !== host.id || where.attempt !== attempt) stale.push({ id, attempt });
     }
+    host.cancelStale(stale);
   }
 
   /** The host's key is gone: fence each of its requests, learn what its client has, re-place it from there. */

@@ -170,6 +170,16 @@ export class HostProcess {
     await this.exited;
   }
 
+  /** SIGSTOP: the process stops dead (no reports, no steps) but keeps its state, until thaw(). */
+  freeze(): void {
+    this.child.kill('SIGSTOP');
+  }
+
+  /** SIGCONT: a frozen process carries on where it stopped. */
+  thaw(): void {
+    this.child.kill('SIGCONT');
+  }
+
   /** SIGTERM: closes the worker and exits 0. */
   async stop(): Promise<number | string> {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGTERM');
