@@ -47,7 +47,11 @@ beforeAll(async () => {
   frontend = await buildServer({ modelDir: fx.modelDir, adaptersDir: fx.adaptersDir, cluster: { redis: { url, prefix } } });
   single = await serve(fx, { threads: 1 });
   // Both workers are placeable once their first load report arrived.
-  await expect.poll(() => scheduler.service.scheduler.snapshot().hosts.filter((h) => h.freeKvPages !== null).length, { timeout: 60_000, interval: 100 }).toBe(2);
+  const deadline = Date.now() + 60_000;
+  while (scheduler.service.scheduler.snapshot().hosts.filter((h) => h.freeKvPages !== null).length < 2) {
+    if (Date.now() > deadline) throw new Error(`the workers did not report within 60 s:\n${workers.map((w) => `${w.id}: ${w.out}`).join('\n')}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }, 90_000);
 
 afterAll(async () => {
