@@ -10,7 +10,7 @@ import type { Redis } from 'ioredis';
 import { ClientStream } from '../client/client-stream.js';
 import { ClusterArgumentError, ClusterError } from '../errors.js';
 import type { GenerateRequest, HostLoad } from '../types.js';
-import { connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions } from './connection.js';
+import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
 import { CLUSTER_JOB_OPTIONS } from './host-worker.js';
 import { jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { decodeEntry, type StreamEntry } from './stream-events.js';
@@ -133,8 +133,9 @@ class StreamingClusterClient implements RedisClusterClient {
     this.wakeIdle?.();
     this.reader.disconnect();
     await this.loop?.catch(() => {});
-    await this.inbox.close();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    await settleWithin(this.inbox.close(), CLOSE_WAIT_MS);
+    await settleWithin(this.redis.quit(), CLOSE_WAIT_MS);
+    this.redis.disconnect();
   }
 
   // ─── the read loop ─────────────────────────────────────────────────────────────────────────────────────────

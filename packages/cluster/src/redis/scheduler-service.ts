@@ -18,10 +18,10 @@ import { type Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 
 import { type Clock, systemClock } from '@tessera/engine';
-import { ClusterArgumentError } from '../errors.js';
+import { ClusterArgumentError, ClusterError } from '../errors.js';
 import { PunicaScheduler, type PunicaSchedulerOptions } from '../scheduler/punica-scheduler.js';
 import type { EngineHost, GenerateRequest, HostEvent, HostLoad, Placement, StreamEvent } from '../types.js';
-import { connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions } from './connection.js';
+import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
 import { CLUSTER_JOB_OPTIONS } from './host-worker.js';
 import { DONE_STREAM_TTL_MS, hostQueueName, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { appendEvent, decodeEntry, readEntries, reduceEntries, type StreamEntry } from './stream-events.js';
@@ -156,6 +156,8 @@ export async function startSchedulerService(options: SchedulerServiceOptions): P
 
 class RedisSchedulerService implements SchedulerService {
   private readonly hosts = new Map<string, TrackedReport>();
+  /** Placed requests cancelled on their host, until the host's finish (or eviction) for that attempt arrives. */
+  private readonly cancelling = new Map<string, { hostId: string; attempt: number }>();
   private worker: Worker | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   /** The async mutex: every inbox job and poll tick runs after the previous one settled. */
@@ -196,11 +198,12 @@ class RedisSchedulerService implements SchedulerService {
     if (this.closed) return;
     this.closed = true;
     if (this.pollTimer) clearTimeout(this.pollTimer);
-    await this.worker?.close();
-    await this.serial;
-    await Promise.all([...this.hosts.values()].map((t) => t.host.close().catch(() => {})));
+    if (this.worker) await settleWithin(this.worker.close(), CLOSE_WAIT_MS);
+    await settleWithin(this.serial, CLOSE_WAIT_MS);
+    await Promise.all([...this.hosts.values()].map((t) => settleWithin(t.host.close(), CLOSE_WAIT_MS)));
     this.hosts.clear();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    await settleWithin(this.redis.quit(), CLOSE_WAIT_MS);
+    this.redis.disconnect();
   }
 
   private exclusive<T>(task: () => Promise<T>): Promise<T> {
@@ -221,7 +224,8 @@ class RedisSchedulerService implements SchedulerService {
   // ─── inbox ─────────────────────────────────────────────────────────────────────────────────────────────────
 
   private async process(job: Job): Promise<void> {
-    if (this.closed) return;
+    // Failed, the job is retried (by the next scheduler to run) rather than completed unprocessed.
+    if (this.closed) throw new ClusterError('TESSERA_CLUSTER_CLOSED', 'the scheduler service is closing');
     switch (job.name) {
       case 'submit':
         return this.submit((job.data as { request: GenerateRequest }).request);
@@ -229,6 +233,12 @@ class RedisSchedulerService implements SchedulerService {
         return this.cancel((job.data as { id: string }).id);
       case 'host-event': {
         const { hostId, event } = job.data as { hostId: string; event: HostEvent };
+        const cancelling = this.cancelling.get(event.id);
+        if (cancelling && cancelling.hostId === hostId && cancelling.attempt === event.attempt && event.kind !== 'token') {
+          this.cancelling.delete(event.id);
+          // Evicted before the cancel reached the host: no 'cancelled' finish will come from there.
+          if (event.kind === 'evicted') await this.finishCancelled(event.id, event.attempt);
+        }
         this.scheduler.onHostEvent(hostId, event);
         return;
       }
@@ -246,23 +256,32 @@ class RedisSchedulerService implements SchedulerService {
   private async cancel(id: string): Promise<void> {
     const where = this.scheduler.locate(id);
     if (where && where.hostId !== null) {
-      // Placed: the host's engine cancels it and its 'cancelled' finish reaches the stream.
+      // Placed: the host's engine cancels it and its 'cancelled' finish reaches the stream. Remembered until the
+      // host answers, in case it evicts the request first or dies.
+      this.cancelling.set(id, { hostId: where.hostId, attempt: where.attempt });
       this.scheduler.cancel(id);
       return;
     }
-    const key = this.keys.stream(id);
-    if (!where && (await this.redis.exists(key)) > 0) return; // finished or cancelled already
+    if (!where && (await this.redis.exists(this.keys.stream(id))) > 0) return; // finished or cancelled already
     // Queued (or not submitted yet): nothing runs it, so the scheduler ends the stream itself, at the attempt it
     // would have been placed with (at or after every fence the client saw).
-    const tokens = [...reduceEntries(id, await readEntries(this.redis, key)).delivered];
+    await this.finishCancelled(id, where ? where.attempt + 1 : 0);
+    if (where) this.scheduler.cancel(id);
+  }
+
+  /** Ends a request's stream with a 'cancelled' finish carrying the tokens its client has, and lets it expire. */
+  private async finishCancelled(id: string, attempt: number): Promise<void> {
+    const key = this.keys.stream(id);
+    const stream = reduceEntries(id, await readEntries(this.redis, key));
+    if (stream.done) return;
+    const tokens = [...stream.delivered];
     await appendEvent(this.redis, key, {
       kind: 'finish',
       id,
-      attempt: where ? where.attempt + 1 : 0,
+      attempt: Math.max(attempt, stream.attempt),
       result: { id, tokens, text: '', finishReason: 'cancelled', promptTokens: 0, completionTokens: tokens.length },
     });
-    if (where) this.scheduler.cancel(id); // 'done' → the stream's EXPIRE, after the finish
-    else await this.redis.pexpire(key, DONE_STREAM_TTL_MS);
+    await this.redis.pexpire(key, DONE_STREAM_TTL_MS);
   }
 
   // ─── hosts ─────────────────────────────────────────────────────────────────────────────────────────────────
@@ -348,6 +367,12 @@ class RedisSchedulerService implements SchedulerService {
       if (ending) this.scheduler.onHostEvent(hostId, ending);
     }
     this.scheduler.removeHost(hostId, (id) => delivered.get(id) ?? []);
+    // Requests cancelled on this host that it never confirmed: their clients get the finish from here.
+    for (const [id, cancelling] of [...this.cancelling]) {
+      if (cancelling.hostId !== hostId) continue;
+      this.cancelling.delete(id);
+      await this.finishCancelled(id, cancelling.attempt + 1);
+    }
     await tracked.host.close().catch((err) => this.warn(`host ${hostId} close`, err));
   }
 
