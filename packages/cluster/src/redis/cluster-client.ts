@@ -11,8 +11,7 @@ import { ClientStream } from '../client/client-stream.js';
 import { ClusterArgumentError, ClusterError } from '../errors.js';
 import type { GenerateRequest, HostLoad } from '../types.js';
 import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
-import { CLUSTER_JOB_OPTIONS } from './host-worker.js';
-import { jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
+import { CLUSTER_JOB_OPTIONS, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { decodeEntry, type StreamEntry } from './stream-events.js';
 
 export interface RedisClusterClient {

@@ -17,7 +17,7 @@ import type { Redis } from 'ioredis';
 import { ClusterArgumentError, serializeError } from '../errors.js';
 import type { HostEngine, HostEvent, HostLoad, Placement } from '../types.js';
 import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
-import { checkHostId, COMPLETED_JOB_AGE_S, EVENT_FIELD, hostQueueName, jobIds, redisKeys, SCHEDULER_QUEUE } from './keys.js';
+import { checkHostId, CLUSTER_JOB_OPTIONS, EVENT_FIELD, hostQueueName, jobIds, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { encodeEvent } from './stream-events.js';
 
 export interface HostWorkerOptions extends RedisOptions {
@@ -43,14 +43,6 @@ export const DEFAULT_REPORT_EVERY_MS = 500;
 export const DEFAULT_REPORT_TTL_MS = 3000;
 /** Newest attempts remembered per request id for idempotency (oldest forgotten first). */
 const REMEMBERED_REQUESTS = 100_000;
-
-/** Job options shared by the cluster's queues: completed jobs stay a while so a repeated job id is dropped. */
-export const CLUSTER_JOB_OPTIONS = {
-  removeOnComplete: { age: COMPLETED_JOB_AGE_S },
-  removeOnFail: { age: COMPLETED_JOB_AGE_S * 6 },
-  attempts: 3,
-  backoff: { type: 'fixed', delay: 100 },
-} as const;
 
 export async function startHostWorker(options: HostWorkerOptions): Promise<HostWorkerHandle> {
   const hostId = checkHostId(options.hostId);

@@ -31,6 +31,14 @@ export const DONE_STREAM_TTL_MS = 10 * 60_000;
 /** Completed jobs are kept this long (seconds), so a repeated job id is still recognised and dropped. */
 export const COMPLETED_JOB_AGE_S = 10 * 60;
 
+/** Job options shared by the cluster's queues: completed jobs stay a while so a repeated job id is dropped. */
+export const CLUSTER_JOB_OPTIONS = {
+  removeOnComplete: { age: COMPLETED_JOB_AGE_S },
+  removeOnFail: { age: COMPLETED_JOB_AGE_S * 6 },
+  attempts: 3,
+  backoff: { type: 'fixed', delay: 100 },
+} as const;
+
 const HOST_ID = /^[A-Za-z0-9_.-]{1,64}$/;
 
 export function checkHostId(hostId: unknown): string {

@@ -22,8 +22,7 @@ import { ClusterArgumentError, ClusterError } from '../errors.js';
 import { PunicaScheduler, type PunicaSchedulerOptions } from '../scheduler/punica-scheduler.js';
 import type { EngineHost, GenerateRequest, HostEvent, HostLoad, Placement, StreamEvent } from '../types.js';
 import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
-import { CLUSTER_JOB_OPTIONS } from './host-worker.js';
-import { DONE_STREAM_TTL_MS, hostQueueName, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
+import { CLUSTER_JOB_OPTIONS, DONE_STREAM_TTL_MS, hostQueueName, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { appendEvent, decodeEntry, readEntries, reduceEntries, type StreamEntry } from './stream-events.js';
 
 export interface SchedulerServiceOptions extends RedisOptions, PunicaSchedulerOptions {
@@ -76,14 +75,14 @@ export class RedisEngineHost implements EngineHost {
   add(placement: Placement): void {
     const { id } = placement.request;
     const marker: StreamEvent = { kind: 'placed', id, attempt: placement.attempt, hostId: this.id, generated: placement.generated.length };
-    this.then(async () => {
+    this.inOrder(async () => {
       await appendEvent(this.redis, this.keys.stream(id), marker);
       await this.queue.add('add', placement, { jobId: jobIds.add(id, placement.attempt) });
     });
   }
 
   cancel(id: string, attempt: number): void {
-    this.then(async () => {
+    this.inOrder(async () => {
       await this.queue.add('cancel', { id, attempt }, { jobId: jobIds.cancelPlacement(id, attempt) });
     });
   }
@@ -122,7 +121,7 @@ export class RedisEngineHost implements EngineHost {
     await this.queue.close();
   }
 
-  private then(write: () => Promise<void>): void {
+  private inOrder(write: () => Promise<void>): void {
     this.tail = this.tail.then(write).catch((err) => this.onError(err));
   }
 }
