@@ -93,7 +93,7 @@ class StreamingClusterClient implements RedisClusterClient {
     if (existing) return existing.stream;
     const stream = new ClientStream(request.id);
     this.open.set(key, { stream, key, lastId: '0-0' });
-    this.inbox.add('submit', { request }, { jobId: jobIds.submit(request.id) }).catch((err) => {
+    this.inbox.add('submit', request, { jobId: jobIds.submit(request.id) }).catch((err) => {
       this.open.delete(key);
       stream.fail(err instanceof Error ? err : new Error(String(err)));
     });

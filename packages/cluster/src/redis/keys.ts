@@ -12,7 +12,8 @@
  *
  * BullMQ queues, with BullMQ's `prefix` option set to P (so their keys are P:<queue>:…; queue names hold no ':'):
  *
- *   scheduler              the scheduler's inbox: 'submit' {request}, 'cancel' {id}, 'host-event' {hostId, event}.
+ *   scheduler              the scheduler's inbox: 'submit' (a GenerateRequest), 'cancel' {id}, 'host-event'
+ *                          {hostId, event}.
  *   host.<hostId>          one per engine host: 'add' (a Placement), 'cancel' {id, attempt}.
  *
  * Job ids make at-least-once delivery idempotent within the completed-job window: 'submit.<id>', 'cancel.<id>',

@@ -1,7 +1,7 @@
 /**
  * The scheduler process of the distributed cluster: one PunicaScheduler fed by Redis.
  *
- *   inbox queue 'scheduler' (BullMQ, one job at a time): 'submit' {request}, 'cancel' {id}, 'host-event' {hostId, event}
+ *   inbox queue 'scheduler' (BullMQ, one job at a time): 'submit' (a GenerateRequest), 'cancel' {id}, 'host-event' {hostId, event}
  *   poll loop over P:hosts / P:load:<hostId>: a new key → addHost(new RedisEngineHost); a changed one →
  *     capacityChanged(); a key gone (its TTL ran out: the host died) → fence and re-place its requests
  *   RedisEngineHost.add: XADD the `placed` marker to the request's stream, then the 'add' job on `host.<hostId>`
@@ -227,7 +227,7 @@ class RedisSchedulerService implements SchedulerService {
     if (this.closed) throw new ClusterError('TESSERA_CLUSTER_CLOSED', 'the scheduler service is closing');
     switch (job.name) {
       case 'submit':
-        return this.submit((job.data as { request: GenerateRequest }).request);
+        return this.submit(job.data as GenerateRequest);
       case 'cancel':
         return this.cancel((job.data as { id: string }).id);
       case 'host-event': {
