@@ -1,7 +1,8 @@
 /**
  * The scheduler process of the distributed cluster: one PunicaScheduler fed by Redis.
  *
- *   inbox queue 'scheduler' (BullMQ, one job at a time): 'submit' (a GenerateRequest), 'cancel' {id}, 'host-event' {hostId, event}
+ *   inbox queue 'scheduler' (BullMQ, one job at a time): 'submit' (a GenerateRequest), 'cancel' {id},
+ *     'host-event' {hostId, event}
  *   poll loop over P:hosts / P:load:<hostId>: a new key → addHost(new RedisEngineHost); a changed one →
  *     capacityChanged(); a key gone (its TTL ran out: the host died) → fence and re-place its requests
  *   RedisEngineHost.add: XADD the `placed` marker to the request's stream, then the 'add' job on `host.<hostId>`
