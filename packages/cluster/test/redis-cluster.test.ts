@@ -234,25 +234,31 @@ describe('distributed cluster on Redis (BullMQ queues, request streams, host pro
     const requests = range(3).map((i) => request(`kill-${i}`, 40));
     const streams: ClientStream[] = [];
     for (const r of requests) streams.push(await submitAndWait(r));
-    const onVictim = requests.filter((r) => placementsOf(r.id)[0]!.hostId === 'h3');
-    expect(onVictim.map((r) => r.id)).toEqual(['kill-0', 'kill-1']);
+    expect(requests.map((r) => placementsOf(r.id)[0]!.hostId)).toEqual(['h3', 'h3', 'h2']);
+    const [moved, cancelled] = [requests[0]!, requests[1]!];
     const counts = new Map<string, number>();
     const results = streams.map((s, i) => collect(s, (n) => counts.set(requests[i]!.id, n)));
-    await waitFor('both requests on h3 to stream 3 tokens', () => onVictim.every((r) => (counts.get(r.id) ?? 0) >= 3));
-    await hosts.get('h3')!.kill();
+    await waitFor('both requests on h3 to stream 3 tokens', () => [moved, cancelled].every((r) => (counts.get(r.id) ?? 0) >= 3));
+    // Frozen, h3 cannot confirm a cancel; killed, it never will: the scheduler ends that stream itself.
+    const victim = hosts.get('h3')!;
+    victim.freeze();
+    client.cancel(cancelled.id);
+    await waitFor(`the scheduler to cancel ${cancelled.id}`, () => done.some((d) => d.id === cancelled.id));
+    await victim.kill();
     hosts.delete('h3');
-    const atKill = onVictim.map((r) => counts.get(r.id) ?? 0);
-    for (const n of atKill) expect(n).toBeLessThan(40);
+    expect(counts.get(moved.id)).toBeLessThan(40);
 
-    const collected = await Promise.all(results);
-    for (let i = 0; i < requests.length; i++) expectReference(requests[i]!, collected[i]!);
-    expect(lost.map((l) => l.hostId)).toEqual(['h3']);
-    expect([...lost[0]!.requests].sort()).toEqual(['kill-0', 'kill-1']);
-    for (const r of onVictim) {
-      const again = placementsOf(r.id).filter((p) => p.attempt > 0);
-      expect(again.length).toBeGreaterThan(0);
-      expect(again.every((p) => p.hostId !== 'h3')).toBe(true);
-    }
+    const [movedResult, cancelledResult, otherResult] = await Promise.all(results);
+    expectReference(moved, movedResult!);
+    expectReference(requests[2]!, otherResult!);
+    expect(cancelledResult!.result.finishReason).toBe('cancelled');
+    expect(cancelledResult!.tokens).toEqual(tiny.reference(cancelled).slice(0, cancelledResult!.tokens.length));
+    expect(cancelledResult!.result.tokens).toEqual(cancelledResult!.tokens);
+
+    expect(lost).toEqual([expect.objectContaining({ hostId: 'h3', requests: [moved.id] })]);
+    const again = placementsOf(moved.id).filter((p) => p.attempt > 0);
+    expect(again.length).toBeGreaterThan(0);
+    expect(again.every((p) => p.hostId !== 'h3' && p.generated >= 3)).toBe(true);
     expect(service.scheduler.hostIds()).toEqual(['h1', 'h2']);
   });
 

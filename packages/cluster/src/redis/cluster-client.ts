@@ -10,9 +10,8 @@ import type { Redis } from 'ioredis';
 import { ClientStream } from '../client/client-stream.js';
 import { ClusterArgumentError, ClusterError } from '../errors.js';
 import type { GenerateRequest, HostLoad } from '../types.js';
-import { connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions } from './connection.js';
-import { CLUSTER_JOB_OPTIONS } from './host-worker.js';
-import { jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
+import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
+import { CLUSTER_JOB_OPTIONS, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { decodeEntry, type StreamEntry } from './stream-events.js';
 
 export interface RedisClusterClient {
@@ -94,7 +93,7 @@ class StreamingClusterClient implements RedisClusterClient {
     if (existing) return existing.stream;
     const stream = new ClientStream(request.id);
     this.open.set(key, { stream, key, lastId: '0-0' });
-    this.inbox.add('submit', { request }, { jobId: jobIds.submit(request.id) }).catch((err) => {
+    this.inbox.add('submit', request, { jobId: jobIds.submit(request.id) }).catch((err) => {
       this.open.delete(key);
       stream.fail(err instanceof Error ? err : new Error(String(err)));
     });
@@ -133,8 +132,9 @@ class StreamingClusterClient implements RedisClusterClient {
     this.wakeIdle?.();
     this.reader.disconnect();
     await this.loop?.catch(() => {});
-    await this.inbox.close();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    await settleWithin(this.inbox.close(), CLOSE_WAIT_MS);
+    await settleWithin(this.redis.quit(), CLOSE_WAIT_MS);
+    this.redis.disconnect();
   }
 
   // ─── the read loop ─────────────────────────────────────────────────────────────────────────────────────────

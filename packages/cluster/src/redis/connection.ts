@@ -125,3 +125,18 @@ export function isConnectionError(err: unknown): boolean {
     /Connection is closed|ECONNREFUSED|ECONNRESET|Stream isn't writeable|LOADING/.test(message)
   );
 }
+
+/** How long a close() waits for each of its last exchanges with Redis (it may be away) before dropping them. */
+export const CLOSE_WAIT_MS = 2000;
+
+/** Resolves when `promise` settles or after `ms`, whichever comes first; never rejects. */
+export function settleWithin(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise.then(
+      () => {},
+      () => {},
+    ),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
+  ]).finally(() => clearTimeout(timer));
+}

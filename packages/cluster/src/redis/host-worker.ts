@@ -16,8 +16,8 @@ import type { Redis } from 'ioredis';
 
 import { ClusterArgumentError, serializeError } from '../errors.js';
 import type { HostEngine, HostEvent, HostLoad, Placement } from '../types.js';
-import { connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions } from './connection.js';
-import { checkHostId, COMPLETED_JOB_AGE_S, EVENT_FIELD, hostQueueName, jobIds, redisKeys, SCHEDULER_QUEUE } from './keys.js';
+import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
+import { checkHostId, CLUSTER_JOB_OPTIONS, EVENT_FIELD, hostQueueName, jobIds, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { encodeEvent } from './stream-events.js';
 
 export interface HostWorkerOptions extends RedisOptions {
@@ -43,14 +43,6 @@ export const DEFAULT_REPORT_EVERY_MS = 500;
 export const DEFAULT_REPORT_TTL_MS = 3000;
 /** Newest attempts remembered per request id for idempotency (oldest forgotten first). */
 const REMEMBERED_REQUESTS = 100_000;
-
-/** Job options shared by the cluster's queues: completed jobs stay a while so a repeated job id is dropped. */
-export const CLUSTER_JOB_OPTIONS = {
-  removeOnComplete: { age: COMPLETED_JOB_AGE_S },
-  removeOnFail: { age: COMPLETED_JOB_AGE_S * 6 },
-  attempts: 3,
-  backoff: { type: 'fixed', delay: 100 },
-} as const;
 
 export async function startHostWorker(options: HostWorkerOptions): Promise<HostWorkerHandle> {
   const hostId = checkHostId(options.hostId);
@@ -118,13 +110,16 @@ class HostWorker implements HostWorkerHandle {
     if (this.closed) return;
     this.closed = true;
     if (this.reportTimer) clearInterval(this.reportTimer);
-    await this.worker?.close();
+    if (this.worker) await settleWithin(this.worker.close(), CLOSE_WAIT_MS);
     // The scheduler re-places what this host held once the load key is gone; the engine must not keep them.
     for (const id of [...this.held.keys()]) this.engine.cancel(id);
     this.held.clear();
-    await this.redis.multi().del(this.keys.load(this.hostId)).srem(this.keys.hosts, this.hostId).exec();
-    await this.inbox.close();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    // With Redis away these would wait for it forever; the key then simply expires (the slower way to be lost).
+    const goodbye = this.redis.multi().del(this.keys.load(this.hostId)).srem(this.keys.hosts, this.hostId).exec();
+    await settleWithin(goodbye, CLOSE_WAIT_MS);
+    await settleWithin(this.inbox.close(), CLOSE_WAIT_MS);
+    await settleWithin(this.redis.quit(), CLOSE_WAIT_MS);
+    this.redis.disconnect();
   }
 
   private async process(job: Job): Promise<void> {

@@ -12,7 +12,8 @@
  *
  * BullMQ queues, with BullMQ's `prefix` option set to P (so their keys are P:<queue>:…; queue names hold no ':'):
  *
- *   scheduler              the scheduler's inbox: 'submit' {request}, 'cancel' {id}, 'host-event' {hostId, event}.
+ *   scheduler              the scheduler's inbox: 'submit' (a GenerateRequest), 'cancel' {id}, 'host-event'
+ *                          {hostId, event}.
  *   host.<hostId>          one per engine host: 'add' (a Placement), 'cancel' {id, attempt}.
  *
  * Job ids make at-least-once delivery idempotent within the completed-job window: 'submit.<id>', 'cancel.<id>',
@@ -30,6 +31,14 @@ export const EVENT_FIELD = 'e';
 export const DONE_STREAM_TTL_MS = 10 * 60_000;
 /** Completed jobs are kept this long (seconds), so a repeated job id is still recognised and dropped. */
 export const COMPLETED_JOB_AGE_S = 10 * 60;
+
+/** Job options shared by the cluster's queues: completed jobs stay a while so a repeated job id is dropped. */
+export const CLUSTER_JOB_OPTIONS = {
+  removeOnComplete: { age: COMPLETED_JOB_AGE_S },
+  removeOnFail: { age: COMPLETED_JOB_AGE_S * 6 },
+  attempts: 3,
+  backoff: { type: 'fixed', delay: 100 },
+} as const;
 
 const HOST_ID = /^[A-Za-z0-9_.-]{1,64}$/;
 

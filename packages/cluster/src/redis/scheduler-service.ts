@@ -1,7 +1,8 @@
 /**
  * The scheduler process of the distributed cluster: one PunicaScheduler fed by Redis.
  *
- *   inbox queue 'scheduler' (BullMQ, one job at a time): 'submit' {request}, 'cancel' {id}, 'host-event' {hostId, event}
+ *   inbox queue 'scheduler' (BullMQ, one job at a time): 'submit' (a GenerateRequest), 'cancel' {id},
+ *     'host-event' {hostId, event}
  *   poll loop over P:hosts / P:load:<hostId>: a new key → addHost(new RedisEngineHost); a changed one →
  *     capacityChanged(); a key gone (its TTL ran out: the host died) → fence and re-place its requests
  *   RedisEngineHost.add: XADD the `placed` marker to the request's stream, then the 'add' job on `host.<hostId>`
@@ -18,12 +19,11 @@ import { type Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 
 import { type Clock, systemClock } from '@tessera/engine';
-import { ClusterArgumentError } from '../errors.js';
+import { ClusterArgumentError, ClusterError } from '../errors.js';
 import { PunicaScheduler, type PunicaSchedulerOptions } from '../scheduler/punica-scheduler.js';
 import type { EngineHost, GenerateRequest, HostEvent, HostLoad, Placement, StreamEvent } from '../types.js';
-import { connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions } from './connection.js';
-import { CLUSTER_JOB_OPTIONS } from './host-worker.js';
-import { DONE_STREAM_TTL_MS, hostQueueName, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
+import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
+import { CLUSTER_JOB_OPTIONS, DONE_STREAM_TTL_MS, hostQueueName, jobIds, type RedisKeys, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { appendEvent, decodeEntry, readEntries, reduceEntries, type StreamEntry } from './stream-events.js';
 
 export interface SchedulerServiceOptions extends RedisOptions, PunicaSchedulerOptions {
@@ -76,14 +76,14 @@ export class RedisEngineHost implements EngineHost {
   add(placement: Placement): void {
     const { id } = placement.request;
     const marker: StreamEvent = { kind: 'placed', id, attempt: placement.attempt, hostId: this.id, generated: placement.generated.length };
-    this.then(async () => {
+    this.inOrder(async () => {
       await appendEvent(this.redis, this.keys.stream(id), marker);
       await this.queue.add('add', placement, { jobId: jobIds.add(id, placement.attempt) });
     });
   }
 
   cancel(id: string, attempt: number): void {
-    this.then(async () => {
+    this.inOrder(async () => {
       await this.queue.add('cancel', { id, attempt }, { jobId: jobIds.cancelPlacement(id, attempt) });
     });
   }
@@ -122,7 +122,7 @@ export class RedisEngineHost implements EngineHost {
     await this.queue.close();
   }
 
-  private then(write: () => Promise<void>): void {
+  private inOrder(write: () => Promise<void>): void {
     this.tail = this.tail.then(write).catch((err) => this.onError(err));
   }
 }
@@ -156,6 +156,8 @@ export async function startSchedulerService(options: SchedulerServiceOptions): P
 
 class RedisSchedulerService implements SchedulerService {
   private readonly hosts = new Map<string, TrackedReport>();
+  /** Placed requests cancelled on their host, until the host's finish (or eviction) for that attempt arrives. */
+  private readonly cancelling = new Map<string, { hostId: string; attempt: number }>();
   private worker: Worker | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   /** The async mutex: every inbox job and poll tick runs after the previous one settled. */
@@ -196,11 +198,12 @@ class RedisSchedulerService implements SchedulerService {
     if (this.closed) return;
     this.closed = true;
     if (this.pollTimer) clearTimeout(this.pollTimer);
-    await this.worker?.close();
-    await this.serial;
-    await Promise.all([...this.hosts.values()].map((t) => t.host.close().catch(() => {})));
+    if (this.worker) await settleWithin(this.worker.close(), CLOSE_WAIT_MS);
+    await settleWithin(this.serial, CLOSE_WAIT_MS);
+    await Promise.all([...this.hosts.values()].map((t) => settleWithin(t.host.close(), CLOSE_WAIT_MS)));
     this.hosts.clear();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    await settleWithin(this.redis.quit(), CLOSE_WAIT_MS);
+    this.redis.disconnect();
   }
 
   private exclusive<T>(task: () => Promise<T>): Promise<T> {
@@ -221,14 +224,21 @@ class RedisSchedulerService implements SchedulerService {
   // ─── inbox ─────────────────────────────────────────────────────────────────────────────────────────────────
 
   private async process(job: Job): Promise<void> {
-    if (this.closed) return;
+    // Failed, the job is retried (by the next scheduler to run) rather than completed unprocessed.
+    if (this.closed) throw new ClusterError('TESSERA_CLUSTER_CLOSED', 'the scheduler service is closing');
     switch (job.name) {
       case 'submit':
-        return this.submit((job.data as { request: GenerateRequest }).request);
+        return this.submit(job.data as GenerateRequest);
       case 'cancel':
         return this.cancel((job.data as { id: string }).id);
       case 'host-event': {
         const { hostId, event } = job.data as { hostId: string; event: HostEvent };
+        const cancelling = this.cancelling.get(event.id);
+        if (cancelling && cancelling.hostId === hostId && cancelling.attempt === event.attempt && event.kind !== 'token') {
+          this.cancelling.delete(event.id);
+          // Evicted before the cancel reached the host: no 'cancelled' finish will come from there.
+          if (event.kind === 'evicted') await this.finishCancelled(event.id, event.attempt);
+        }
         this.scheduler.onHostEvent(hostId, event);
         return;
       }
@@ -246,23 +256,32 @@ class RedisSchedulerService implements SchedulerService {
   private async cancel(id: string): Promise<void> {
     const where = this.scheduler.locate(id);
     if (where && where.hostId !== null) {
-      // Placed: the host's engine cancels it and its 'cancelled' finish reaches the stream.
+      // Placed: the host's engine cancels it and its 'cancelled' finish reaches the stream. Remembered until the
+      // host answers, in case it evicts the request first or dies.
+      this.cancelling.set(id, { hostId: where.hostId, attempt: where.attempt });
       this.scheduler.cancel(id);
       return;
     }
-    const key = this.keys.stream(id);
-    if (!where && (await this.redis.exists(key)) > 0) return; // finished or cancelled already
+    if (!where && (await this.redis.exists(this.keys.stream(id))) > 0) return; // finished or cancelled already
     // Queued (or not submitted yet): nothing runs it, so the scheduler ends the stream itself, at the attempt it
     // would have been placed with (at or after every fence the client saw).
-    const tokens = [...reduceEntries(id, await readEntries(this.redis, key)).delivered];
+    await this.finishCancelled(id, where ? where.attempt + 1 : 0);
+    if (where) this.scheduler.cancel(id);
+  }
+
+  /** Ends a request's stream with a 'cancelled' finish carrying the tokens its client has, and lets it expire. */
+  private async finishCancelled(id: string, attempt: number): Promise<void> {
+    const key = this.keys.stream(id);
+    const stream = reduceEntries(id, await readEntries(this.redis, key));
+    if (stream.done) return;
+    const tokens = [...stream.delivered];
     await appendEvent(this.redis, key, {
       kind: 'finish',
       id,
-      attempt: where ? where.attempt + 1 : 0,
+      attempt: Math.max(attempt, stream.attempt),
       result: { id, tokens, text: '', finishReason: 'cancelled', promptTokens: 0, completionTokens: tokens.length },
     });
-    if (where) this.scheduler.cancel(id); // 'done' → the stream's EXPIRE, after the finish
-    else await this.redis.pexpire(key, DONE_STREAM_TTL_MS);
+    await this.redis.pexpire(key, DONE_STREAM_TTL_MS);
   }
 
   // ─── hosts ─────────────────────────────────────────────────────────────────────────────────────────────────
@@ -348,6 +367,12 @@ class RedisSchedulerService implements SchedulerService {
       if (ending) this.scheduler.onHostEvent(hostId, ending);
     }
     this.scheduler.removeHost(hostId, (id) => delivered.get(id) ?? []);
+    // Requests cancelled on this host that it never confirmed: their clients get the finish from here.
+    for (const [id, cancelling] of [...this.cancelling]) {
+      if (cancelling.hostId !== hostId) continue;
+      this.cancelling.delete(id);
+      await this.finishCancelled(id, cancelling.attempt + 1);
+    }
     await tracked.host.close().catch((err) => this.warn(`host ${hostId} close`, err));
   }
 
