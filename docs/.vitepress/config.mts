@@ -30,6 +30,8 @@ export default defineConfig({
           { text: '@tessera/sgmv-kernel', link: '/packages/sgmv-kernel' },
           { text: '@tessera/batcher', link: '/packages/batcher' },
           { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },
+          { text: '@tessera/cluster', link: '/packages/cluster' },
+          { text: '@tessera/sim', link: '/packages/sim' },
           { text: '@tessera/bench', link: '/packages/bench' },
         ],
       },

@@ -36,6 +36,8 @@ export class ClusterEngine extends EventEmitter<EngineClientEvents> implements G
   private readonly client: RedisClusterClient;
   private readonly requests = new Map<string, EngineRequest>();
   private closed: Error | null = null;
+  /** Σ steps over the workers at the previous stats() call (steps are reported as a delta, like EngineClient's). */
+  private lastSteps: number | null = null;
 
   private constructor(client: RedisClusterClient, model: ModelSummary, adapters: AdapterStatus[]) {
     super();
@@ -133,6 +135,10 @@ export class ClusterEngine extends EventEmitter<EngineClientEvents> implements G
   async stats(): Promise<EngineStats> {
     const hosts = await this.hosts();
     const sum = (f: (h: HostLoad) => number) => hosts.reduce((s, h) => s + f(h), 0);
+    const totalSteps = sum((h) => h.steps);
+    // A worker that left takes its count with it: never report a negative delta.
+    const steps = this.lastSteps === null ? totalSteps : Math.max(0, totalSteps - this.lastSteps);
+    this.lastSteps = totalSteps;
     const resident = new Set(hosts.flatMap((h) => h.residentAdapters));
     return {
       running: sum((h) => h.requests.length),
@@ -154,7 +160,7 @@ export class ClusterEngine extends EventEmitter<EngineClientEvents> implements G
         deviceEvictions: 0,
         hostEvictions: 0,
       },
-      steps: 0,
+      steps,
       batchSizes: [],
       preemptions: 0,
     };
