@@ -68,5 +68,6 @@ export {
   DEFAULT_PEAK_PER_GPU_PER_SEC,
   type GpuSummary,
   type TimelineSample,
+  clusterSimulationPreset,
   runClusterSimulation,
 } from './cluster-sim.js';
