@@ -12,7 +12,7 @@
  * (sim_idle_gpus_stay_idle: of the GPUs idle for the release delay after the load peaked, the fraction never
  * needed again). sim_wall_seconds is this machine's wall time for the whole simulated run.
  */
-import { type ClusterSimulationResult, clusterSimulationPreset, runClusterSimulation } from '@tessera/sim';
+import { type ClusterSimulationResult, clusterSimulationPreset, paperLatencyModel, runClusterSimulation } from '@tessera/sim';
 import { escapeXml, formatTick, lineChart, niceTicks } from '../svg.js';
 
 export interface ClusterSimFigure {
@@ -182,6 +182,13 @@ export async function clusterSimFigure(options: { quick: boolean; log: (line: st
     rows: tableRows(result, options.quick ? 60_000 : 300_000),
     ratios,
     svgs: { rate, throughput, batch },
-    json: { options: { quick: options.quick, ...result.config }, wallSeconds, totals: t, gpus: result.gpus, timeline: result.timeline },
+    json: {
+      options: { quick: options.quick, ...result.config },
+      latencyModel: paperLatencyModel().coefficients,
+      wallSeconds,
+      totals: t,
+      gpus: result.gpus,
+      timeline: result.timeline,
+    },
   };
 }

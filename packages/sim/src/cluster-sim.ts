@@ -13,6 +13,8 @@
  * Same options → the same result, deep-equal: nothing in it reads the wall clock.
  */
 import type { ClientStream, FinishedResult } from '@tessera/cluster';
+import { PAGE_SIZE } from '@tessera/native';
+import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel';
 import { SimArgumentError } from './errors.js';
 import {
   DEFAULT_LENGTHS,
@@ -253,13 +255,15 @@ export function runClusterSimulation(options: ClusterSimulationOptions = {}): Cl
     options.trace ??
     generateTrace({
       profile,
-      popularity: options.popularity ?? { kind: 'zipf', adapters: options.numAdapters ?? 100, alpha: 1.5 },
+      popularity: options.popularity ?? { kind: 'zipf', adapters: options.numAdapters ?? 100, alpha: DEFAULT_ZIPF_ALPHA },
       lengths,
       seed,
     });
   const longest = options.trace ? trace.reduce((m, r) => Math.max(m, r.promptTokens + r.outputTokens), 0) : maxSequenceLength(lengths);
-  if (longest > kvTokensPerGpu) {
-    throw new SimArgumentError(`runClusterSimulation: a request of up to ${longest} tokens does not fit a GPU's ${kvTokensPerGpu} KV tokens`);
+  // A GPU's cache has whole pages; a request must fit it alone (the batcher refuses one that cannot).
+  const kvCapacity = Math.floor(kvTokensPerGpu / PAGE_SIZE) * PAGE_SIZE;
+  if (longest > kvCapacity) {
+    throw new SimArgumentError(`runClusterSimulation: a request of up to ${longest} tokens does not fit a GPU's ${kvCapacity} KV tokens (${kvTokensPerGpu} rounded down to pages)`);
   }
   const latency = options.latency ?? paperLatencyModel();
   const peakAtMs = peakTime(profile);
