@@ -1,0 +1,23 @@
+/** Typed errors of @tessera/sim: each has a stable `code` (TesseraError's contract). */
+import { TesseraError } from '@tessera/native';
+
+/** A bad option or argument (a programming or configuration error). */
+export class SimArgumentError extends TesseraError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('TESSERA_SIM_INVALID_ARGUMENT', message, options);
+  }
+}
+
+/** A least-squares fit has too few samples, or samples that do not determine the coefficients. */
+export class LatencyFitError extends TesseraError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('TESSERA_SIM_LATENCY_FIT', message, options);
+  }
+}
+
+/** An event was scheduled before the virtual clock's present. */
+export class EventOrderError extends TesseraError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('TESSERA_SIM_EVENT_IN_THE_PAST', message, options);
+  }
+}
