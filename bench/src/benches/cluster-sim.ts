@@ -18,8 +18,8 @@ import { escapeXml, formatTick, lineChart, niceTicks } from '../svg.js';
 export interface ClusterSimFigure {
   rows: Record<string, string | number>[];
   ratios: Record<string, number>;
-  svgs: Record<string, string>;
-  json: unknown;
+  svgs: { rate: string; throughput: string; batch: string };
+  json: { options: Record<string, unknown> } & Record<string, unknown>;
 }
 
 const minutes = (ms: number) => ms / 60_000;

@@ -6,7 +6,10 @@
  *   2. a real run on this machine: the same requests through the single-process server and through a cluster of
  *      three worker processes on Redis (cluster-real.ts).
  */
+import type { TableSpec } from '../table.js';
 import type { Bench, BenchContext, BenchOutput } from '../types.js';
+
+const fmt = (v: number | undefined) => (v === undefined ? '-' : v.toFixed(2));
 
 export const clusterBench: Bench = {
   name: 'cluster',
@@ -15,11 +18,20 @@ export const clusterBench: Bench = {
     const sim = await clusterSimFigure({ quick: ctx.quick, log: (line) => ctx.log(line) });
     const { clusterRealFigure } = await import('./cluster-real.js');
     const real = await clusterRealFigure(ctx);
+    const simTable: TableSpec = {
+      columns: Object.keys(sim.rows[0] ?? {}).map((key) => ({ key, header: key.replaceAll('_', ' ') })),
+      rows: sim.rows,
+      notes: [
+        'Fig. 13 in simulation: the real PunicaScheduler and ContinuousBatchers on simulated GPUs (paper latency model), virtual clock',
+        `migrations ${sim.ratios.sim_migrations}, busy GPU time at the batch cap ${fmt(sim.ratios.sim_busy_gpu_time_at_cap_frac)}, ` +
+          `idle GPUs that stayed idle ${fmt(sim.ratios.sim_idle_gpus_stay_idle)}, token streams exact ${fmt(sim.ratios.sim_exact_token_streams_frac)}`,
+      ],
+    };
     return {
-      params: { sim: sim.params, real: real.params },
+      params: { sim: sim.json.options, real: real.params },
       rows: [...sim.rows.map((r) => ({ part: 'sim', ...r })), ...real.rows.map((r) => ({ part: 'real', ...r }))],
       ratios: { ...sim.ratios, ...real.ratios },
-      table: sim.table,
+      table: simTable,
       moreTables: [real.table],
       svg: sim.svgs.batch,
       moreSvgs: { rate: sim.svgs.rate, throughput: sim.svgs.throughput },

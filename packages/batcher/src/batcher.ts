@@ -722,7 +722,7 @@ export class ContinuousBatcher {
         eosTokenIds: c.eosTokenIds,
         stopStrings: stop,
         maxTokens,
-        decode: this.decode ?? (() => ''),
+        decode: this.decode ?? null,
         ignoreEos: request.ignoreEos ?? false,
       });
     } catch (err) {

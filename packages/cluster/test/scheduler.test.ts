@@ -81,11 +81,13 @@ describe('PunicaScheduler: placement (T19)', () => {
   });
 
   it('a busier host wins over a higher id; a host at the cap or without KV room is skipped', () => {
-    const { scheduler, placed, host } = setup([['a', 100], ['b', 100], ['c', 1]]);
+    const { scheduler, placed, host } = setup([['a', 100], ['b', 100], ['c', 2]]);
+    host('c').reported.freeKvPages = 1;
     scheduler.submit(req('x0'));
-    // 'c' (highest id) has one page: a 10-token prompt needs pages(10 + 1) = 1 → it fits once.
+    // 'c' (highest id) has one free page: a 10-token prompt needs pages(10 + 1) = 1 → it fits once.
     expect(placed[0]!.hostId).toBe('c');
     host('c').admitAll(1);
+    host('c').reported.freeKvPages = 0;
     scheduler.submit(req('x1'));
     // 'c' has no page left → skipped; tie between a and b (batch 0) → b.
     expect(placed[1]!.hostId).toBe('b');
@@ -128,6 +130,16 @@ describe('PunicaScheduler: placement (T19)', () => {
     host('h').reported.freeKvPages = 4;
     scheduler.capacityChanged();
     expect(placed.map((p) => p.id)).toEqual(['small0', 'big', 'small1']);
+  });
+
+  it('a host whose whole cache could never hold the request is not a candidate (hosts with different budgets)', () => {
+    const { scheduler, placed } = setup([['small', 4], ['big', 64]]);
+    // 10 prompt + 100 tokens need pages(109) = 7 pages at the end: more than 'small' has in all, though 'small'
+    // (the lower id) would otherwise lose only the tie; here the request must go to 'big' whatever the ids.
+    scheduler.submit({ ...req('long'), maxTokens: 100 });
+    expect(placed.map((p) => p.hostId)).toEqual(['big']);
+    scheduler.submit(req('short'));
+    expect(placed.at(-1)!.hostId).toBe('big');
   });
 
   it('submit is idempotent by request id; events of unknown requests, other hosts and old attempts are ignored', () => {

@@ -423,3 +423,18 @@ describe('extreme temperatures', () => {
     for (const id of [1, 2, 3]) expect(Math.abs(got[id]! - 1000)).toBeLessThan(150);
   });
 });
+
+describe('StopChecker without a decode function', () => {
+  it('tracks token ids only: EOS and length end it, text stays empty, stop strings are refused', () => {
+    const ids = new StopChecker({ eosTokenIds: [9], maxTokens: 3, decode: null });
+    expect(ids.push(1)).toEqual({ text: '', finished: null });
+    expect(ids.push(9)).toEqual({ text: '', finished: 'eos' });
+    expect(ids.tokenIds).toEqual([1, 9]);
+    expect(ids.fullText).toBe('');
+    const long = new StopChecker({ eosTokenIds: [9], maxTokens: 2, decode: null, ignoreEos: true });
+    long.push(9);
+    expect(long.push(9)).toEqual({ text: '', finished: 'length' });
+    expect(() => long.push(1)).toThrow(/already finished/);
+    expect(() => new StopChecker({ eosTokenIds: [9], maxTokens: 2, decode: null, stopStrings: ['x'] })).toThrow(/stop strings need a decode function/);
+  });
+});

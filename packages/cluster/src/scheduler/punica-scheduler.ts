@@ -289,6 +289,11 @@ export class PunicaScheduler extends EventEmitter<SchedulerEvents> {
     return free;
   }
 
+  /** Pages the request holds at its longest: prompt + maxTokens − 1 (the last token is never fed back). */
+  private kvAtMostOf(r: TrackedRequest): number {
+    return pagesForLength(r.request.prompt.length + r.request.maxTokens - 1);
+  }
+
   /** kvNeeded(r) = pages(len(prompt ++ generated) + 1) (§9.7). */
   private kvNeededOf(r: TrackedRequest): number {
     return pagesForLength(r.request.prompt.length + r.generated.length + 1);
@@ -304,6 +309,8 @@ export class PunicaScheduler extends EventEmitter<SchedulerEvents> {
       if (id === r.avoid && this.hosts.size > 1) continue;
       const load = h.host.load();
       if (!load || h.assigned.size >= this.capOf(h) || this.freeKv(h, load) < need) continue;
+      // A host whose whole cache could never hold the finished request would only refuse it (hosts may differ).
+      if (load.kvPages < this.kvAtMostOf(r)) continue;
       if (!best || h.assigned.size > best.assigned.size || (h.assigned.size === best.assigned.size && id > best.host.id)) best = h;
     }
     return best;

@@ -72,8 +72,9 @@ function positiveInteger(what: string, value: number): number {
   return value;
 }
 
-function nonNegativeInteger(what: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value < 0) throw new InvalidArgumentError(`PagedKvCache: ${what} must be a non-negative integer, got ${value}`);
+/** `what` is a function so the hot path (every reserve and commit of every step) builds no message string. */
+function nonNegativeInteger(what: () => string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 0) throw new InvalidArgumentError(`PagedKvCache: ${what()} must be a non-negative integer, got ${value}`);
   return value;
 }
 
@@ -297,7 +298,7 @@ export class PagedKvCache {
    */
   reserve(id: SequenceId, newLength: number): void {
     const seq = this.sequence(id);
-    nonNegativeInteger(`reserve(${describeId(id)}): newLength`, newLength);
+    nonNegativeInteger(() => `reserve(${describeId(id)}): newLength`, newLength);
     const missing = pagesForLength(newLength) - seq.pages.length;
     if (missing <= 0) return;
     if (missing > this.free.size) throw this.exhausted(id, missing);
@@ -310,8 +311,8 @@ export class PagedKvCache {
    */
   slotsFor(id: SequenceId, start: number, count: number): Int32Array {
     const seq = this.sequence(id);
-    nonNegativeInteger(`slotsFor(${describeId(id)}): start`, start);
-    nonNegativeInteger(`slotsFor(${describeId(id)}): count`, count);
+    nonNegativeInteger(() => `slotsFor(${describeId(id)}): start`, start);
+    nonNegativeInteger(() => `slotsFor(${describeId(id)}): count`, count);
     const capacity = seq.pages.length * PAGE_SIZE;
     if (start + count > capacity) {
       throw new InvalidArgumentError(
@@ -333,7 +334,7 @@ export class PagedKvCache {
    */
   commit(id: SequenceId, newLength: number): void {
     const seq = this.sequence(id);
-    nonNegativeInteger(`commit(${describeId(id)}): newLength`, newLength);
+    nonNegativeInteger(() => `commit(${describeId(id)}): newLength`, newLength);
     const capacity = seq.pages.length * PAGE_SIZE;
     if (newLength > capacity) {
       throw new InvalidArgumentError(
@@ -349,7 +350,7 @@ export class PagedKvCache {
    */
   shrinkPages(id: SequenceId, keepPages: number): void {
     const seq = this.sequence(id);
-    nonNegativeInteger(`shrinkPages(${describeId(id)}): keepPages`, keepPages);
+    nonNegativeInteger(() => `shrinkPages(${describeId(id)}): keepPages`, keepPages);
     if (keepPages * PAGE_SIZE < seq.length) {
       throw new InvalidArgumentError(`PagedKvCache: shrinkPages(${describeId(id)}, ${keepPages}) would drop committed tokens (length ${seq.length})`);
     }
@@ -379,7 +380,7 @@ export class PagedKvCache {
   pagesNeeded(lengthsById: Iterable<readonly [SequenceId, number]>): number {
     let needed = 0;
     for (const [id, length] of lengthsById) {
-      nonNegativeInteger(`pagesNeeded: length of ${describeId(id)}`, length);
+      nonNegativeInteger(() => `pagesNeeded: length of ${describeId(id)}`, length);
       const have = this.sequences.get(id)?.pages.length ?? 0;
       needed += Math.max(0, pagesForLength(length) - have);
     }
@@ -399,7 +400,7 @@ export class PagedKvCache {
     const seqs = ids.map((id) => this.sequence(id));
     const longest = seqs.reduce((m, s) => Math.max(m, s.pages.length), 0);
     const width = maxPages ?? Math.max(1, longest);
-    nonNegativeInteger('blockTable: maxPages', width);
+    nonNegativeInteger(() => 'blockTable: maxPages', width);
     if (width < longest) {
       const which = ids[seqs.findIndex((s) => s.pages.length === longest)]!;
       throw new InvalidArgumentError(`PagedKvCache: blockTable maxPages ${width} is less than the ${longest} pages of sequence ${describeId(which)}`);

@@ -24,8 +24,12 @@ export interface StopCheckerOptions {
   stopStrings?: readonly string[] | undefined;
   /** Most tokens to generate (EOS included), at least 1. */
   maxTokens: number;
-  /** Token ids → text (e.g. a tokenizer's decode). Incomplete UTF-8 at the end must decode to U+FFFD. */
-  decode: (ids: number[]) => string;
+  /**
+   * Token ids → text (e.g. a tokenizer's decode). Incomplete UTF-8 at the end must decode to U+FFFD. null: no
+   * text is kept (every step's text is ''), which is cheaper when only token ids matter; stop strings then
+   * cannot be used.
+   */
+  decode: ((ids: number[]) => string) | null;
   /** Treat EOS ids as ordinary tokens (decoded like any other); generation then ends by stop or length only. */
   ignoreEos?: boolean | undefined;
 }
@@ -43,7 +47,7 @@ export class StopChecker {
   private readonly eos: ReadonlySet<number>;
   private readonly stops: readonly string[];
   private readonly maxTokens: number;
-  private readonly decode: (ids: number[]) => string;
+  private readonly decode: ((ids: number[]) => string) | null;
   private readonly ignoreEos: boolean;
 
   private readonly ids: number[] = [];
@@ -72,7 +76,8 @@ export class StopChecker {
         throw new InvalidArgumentError(`StopChecker: stopStrings[${i}] must be a non-empty string, got ${JSON.stringify(s)}`);
       }
     });
-    if (typeof decode !== 'function') throw new InvalidArgumentError('StopChecker: decode must be a function from token ids to text');
+    if (decode !== null && typeof decode !== 'function') throw new InvalidArgumentError('StopChecker: decode must be a function from token ids to text, or null');
+    if (decode === null && stopStrings.length > 0) throw new InvalidArgumentError('StopChecker: stop strings need a decode function');
     this.eos = new Set(eosTokenIds);
     this.stops = [...stopStrings];
     this.maxTokens = maxTokens;
@@ -106,6 +111,12 @@ export class StopChecker {
     }
     if (!Number.isInteger(tokenId) || tokenId < 0) throw new InvalidArgumentError(`StopChecker: token id ${tokenId} is not a non-negative integer`);
     this.ids.push(tokenId);
+    if (this.decode === null) {
+      // Token ids only: EOS and length, no text.
+      if (!this.ignoreEos && this.eos.has(tokenId)) this.reason = 'eos';
+      else if (this.ids.length >= this.maxTokens) this.reason = 'length';
+      return { text: '', finished: this.reason };
+    }
     const start = this.emitted;
     if (!this.ignoreEos && this.eos.has(tokenId)) {
       this.detokenize(true);
@@ -129,9 +140,10 @@ export class StopChecker {
 
   /** Appends the text the new ids add, unless it ends in an incomplete character and this is not the end. */
   private detokenize(final: boolean): void {
+    const decode = this.decode!;
     if (this.readOffset === this.textIds.length) return;
-    const prefixText = this.decode(this.textIds.slice(this.prefixOffset, this.readOffset));
-    const newText = this.decode(this.textIds.slice(this.prefixOffset));
+    const prefixText = decode(this.textIds.slice(this.prefixOffset, this.readOffset));
+    const newText = decode(this.textIds.slice(this.prefixOffset));
     if (newText.length <= prefixText.length) return;
     if (!final && newText.endsWith(REPLACEMENT_CHARACTER)) return;
     this.decoded += newText.slice(prefixText.length);
