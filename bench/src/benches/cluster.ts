@@ -3,7 +3,9 @@
  *   1. simulation (@tessera/sim): 16 virtual GPUs for one simulated hour under a ramped Poisson load with zipf-1.5
  *      adapter popularity, the real PunicaScheduler and ContinuousBatchers driven by a virtual clock: request
  *      rate, throughput and per-GPU batch size over time;
- *   2. a real run on this machine: the same requests through the single-process server and through a cluster of
+ *   2. the same simulation (quick size) with a step-latency model fitted to this machine's measured engine steps
+ *      (cluster-fitted.ts);
+ *   3. a real run on this machine: the same requests through the single-process server and through a cluster of
  *      three worker processes on Redis (cluster-real.ts).
  */
 import type { TableSpec } from '../table.js';
@@ -16,6 +18,8 @@ export const clusterBench: Bench = {
   async run(ctx: BenchContext): Promise<BenchOutput> {
     const { clusterSimFigure } = await import('./cluster-sim.js');
     const sim = await clusterSimFigure({ quick: ctx.quick, log: (line) => ctx.log(line) });
+    const { clusterFittedFigure } = await import('./cluster-fitted.js');
+    const fitted = await clusterFittedFigure({ quick: ctx.quick, log: (line) => ctx.log(line) });
     const { clusterRealFigure } = await import('./cluster-real.js');
     const real = await clusterRealFigure(ctx);
     const simTable: TableSpec = {
@@ -28,11 +32,11 @@ export const clusterBench: Bench = {
       ],
     };
     return {
-      params: { sim: sim.json.options, real: real.params },
-      rows: [...sim.rows.map((r) => ({ part: 'sim', ...r })), ...real.rows.map((r) => ({ part: 'real', ...r }))],
-      ratios: { ...sim.ratios, ...real.ratios },
+      params: { sim: sim.json.options, fitted: fitted.params, real: real.params },
+      rows: [...sim.rows.map((r) => ({ part: 'sim', ...r })), ...fitted.rows.map((r) => ({ part: 'fitted', ...r })), ...real.rows.map((r) => ({ part: 'real', ...r }))],
+      ratios: { ...sim.ratios, ...fitted.ratios, ...real.ratios },
       table: simTable,
-      moreTables: [real.table],
+      moreTables: [fitted.table, real.table],
       svg: sim.svgs.batch,
       moreSvgs: { rate: sim.svgs.rate, throughput: sim.svgs.throughput },
     };
