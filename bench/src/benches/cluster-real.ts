@@ -80,7 +80,10 @@ export async function clusterRealFigure(ctx: BenchContext, options: ClusterRealO
   const rank = paperMatchedRank();
   const modelDir = miniModelDir('decoder', ctx.log);
   const config = readHfConfig(modelDir);
-  const dirs = adapterDirs({ config: config as never }, adapterCount, rank, ctx, join(BENCH_MODELS_DIR, `decoder-mini-seed0-cluster-lora-r${rank}`));
+  if (config.family !== 'decoder') throw new Error(`cluster bench: ${modelDir} is not a decoder`);
+  // A directory of exactly these adapters: the workers register every subdirectory of --adapters.
+  const adaptersRoot = join(BENCH_MODELS_DIR, `decoder-mini-seed0-cluster-lora-r${rank}`);
+  const dirs = adapterDirs({ config }, adapterCount, rank, ctx, adaptersRoot);
   const adapters = [...dirs].map(([name, path]) => ({ name, path }));
 
   // One seeded request set: zipf-1.5 adapter popularity (Fig. 13's), prompts of 16–48 token ids.
@@ -122,7 +125,6 @@ export async function clusterRealFigure(ctx: BenchContext, options: ClusterRealO
   const frontend = await buildServer({ modelDir, adapters, maxBatch: 32, cluster: { redis: { url, prefix } } });
   try {
     const args = ['--model', modelDir, '--redis', url, '--cluster-prefix', prefix, '--max-batch', '32', '--threads', '1', '--log-level', 'warn'];
-    const adaptersRoot = join(BENCH_MODELS_DIR, `decoder-mini-seed0-cluster-lora-r${rank}`);
     for (let w = 0; w < workers; w++) children.push(startWorker(`worker-${w}`, [...args, '--adapters', adaptersRoot], ctx.log));
     const client = await connectClusterClient({ url, prefix });
     const deadline = performance.now() + 120_000;

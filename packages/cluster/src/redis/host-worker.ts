@@ -8,14 +8,15 @@
  *   its HostLoad              → SET P:load:<hostId> with a PX TTL (+ SADD P:hosts), every reportEveryMs and after
  *                               each capacity change; the key expiring is how the scheduler learns the host died
  *
- * Jobs are delivered at least once, so placements are idempotent: an 'add' for an (id, attempt) at or below the
- * newest attempt this host was given is ignored (a redelivery, or a superseded placement arriving late).
+ * Jobs are delivered at least once; the placements run through an InProcessEngineHost, which makes them idempotent
+ * (an 'add' at or below the newest attempt this host was given is ignored).
  */
 import { type Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 
-import { ClusterArgumentError, serializeError } from '../errors.js';
-import type { HostEngine, HostEvent, HostLoad, Placement } from '../types.js';
+import { ClusterArgumentError } from '../errors.js';
+import { InProcessEngineHost } from '../in-process/in-process-host.js';
+import type { HostEngine, HostEvent, Placement } from '../types.js';
 import { CLOSE_WAIT_MS, connectRedis, isConnectionError, type RedisOptions, resolveRedisOptions, settleWithin } from './connection.js';
 import { checkHostId, CLUSTER_JOB_OPTIONS, EVENT_FIELD, hostQueueName, jobIds, redisKeys, SCHEDULER_QUEUE } from './keys.js';
 import { encodeEvent } from './stream-events.js';
@@ -41,8 +42,6 @@ export interface HostWorkerHandle {
 
 export const DEFAULT_REPORT_EVERY_MS = 500;
 export const DEFAULT_REPORT_TTL_MS = 3000;
-/** Newest attempts remembered per request id for idempotency (oldest forgotten first). */
-const REMEMBERED_REQUESTS = 100_000;
 
 export async function startHostWorker(options: HostWorkerOptions): Promise<HostWorkerHandle> {
   const hostId = checkHostId(options.hostId);
@@ -62,23 +61,22 @@ export async function startHostWorker(options: HostWorkerOptions): Promise<HostW
 class HostWorker implements HostWorkerHandle {
   private readonly inbox: Queue;
   private worker: Worker | null = null;
-  /** Placements the engine holds: id → attempt. */
-  private readonly held = new Map<string, number>();
-  /** Newest attempt given per id (held or not): what makes 'add' idempotent. */
-  private readonly given = new Map<string, number>();
+  /** Runs the placements on the engine (idempotent add, cancel by attempt); its events go to emit(). */
+  private readonly host: InProcessEngineHost;
   private reportTimer: NodeJS.Timeout | null = null;
   private reportPending = false;
   private closed = false;
 
   constructor(
     readonly hostId: string,
-    private readonly engine: HostEngine,
+    engine: HostEngine,
     private readonly redis: Redis,
     private readonly prefix: string,
     private readonly keys: ReturnType<typeof redisKeys>,
     private readonly reportEveryMs: number,
     private readonly reportTtlMs: number,
   ) {
+    this.host = new InProcessEngineHost(hostId, engine, (_hostId, event) => this.emit(event));
     this.inbox = new Queue(SCHEDULER_QUEUE, { connection: redis, prefix, defaultJobOptions: CLUSTER_JOB_OPTIONS });
     this.inbox.on('error', (err) => this.warn('inbox queue', err));
   }
@@ -112,8 +110,7 @@ class HostWorker implements HostWorkerHandle {
     if (this.reportTimer) clearInterval(this.reportTimer);
     if (this.worker) await settleWithin(this.worker.close(), CLOSE_WAIT_MS);
     // The scheduler re-places what this host held once the load key is gone; the engine must not keep them.
-    for (const id of [...this.held.keys()]) this.engine.cancel(id);
-    this.held.clear();
+    this.host.cancelAll();
     // With Redis away these would wait for it forever; the key then simply expires (the slower way to be lost).
     const goodbye = this.redis.multi().del(this.keys.load(this.hostId)).srem(this.keys.hosts, this.hostId).exec();
     await settleWithin(goodbye, CLOSE_WAIT_MS);
@@ -129,28 +126,12 @@ class HostWorker implements HostWorkerHandle {
   }
 
   private add(placement: Placement): void {
-    const { id } = placement.request;
-    const { attempt } = placement;
-    const seen = this.given.get(id);
-    if (seen !== undefined && seen >= attempt) return;
-    this.given.delete(id);
-    this.given.set(id, attempt);
-    if (this.given.size > REMEMBERED_REQUESTS) this.given.delete(this.given.keys().next().value!);
-    // An older attempt still running here (this host was given up for lost, then came back): it yields.
-    if (this.held.has(id)) this.engine.cancel(id);
-    this.held.set(id, attempt);
-    try {
-      this.engine.submit(placement, (event) => this.emit(event));
-    } catch (err) {
-      // A request this engine cannot take (bad tokens, unknown adapter): the client gets the typed error.
-      this.emit({ kind: 'error', id, attempt, error: serializeError(err) });
-    }
+    this.host.add(placement);
     this.scheduleReport();
   }
 
   private cancel({ id, attempt }: { id: string; attempt: number }): void {
-    if (this.held.get(id) !== attempt) return;
-    this.engine.cancel(id);
+    this.host.cancel(id, attempt);
   }
 
   /** Sends one host event: to the request's stream always, to the scheduler when it changes the placement. */
@@ -159,7 +140,6 @@ class HostWorker implements HostWorkerHandle {
     const { id, attempt } = event;
     this.redis.xadd(this.keys.stream(id), 'NOMKSTREAM', '*', EVENT_FIELD, encodeEvent(event)).catch((err) => this.warn('stream write', err));
     if (event.kind === 'token') return;
-    if (this.held.get(id) === attempt) this.held.delete(id);
     this.inbox
       .add('host-event', { hostId: this.hostId, event }, { jobId: jobIds.hostEvent(id, attempt, event.kind) })
       .catch((err) => this.warn('host event', err));
@@ -179,7 +159,7 @@ class HostWorker implements HostWorkerHandle {
   }
 
   private async publishLoad(): Promise<void> {
-    const load: HostLoad = { ...this.engine.load(), hostId: this.hostId };
+    const load = this.host.load();
     await this.redis
       .multi()
       .set(this.keys.load(this.hostId), JSON.stringify(load), 'PX', this.reportTtlMs)

@@ -348,7 +348,8 @@ export class PunicaScheduler extends EventEmitter<SchedulerEvents> {
   private drain(): void {
     while (this.queue.length > 0) {
       const r = this.requests.get(this.queue[0]!)!;
-      if (!this.tryPlace(r, r.generated.length > 0 || r.attempt >= 0)) return;
+      // Placed before (attempt >= 0): this placement moves it.
+      if (!this.tryPlace(r, r.attempt >= 0)) return;
       this.queue.shift();
     }
   }
