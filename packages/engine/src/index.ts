@@ -50,6 +50,8 @@ export { type LoadOptions, loadDecoder, loadEncoder, loadModel } from './models/
 // hooks
 export { type Segment, SegmentLayout } from './hooks/segment-layout.js';
 export type {
+  AttentionPrefix,
+  AttentionSiteCall,
   DecoderLinearSite,
   DecoderNormSite,
   EncoderLinearSite,

@@ -48,8 +48,31 @@ export interface NormSiteCall {
   readonly layout: SegmentLayout;
 }
 
-/** What a multi-tenant delta implements. Both methods are optional; each mutates `y` in place for its segments. */
+/** The attention site of one sequence in one layer (the encoder asks every delta before that sequence's attention). */
+export interface AttentionSiteCall {
+  readonly family: 'encoder';
+  readonly layer: number;
+  /** Index of the sequence in the forward's batch. */
+  readonly sequence: number;
+  /** The sequence's SegmentLayout key (its tenant/task; null = the base model). */
+  readonly key: string | null;
+}
+
+/**
+ * Prefix-tuning's extra keys and values: f32 [prefixLength, hidden] each, in the layer's projected (post-bias)
+ * space, attended to by every query of the sequence before its own keys.
+ */
+export interface AttentionPrefix {
+  readonly key: Tensor;
+  readonly value: Tensor;
+}
+
+/**
+ * What a multi-tenant delta implements. All methods are optional; `linear` and `norm` mutate `y` in place for
+ * their segments, `attentionPrefix` returns the extra keys/values one sequence attends to (or null for none).
+ */
 export interface ModelDelta {
   linear?(call: LinearSiteCall): void;
   norm?(call: NormSiteCall): void;
+  attentionPrefix?(call: AttentionSiteCall): AttentionPrefix | null;
 }

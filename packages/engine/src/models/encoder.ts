@@ -10,7 +10,7 @@
 import { type Backend, InvalidArgumentError, Tensor, add, cast, attentionPrefill, embedding, gatherRows, geluErf, geluTanh, getBackend, layerNorm, linear } from '@tessera/native';
 import type { EncoderConfig } from '../config.js';
 import { SegmentLayout } from '../hooks/segment-layout.js';
-import type { ModelDelta, SiteOutput } from '../hooks/sites.js';
+import type { AttentionPrefix, ModelDelta, SiteOutput } from '../hooks/sites.js';
 import { runLinearHooks, runNormHooks } from './hook-runner.js';
 import { encoderLinearModules, encoderNormModules, encoderTensorShapes, encoderTopModules } from './names.js';
 import { Scope } from './scope.js';
@@ -38,12 +38,19 @@ export interface EncoderForwardOptions {
   outputs?: { hidden?: boolean; pooled?: boolean; logits?: boolean };
   /** Use this layout instead of grouping the sequences' keys (a batcher that already built one passes it). */
   layout?: SegmentLayout;
+  /**
+   * Lay the batch out padded, as dense-batch engines (TurboTransformers, PetS) do: every sequence occupies
+   * `padTo` rows, its tokens first, then pad tokens. The linear sites run over all rows (the cost of padding);
+   * attention reads only each sequence's own tokens, so a sequence's results do not depend on `padTo`. Default:
+   * packed (each sequence occupies exactly its tokens).
+   */
+  padTo?: number;
 }
 
 export interface EncoderOutput {
   /** f32 [totalTokens, hidden]: the last layer's output, rows packed per sequence. */
   hidden?: Tensor;
-  /** Row offset of each sequence in `hidden` (length batch + 1). */
+  /** Row offset of each sequence in `hidden` (length batch + 1); with `padTo`, sequence b starts at b · padTo. */
   offsets: Int32Array;
   /** f32 [batch, hidden]: tanh(pooler(CLS row)). */
   pooled?: Tensor;
@@ -145,6 +152,10 @@ export class EncoderModel {
     }
 
     // Pack the sequences' rows and check ids before any native work.
+    const padTo = options.padTo;
+    if (padTo !== undefined && (!Number.isInteger(padTo) || padTo < 1 || padTo > c.maxPositions)) {
+      throw new InvalidArgumentError(`EncoderModel: padTo = ${padTo} is not an integer in [1, ${c.maxPositions}]`);
+    }
     const offsets = new Int32Array(sequences.length + 1);
     sequences.forEach((s, b) => {
       if (s.ids.length === 0) throw new InvalidArgumentError(`EncoderModel: sequence ${b} is empty`);
@@ -154,10 +165,14 @@ export class EncoderModel {
       if (s.tokenTypes && s.tokenTypes.length !== s.ids.length) {
         throw new InvalidArgumentError(`EncoderModel: sequence ${b} has ${s.ids.length} ids but ${s.tokenTypes.length} token types`);
       }
-      offsets[b + 1] = offsets[b]! + s.ids.length;
+      if (padTo !== undefined && s.ids.length > padTo) {
+        throw new InvalidArgumentError(`EncoderModel: sequence ${b} has ${s.ids.length} tokens, more than padTo = ${padTo}`);
+      }
+      offsets[b + 1] = offsets[b]! + (padTo ?? s.ids.length);
     });
     const T = offsets[sequences.length]!;
-    const layout = options.layout ?? SegmentLayout.fromRowKeys(sequences.flatMap((s) => Array<string | null>(s.ids.length).fill(s.key ?? null)));
+    const layout =
+      options.layout ?? SegmentLayout.fromRowKeys(sequences.flatMap((s, b) => Array<string | null>(offsets[b + 1]! - offsets[b]!).fill(s.key ?? null)));
     if (layout.rows !== T) throw new InvalidArgumentError(`EncoderModel: layout covers ${layout.rows} rows but the batch has ${T} tokens`);
     const lower = options.lowerStack;
     if (lower) {
@@ -189,6 +204,8 @@ export class EncoderModel {
       const inter = scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be));
       const ffn = scope.keep(Tensor.empty([T, H], 'f32', be));
       const sum = scope.keep(Tensor.empty([T, H], 'f32', be));
+      // Pad rows are never written by attention; zeros keep them finite through the layers.
+      if (padTo !== undefined) ctx.write(new Float32Array(ctx.numel));
 
       let firstLayer = 0;
       if (lower) {
@@ -206,6 +223,10 @@ export class EncoderModel {
             positions[o + i] = i;
             types[o + i] = s.tokenTypes?.[i] ?? 0;
           }
+          for (let i = s.ids.length; i < offsets[b + 1]! - o; i++) {
+            ids[o + i] = c.padTokenId;
+            positions[o + i] = i;
+          }
         });
         const idsT = scope.keep(Tensor.from(ids, [T], { backend: be }));
         const posT = scope.keep(Tensor.from(positions, [T], { backend: be }));
@@ -218,13 +239,15 @@ export class EncoderModel {
         layerNorm(h, this.w(`${top.embeddingsNorm}.weight`), this.w(`${top.embeddingsNorm}.bias`), { eps: c.layerNormEps, out: h });
       }
 
-      // Per-sequence views for attention, made once.
-      const seqViews = sequences.map((_, b) => {
+      // Per-sequence views for attention (its own tokens only, never pad rows), made once.
+      const seqViews = sequences.map((s, b) => {
         const o = offsets[b]!;
-        const len = offsets[b + 1]! - o;
-        const view = (t: Tensor) => scope.reshape(scope.rows(t, o, len), [1, len, nh, hd]);
-        return { q: view(q), k: view(k), v: view(v), ctx: view(ctx) };
+        const len = s.ids.length;
+        const rows = (t: Tensor) => scope.rows(t, o, len);
+        const view = (t: Tensor) => scope.reshape(rows(t), [1, len, nh, hd]);
+        return { b, o, len, q: view(q), k: view(k), v: view(v), ctx: view(ctx), rows: { q: rows(q), k: rows(k), v: rows(v), ctx: rows(ctx) } };
       });
+      const prefixDeltas = deltas.filter((d) => d.attentionPrefix);
       const gelu = c.hiddenAct === 'gelu' ? geluErf : geluTanh;
 
       for (let l = firstLayer; l < c.numLayers; l++) {
@@ -246,7 +269,11 @@ export class EncoderModel {
         ];
         runLinearHooks(deltas, { family: 'encoder', site: 'qkv', layer: l, x: h, outputs: qkv, layout });
 
-        for (const sv of seqViews) attentionPrefill(sv.q, sv.k, sv.v, { out: sv.ctx });
+        for (const sv of seqViews) {
+          const prefix = prefixDeltas.length === 0 ? null : this.attentionPrefixFor(prefixDeltas, l, sv.b, layout.keyOf(sv.o));
+          if (prefix) this.prefixedAttention(sv, prefix);
+          else attentionPrefill(sv.q, sv.k, sv.v, { out: sv.ctx });
+        }
 
         linear(ctx, ...wb(lin.attn_out), { out: attn });
         runLinearHooks(deltas, { family: 'encoder', site: 'attn_out', layer: l, x: ctx, outputs: [{ slice: 'attn_out', module: lin.attn_out, y: attn }], layout });
@@ -279,6 +306,50 @@ export class EncoderModel {
       result.pooled?.dispose();
       result.logits?.dispose();
       throw err;
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** The first non-null prefix any delta returns for this sequence and layer (one PET per task). */
+  private attentionPrefixFor(deltas: readonly ModelDelta[], layer: number, sequence: number, key: string | null): AttentionPrefix | null {
+    for (const d of deltas) {
+      const p = d.attentionPrefix!({ family: 'encoder', layer, sequence, key });
+      if (p) return p;
+    }
+    return null;
+  }
+
+  /**
+   * Attention of one sequence over [prefix keys; its keys] (prefix-tuning). The kernel takes as many queries as
+   * keys, so the p prefix positions get zero query rows whose outputs are dropped: p extra rows of work, which
+   * keeps one attention kernel for every PET type.
+   */
+  private prefixedAttention(sv: { len: number; rows: { q: Tensor; k: Tensor; v: Tensor; ctx: Tensor } }, prefix: AttentionPrefix): void {
+    const H = this.config.hiddenSize;
+    const nh = this.config.numHeads;
+    const p = prefix.key.shape[0]!;
+    for (const [name, t] of [['key', prefix.key], ['value', prefix.value]] as const) {
+      const s = t.shape;
+      if (t.dtype !== 'f32' || s.length !== 2 || s[0] !== p || s[1] !== H) {
+        throw new InvalidArgumentError(`EncoderModel: attention prefix ${name} is ${t.dtype} [${s.join(', ')}], expected f32 [${p}, ${H}]`);
+      }
+    }
+    const n = p + sv.len;
+    const scope = new Scope();
+    try {
+      const qx = scope.keep(Tensor.zeros([n, H], 'f32', this.backend));
+      const kx = scope.keep(Tensor.empty([n, H], 'f32', this.backend));
+      const vx = scope.keep(Tensor.empty([n, H], 'f32', this.backend));
+      const cx = scope.keep(Tensor.empty([n, H], 'f32', this.backend));
+      cast(sv.rows.q, 'f32', { out: scope.rows(qx, p, sv.len) });
+      cast(prefix.key, 'f32', { out: scope.rows(kx, 0, p) });
+      cast(sv.rows.k, 'f32', { out: scope.rows(kx, p, sv.len) });
+      cast(prefix.value, 'f32', { out: scope.rows(vx, 0, p) });
+      cast(sv.rows.v, 'f32', { out: scope.rows(vx, p, sv.len) });
+      const heads = (t: Tensor) => scope.reshape(t, [1, n, nh, H / nh]);
+      attentionPrefill(heads(qx), heads(kx), heads(vx), { out: heads(cx) });
+      cast(scope.rows(cx, p, sv.len), 'f32', { out: sv.rows.ctx });
     } finally {
       scope.dispose();
     }
