@@ -1,0 +1,217 @@
+/**
+ * Command-line flags and their PETS_* environment equivalents (a flag wins over its variable).
+ */
+import { parseArgs } from 'node:util';
+
+export const STRATEGIES = ['auto', 'cb', 'alpha-only', 'beta-only', 'fixed'] as const;
+export type StrategyOption = (typeof STRATEGIES)[number];
+export const LAYOUTS = ['padded', 'packed'] as const;
+export type LayoutOption = (typeof LAYOUTS)[number];
+/** PET operator scheduling (pets.md §6): Algorithm 2's intensity chunks, the artifact's round-robin, or one stream. */
+export const SCHEDULINGS = ['intensity', 'round-robin', 'sequential'] as const;
+export type SchedulingOption = (typeof SCHEDULINGS)[number];
+
+/** Defaults, named once: the usage text, parseCli and buildServer all read them from here. */
+export const DEFAULTS = {
+  host: '127.0.0.1',
+  /** 8001, so the Punica server (8000) and this one run side by side. */
+  port: 8001,
+  strategy: 'auto' as StrategyOption,
+  layout: 'padded' as LayoutOption,
+  scheduling: 'intensity' as SchedulingOption,
+  /** 'dynamic': the stream count follows each macro-batch's size (pets.md §6.3). */
+  streams: 'dynamic' as number | 'dynamic',
+  /** The online window (pets.md §11 #19): CB plans whatever arrived within this many ms of the first query… */
+  windowMs: 10,
+  /** …or as soon as this many queries are waiting (the artifact's macro-batch cap, 128). */
+  windowQueries: 128,
+  budgetMiB: 1024,
+  maxParamsMiB: 64,
+  maxBatchInputs: 64,
+  logLevel: 'info',
+} as const;
+
+export const USAGE = `tessera-pets: PetS on one machine, a classification server for many parameter-efficient tasks of one shared encoder
+
+Usage: tessera-pets [options]
+       pnpm --filter @tessera/pets start -- [options]
+
+Without --model, serves the demo: a tiny generated BERT-style encoder and one task of each PET type (Adapter,
+MaskBert, Diff-Pruning, BitFit, LoRA, prefix-tuning), generated once into .tessera/pets-demo at the repository
+root (or --demo-dir) and reused afterwards.
+
+Model and tasks
+  --model <dir>              Hugging Face BERT-style encoder directory (the shared model)   PETS_MODEL
+  --tag <name>               the shared model's tag in the API (default: the dir name)      PETS_TAG
+  --demo                     serve the demo even if --model is set                          PETS_DEMO=1
+  --demo-dir <dir>           where the demo is generated and cached                         PETS_DEMO_DIR
+  --params-root <dir>        POST /v1/tasks {"path": …} reads parameter files only inside this dir
+                             (default: none, so only uploads register tasks; the demo sets its own)  PETS_PARAMS_ROOT
+  --max-params-mb <n>        largest parameter file accepted, upload or path (default ${DEFAULTS.maxParamsMiB})        PETS_MAX_PARAMS_MB
+  --budget-mb <n>            device memory for the shared model plus loaded tasks (default ${DEFAULTS.budgetMiB})   PETS_BUDGET_MB
+HTTP
+  --host <addr>              listen address (default ${DEFAULTS.host})                                PETS_HOST
+  --port <n>                 listen port (default ${DEFAULTS.port})                                   PETS_PORT
+  --max-input-tokens <n>     longest input accepted, in tokens (default: the model's max positions)  PETS_MAX_INPUT_TOKENS
+  --max-batch-inputs <n>     most texts in one classify request (default ${DEFAULTS.maxBatchInputs})                 PETS_MAX_BATCH_INPUTS
+  --log-level <level>        fatal|error|warn|info|debug|trace|silent (${DEFAULTS.logLevel})                  PETS_LOG_LEVEL
+Batching and the engine
+  --strategy <s>             auto | cb | alpha-only | beta-only | fixed (default ${DEFAULTS.strategy}: plan each window
+                             every way and keep the cheapest estimate)                   PETS_STRATEGY
+  --window-ms <n>            a window closes this long after its first query (default ${DEFAULTS.windowMs})       PETS_WINDOW_MS
+  --window-queries <n>       …or once this many queries wait (default ${DEFAULTS.windowQueries})                  PETS_WINDOW_QUERIES
+  --cost-tables <file>       profiled α/β tables (JSON, as --profile writes them) instead of the
+                             analytic cost model                                          PETS_COST_TABLES
+  --profile                  profile α/β tables on this machine at start-up (a small grid)  PETS_PROFILE=1
+  --profile-out <file>       with --profile: also write the tables there, for --cost-tables  PETS_PROFILE_OUT
+  --layout <l>               padded (dense batches, as in the paper) | packed (default ${DEFAULTS.layout})  PETS_LAYOUT
+  --scheduling <mode>        PET operator scheduling: intensity (Algorithm 2) | round-robin | sequential
+                             (default ${DEFAULTS.scheduling})                                         PETS_SCHEDULING
+  --streams <n|dynamic>      PET operator streams (default ${DEFAULTS.streams}: by the macro-batch's size)       PETS_STREAMS
+  --threads <n>              CPU kernel threads (default: TESSERA_THREADS or all cores)   PETS_THREADS
+  -h, --help                 show this help
+
+The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
+`;
+
+export interface CliConfig {
+  modelDir: string | undefined;
+  tag: string | undefined;
+  demo: boolean;
+  demoDir: string | undefined;
+  paramsRoot: string | undefined;
+  maxParamsMiB: number;
+  budgetMiB: number;
+  host: string;
+  port: number;
+  maxInputTokens: number | undefined;
+  maxBatchInputs: number;
+  logLevel: string;
+  strategy: StrategyOption;
+  windowMs: number;
+  windowQueries: number;
+  costTables: string | undefined;
+  profile: boolean;
+  profileOut: string | undefined;
+  layout: LayoutOption;
+  scheduling: SchedulingOption;
+  streams: number | 'dynamic';
+  threads: number | undefined;
+}
+
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function integer(flag: string, value: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (value === undefined || value === '') return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`${flag} must be an integer in [${min}, ${max}], got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function flag(value: string | undefined, name: string): boolean | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (['1', 'true', 'yes', 'on'].includes(value.toLowerCase())) return true;
+  if (['0', 'false', 'no', 'off'].includes(value.toLowerCase())) return false;
+  throw new UsageError(`${name} must be 1/0, true/false, yes/no or on/off, got ${JSON.stringify(value)}`);
+}
+
+function oneOf<T extends string>(name: string, value: string | undefined, allowed: readonly T[], fallback: T): T {
+  if (value === undefined) return fallback;
+  if (!allowed.includes(value as T)) throw new UsageError(`${name} must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+  return value as T;
+}
+
+function streamsOf(value: string | undefined): number | 'dynamic' {
+  if (value === undefined || value === 'dynamic') return DEFAULTS.streams;
+  const n = integer('--streams', value, 1, 64);
+  return n ?? DEFAULTS.streams;
+}
+
+/** Parses argv (without node and the script) and the environment. Returns null for --help. */
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      // `pnpm start -- --port 9000` passes the `--` through; it separates pnpm's arguments from ours.
+      args: argv[0] === '--' ? argv.slice(1) : [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        model: { type: 'string' },
+        tag: { type: 'string' },
+        demo: { type: 'boolean' },
+        'demo-dir': { type: 'string' },
+        'params-root': { type: 'string' },
+        'max-params-mb': { type: 'string' },
+        'budget-mb': { type: 'string' },
+        host: { type: 'string' },
+        port: { type: 'string' },
+        'max-input-tokens': { type: 'string' },
+        'max-batch-inputs': { type: 'string' },
+        'log-level': { type: 'string' },
+        strategy: { type: 'string' },
+        'window-ms': { type: 'string' },
+        'window-queries': { type: 'string' },
+        'cost-tables': { type: 'string' },
+        profile: { type: 'boolean' },
+        'profile-out': { type: 'string' },
+        layout: { type: 'string' },
+        scheduling: { type: 'string' },
+        streams: { type: 'string' },
+        threads: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values.help) return null;
+  const str = (name: string, envName: string): string | undefined => {
+    const v = values[name];
+    if (typeof v === 'string') return v;
+    const e = env[envName];
+    return e === undefined || e === '' ? undefined : e;
+  };
+  const logLevel = str('log-level', 'PETS_LOG_LEVEL') ?? DEFAULTS.logLevel;
+  if (!LOG_LEVELS.includes(logLevel)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+  const profile = values.profile === true || (flag(env.PETS_PROFILE, 'PETS_PROFILE') ?? false);
+  const costTables = str('cost-tables', 'PETS_COST_TABLES');
+  if (profile && costTables !== undefined) throw new UsageError('--profile and --cost-tables exclude each other: profile here, or read tables profiled before');
+  const profileOut = str('profile-out', 'PETS_PROFILE_OUT');
+  if (profileOut !== undefined && !profile) throw new UsageError('--profile-out needs --profile');
+  const tag = str('tag', 'PETS_TAG');
+  if (tag !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$/.test(tag)) {
+    throw new UsageError(`--tag ${JSON.stringify(tag)} may use only letters, digits and . _ - : @ + (at most 128, starting with a letter or digit)`);
+  }
+  return {
+    modelDir: str('model', 'PETS_MODEL'),
+    tag,
+    demo: values.demo === true || (flag(env.PETS_DEMO, 'PETS_DEMO') ?? false),
+    demoDir: str('demo-dir', 'PETS_DEMO_DIR'),
+    paramsRoot: str('params-root', 'PETS_PARAMS_ROOT'),
+    maxParamsMiB: integer('--max-params-mb', str('max-params-mb', 'PETS_MAX_PARAMS_MB'), 1, 4096) ?? DEFAULTS.maxParamsMiB,
+    budgetMiB: integer('--budget-mb', str('budget-mb', 'PETS_BUDGET_MB'), 1) ?? DEFAULTS.budgetMiB,
+    host: str('host', 'PETS_HOST') ?? DEFAULTS.host,
+    port: integer('--port', str('port', 'PETS_PORT'), 0, 65_535) ?? DEFAULTS.port,
+    maxInputTokens: integer('--max-input-tokens', str('max-input-tokens', 'PETS_MAX_INPUT_TOKENS'), 1),
+    maxBatchInputs: integer('--max-batch-inputs', str('max-batch-inputs', 'PETS_MAX_BATCH_INPUTS'), 1, 65_536) ?? DEFAULTS.maxBatchInputs,
+    logLevel,
+    strategy: oneOf('--strategy', str('strategy', 'PETS_STRATEGY'), STRATEGIES, DEFAULTS.strategy),
+    windowMs: integer('--window-ms', str('window-ms', 'PETS_WINDOW_MS'), 0, 60_000) ?? DEFAULTS.windowMs,
+    windowQueries: integer('--window-queries', str('window-queries', 'PETS_WINDOW_QUERIES'), 1, 65_536) ?? DEFAULTS.windowQueries,
+    costTables,
+    profile,
+    profileOut,
+    layout: oneOf('--layout', str('layout', 'PETS_LAYOUT'), LAYOUTS, DEFAULTS.layout),
+    scheduling: oneOf('--scheduling', str('scheduling', 'PETS_SCHEDULING'), SCHEDULINGS, DEFAULTS.scheduling),
+    streams: streamsOf(str('streams', 'PETS_STREAMS')),
+    threads: integer('--threads', str('threads', 'PETS_THREADS'), 1, 1024),
+  };
+}

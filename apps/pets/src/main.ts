@@ -1,0 +1,110 @@
+/**
+ * The `tessera-pets` command: parse flags, generate the demo when no model is given, build the server and listen.
+ * SIGINT / SIGTERM close it cleanly (close-with-grace, installed by `listen`). `pnpm --filter @tessera/pets start`
+ * runs this file from source.
+ */
+import { realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+
+import { type CliConfig, parseCli, USAGE, UsageError } from './config.js';
+import { defaultDemoDir, ensureDemo } from './demo.js';
+import type { StartupTask } from './engine/protocol.js';
+import { buildServer, listen } from './server.js';
+
+export async function main(argv: readonly string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  let config: CliConfig | null;
+  try {
+    config = parseCli(argv, env);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`${err.message}\n\nRun with --help for the options.\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (config === null) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const say = (line: string) => process.stdout.write(`[pets] ${line}\n`);
+
+  let { modelDir, tag, paramsRoot } = config;
+  let startupTasks: StartupTask[] = [];
+  if (modelDir === undefined || config.demo) {
+    const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say);
+    if (!demo.generated) say(`using the demo in ${demo.dir}`);
+    modelDir = demo.modelDir;
+    tag ??= demo.modelName;
+    paramsRoot ??= demo.paramsDir;
+    startupTasks = demo.tasks;
+  }
+
+  say(`loading the shared model ${modelDir}${startupTasks.length > 0 ? ` and ${startupTasks.length} task(s)` : ''}`);
+  const app = await buildServer({
+    modelDir,
+    tag,
+    paramsRoot,
+    maxParamsMiB: config.maxParamsMiB,
+    budgetMiB: config.budgetMiB,
+    strategy: config.strategy,
+    layout: config.layout,
+    scheduling: config.scheduling,
+    streams: config.streams,
+    windowMs: config.windowMs,
+    windowQueries: config.windowQueries,
+    costTables: config.costTables,
+    profile: config.profile,
+    profileOut: config.profileOut,
+    maxInputTokens: config.maxInputTokens,
+    maxBatchInputs: config.maxBatchInputs,
+    threads: config.threads,
+    startupTasks,
+    logger: { level: config.logLevel },
+    onProgress: say,
+  });
+  const address = await listen(app, { host: config.host, port: config.port });
+  const tasks = app.engine.startupTasks;
+  const example = tasks[0]?.id ?? '<task id>';
+  const cost = app.engine.cost;
+  process.stdout.write(
+    [
+      '',
+      `[pets] serving ${app.modelInfo.tag} (${app.modelInfo.device}) with ${tasks.length} task(s) on ${address}`,
+      ...(tasks.length > 0 ? [`[pets] tasks: ${tasks.map((t) => `${t.id} (${t.petType})`).join(', ')}`] : []),
+      `[pets] batching: ${config.strategy}, window ${config.windowMs} ms / ${config.windowQueries} queries, cost model ${cost.source}${cost.file ? ` (${cost.file})` : ''}`,
+      '[pets] try:',
+      `  curl ${address}/v1/tasks/${example}/classify -H 'content-type: application/json' \\`,
+      `    -d '{"input": ["a wonderful, moving film", "the plot makes no sense"]}'`,
+      `  curl ${address}/v1/tasks    curl ${address}/health    curl ${address}/metrics`,
+      ...(paramsRoot !== undefined ? [`[pets] parameter files registered by path are read under ${paramsRoot}`] : []),
+      '[pets] Ctrl-C stops the server (in-flight requests finish first).',
+      '',
+    ].join('\n'),
+  );
+  return 0;
+}
+
+function isEntryPoint(): boolean {
+  const script = process.argv[1];
+  if (script === undefined) return false;
+  try {
+    return import.meta.url === pathToFileURL(realpathSync(script)).href;
+  } catch {
+    return false;
+  }
+}
+
+if (isEntryPoint()) {
+  main().then(
+    (code) => {
+      if (code !== 0) process.exitCode = code;
+    },
+    (err: unknown) => {
+      // A typed error (a bad model directory, a malformed start-up task) says what to do; a stack would only bury it.
+      const code: unknown = (err as { code?: unknown } | null)?.code;
+      const typed = err instanceof Error && typeof code === 'string' && code.startsWith('TESSERA_');
+      process.stderr.write(`[pets] ${err instanceof Error ? (typed ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}
