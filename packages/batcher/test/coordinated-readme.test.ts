@@ -34,7 +34,7 @@ console.log(plan.strategy, plan.batches.length, plan.estimate.total.toFixed(1));
 for (const [strategy, estimate] of Object.entries(plan.candidates!)) console.log(strategy, estimate.total.toFixed(1));
 
 // Online: windows of at most 256 queries or 5 ms, planned with CB, one macro-batch at a time.
-const window = new BatchWindow({
+const batchWindow = new BatchWindow({
   maxQueries: 256, maxWaitMs: 5, clock: systemClock,
   plan: (queries) => planBatches(queries, { strategy: 'cb', cost, petTypeOf }),
   execute: async (batch, queries) => {
@@ -42,9 +42,9 @@ const window = new BatchWindow({
   },
   onError: (error, { queries }) => console.error(`${queries.length} queries failed`, error),
 });
-for (const query of pool.slice(0, 300)) window.add(query);
-await window.close(); // runs what is still waiting, then resolves
-console.log(window.stats()); // windows, batches, queries, failures, ...
+for (const query of pool.slice(0, 300)) batchWindow.add(query);
+await batchWindow.close(); // runs what is still waiting, then resolves
+console.log(batchWindow.stats()); // windows, batches, queries, failures, ...
 // #endregion coordinated-readme-example
 
 describe('README coordinated-batching example', () => {
