@@ -29,6 +29,7 @@ export default defineConfig({
           { text: '@tessera/engine', link: '/packages/engine' },
           { text: '@tessera/sgmv-kernel', link: '/packages/sgmv-kernel' },
           { text: '@tessera/batcher', link: '/packages/batcher' },
+          { text: 'Coordinated batching (PetS)', link: '/packages/batcher-coordinated' },
           { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },
           { text: '@tessera/cluster', link: '/packages/cluster' },
           { text: '@tessera/sim', link: '/packages/sim' },
