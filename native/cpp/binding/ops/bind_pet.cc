@@ -12,6 +12,8 @@
 //            csr indptr, indices, values; bias bias; adapter down, downBias, up, upBias; layernorm gamma, beta.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +40,20 @@ const char* const kSlotNames[4][kTensorSlots] = {
     {"y", nullptr, "down", "downBias", "up", "upBias"},
     {"y", "x", "gamma", "beta", nullptr, nullptr},
 };
+
+// A number as JS's String() writes it (messages match the TS layer's): NaN, Infinity, integers without exponent,
+// otherwise the shortest round-tripping decimal.
+std::string js_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  if (v == std::floor(v) && std::fabs(v) < 9e15) return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
 
 struct OpCtx {
   int64_t index = 0;
@@ -74,7 +90,7 @@ void disjoint(const OpCtx& c, const Tensor& y, const Tensor& in, const char* in_
 
 int64_t row_field(const OpCtx& c, double v, const char* name) {
   if (!std::isfinite(v) || v < 0 || v != std::floor(v) || v > kMaxRowField)
-    c.fail_op(ErrorCode::InvalidArgument, std::string("rows.") + name + " must be an integer in [0, 2^31), got " + number_str(v));
+    c.fail_op(ErrorCode::InvalidArgument, std::string("rows.") + name + " must be an integer in [0, 2^31), got " + js_number(v));
   return static_cast<int64_t>(v);
 }
 
@@ -175,7 +191,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
   const Napi::Object opts = object_arg(info, 2);
   const double streams_d = number_opt(opts, "numStreams", 1);
   if (!std::isfinite(streams_d) || streams_d < 1 || streams_d != std::floor(streams_d) || streams_d > static_cast<double>(kMaxStreams))
-    fail(ErrorCode::InvalidArgument, "petSiteRun: numStreams must be an integer in [1, " + std::to_string(kMaxStreams) + "], got " + number_str(streams_d));
+    fail(ErrorCode::InvalidArgument, "petSiteRun: numStreams must be an integer in [1, " + std::to_string(kMaxStreams) + "], got " + js_number(streams_d));
   const int32_t num_streams = static_cast<int32_t>(streams_d);
   const bool reference = reference_opt(opts);
 
@@ -184,7 +200,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
   for (int64_t i = 0; i < n; ++i) {
     const double k = meta[i * kMetaFields];
     if (!(k == 0 || k == 1 || k == 2 || k == 3))
-      fail(ErrorCode::InvalidArgument, "petSiteRun: ops[" + std::to_string(i) + "].kind code " + number_str(k) + " is not 0 (csr), 1 (bias), 2 (adapter) or 3 (layernorm)");
+      fail(ErrorCode::InvalidArgument, "petSiteRun: ops[" + std::to_string(i) + "].kind code " + js_number(k) + " is not 0 (csr), 1 (bias), 2 (adapter) or 3 (layernorm)");
     kinds[static_cast<size_t>(i)] = static_cast<int>(k);
     for (int s = 0; s < kTensorSlots; ++s) {
       const Napi::Value v = tensor_arr.Get(static_cast<uint32_t>(i * kTensorSlots + s));
@@ -209,7 +225,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
     op.kind = static_cast<PetOpKind>(c.kind);
     const double stream = f[1];
     if (!std::isfinite(stream) || stream < 0 || stream >= num_streams || stream != std::floor(stream))
-      fail(ErrorCode::InvalidArgument, "petSiteRun: streams[" + std::to_string(i) + "] = " + number_str(stream) + " is outside [0, " + std::to_string(num_streams) +
+      fail(ErrorCode::InvalidArgument, "petSiteRun: streams[" + std::to_string(i) + "] = " + js_number(stream) + " is outside [0, " + std::to_string(num_streams) +
                                            ") (numStreams = " + std::to_string(num_streams) + ")");
     op.stream = static_cast<int32_t>(stream);
     streams[static_cast<size_t>(i)] = op.stream;
@@ -252,7 +268,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
         if (indices.dim(0) != values.dim(0))
           c.fail_op(ErrorCode::ShapeMismatch, "indices " + shape_str(indices.shape) + " and values " + shape_str(values.shape) + " must have the same length (nnz)");
         const double scale = f[6];
-        if (!std::isfinite(scale) || std::fabs(scale) > 3.4e38) c.fail_op(ErrorCode::InvalidArgument, "scale must be a finite number, got " + number_str(scale));
+        if (!std::isfinite(scale) || std::fabs(scale) > 3.4e38) c.fail_op(ErrorCode::InvalidArgument, "scale must be a finite number, got " + js_number(scale));
         disjoint(c, y, *x, "x");
         disjoint(c, y, indptr, "indptr");
         disjoint(c, y, indices, "indices");
@@ -296,7 +312,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
           c.fail_op(ErrorCode::ShapeMismatch, "up " + shape_str(up.shape) + " must be [" + std::to_string(op.out) + ", " + std::to_string(m) + "] ([d, m])");
         expect_vector(c, up_bias, "upBias", op.out, "d (" + y_cols + ")");
         const double act = f[8];
-        if (!(act == 0 || act == 1)) c.fail_op(ErrorCode::InvalidArgument, "act code " + number_str(act) + " is not 0 (gelu) or 1 (gelu_tanh)");
+        if (!(act == 0 || act == 1)) c.fail_op(ErrorCode::InvalidArgument, "act code " + js_number(act) + " is not 0 (gelu) or 1 (gelu_tanh)");
         disjoint(c, y, down, "down");
         disjoint(c, y, down_bias, "downBias");
         disjoint(c, y, up, "up");
@@ -317,7 +333,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
         expect_vector(c, gamma, "gamma", op.out, y_cols);
         expect_vector(c, beta, "beta", op.out, y_cols);
         const double eps = f[7];
-        if (!std::isfinite(eps) || eps < 0 || eps > 3.4e38) c.fail_op(ErrorCode::InvalidArgument, "eps must be a finite number >= 0, got " + number_str(eps));
+        if (!std::isfinite(eps) || eps < 0 || eps > 3.4e38) c.fail_op(ErrorCode::InvalidArgument, "eps must be a finite number >= 0, got " + js_number(eps));
         disjoint(c, y, *x, "x", true);
         disjoint(c, y, gamma, "gamma");
         disjoint(c, y, beta, "beta");
