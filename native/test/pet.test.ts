@@ -594,21 +594,26 @@ describe('petSiteRun validation', () => {
   /** The packing of pet.ts, to call the binding directly (its checks must hold without the TS layer). */
   function raw(ops: PetOp[], streams?: number[], numStreams = 1): () => void {
     const meta = new Float64Array(ops.length * 9);
-    const tensors: (NativeTensor | null)[] = new Array<NativeTensor | null>(ops.length * 6).fill(null);
+    const slots = new Int32Array(ops.length * 6).fill(-1);
+    const tensors: NativeTensor[] = [];
     const code = { csr: 0, bias: 1, adapter: 2, layernorm: 3 };
     ops.forEach((op, i) => {
       meta.set([code[op.kind], streams?.[i] ?? 0, op.rows.start, op.rows.seqs, op.rows.stride, op.rows.tokens, 1, 0, 0], i * 9);
-      const slots: (Tensor | undefined)[] =
+      const list: (Tensor | undefined)[] =
         op.kind === 'csr' ? [op.y, op.x, op.indptr, op.indices, op.values]
         : op.kind === 'bias' ? [op.y, undefined, op.bias]
         : op.kind === 'adapter' ? [op.y, undefined, op.down, op.downBias, op.up, op.upBias]
         : [op.y, op.x, op.gamma, op.beta];
       if (op.kind === 'csr') meta[i * 9 + 6] = op.scale ?? 1;
       if (op.kind === 'layernorm') meta[i * 9 + 7] = op.eps;
-      slots.forEach((t, s) => (tensors[i * 6 + s] = t?.native ?? null));
+      list.forEach((t, s) => {
+        if (!t) return;
+        slots[i * 6 + s] = tensors.length; // no sharing: each slot its own entry
+        tensors.push(t.native);
+      });
     });
-    const binding = cpu().binding as unknown as { petSiteRun: (m: Float64Array, t: (NativeTensor | null)[], o: object) => void };
-    return () => binding.petSiteRun(meta, tensors, { numStreams });
+    const binding = cpu().binding as unknown as { petSiteRun: (m: Float64Array, s: Int32Array, t: NativeTensor[], o: object) => void };
+    return () => binding.petSiteRun(meta, slots, tensors, { numStreams });
   }
 
   /** The TS wrapper throws `cls` with `message`; the raw binding (when given) throws the same message. */
@@ -684,6 +689,29 @@ describe('petSiteRun validation', () => {
     const yy = y();
     const xx = x();
     petSiteRun([0, 4, 8].map((start): PetOp => ({ kind: 'csr', rows: { start, seqs: 1, stride: 0, tokens: 4 }, x: xx, y: yy, ...shared })));
+  });
+
+  it('checks a matrix on its first use; one written afterwards is re-checked by the reference and clamped by the fast path', () => {
+    const m = goodCsr();
+    const xx = tensorF32(randomFloats(n * din, 1), [n, din]);
+    const y0 = randomFloats(n * d, 2);
+    const yy = tensorF32(y0, [n, d]);
+    const rows: PetRows = { start: 2, seqs: 1, stride: 0, tokens: 5 };
+    petSiteRun([{ kind: 'csr', rows, x: xx, y: yy, ...m }]);
+    // The same index tensors against a narrower x: a different check (columns 4..9 are now out of range).
+    const narrow = Tensor.zeros([n, 4], 'f32', cpu());
+    expect(() => petSiteRun([{ kind: 'csr', rows, x: narrow, y: y(), ...m }])).toThrow(/indices\[1\] = 9 is outside \[0, 4\)/);
+    // Corrupt the validated tensors in place: columns far out of range, an indptr past nnz.
+    m.indices.write(Int32Array.from([0, 1 << 30, 4, -7, 2, 7, 3, 5]));
+    m.indptr.write(Int32Array.from([0, 2, 2, 3, 5, 5, 6, 6, 1 << 20]));
+    expect(() => petSiteRun([{ kind: 'csr', rows, x: xx, y: yy, ...m }], { reference: true })).toThrow(/indices has 8 entries but indptr\[out\] = 1048576/);
+    forEachIsa((isa) => {
+      for (const threads of [1, 2]) {
+        const yt = tensorF32(y0, [n, d]);
+        withThreads(threads, () => petSiteRun([{ kind: 'csr', rows, x: xx, y: yt, ...m }]));
+        expectUntouched(f32(yt), y0, d, coveredRows([rows]), `${isa} threads=${threads} stale matrix`);
+      }
+    });
   });
 
   it('rejects aliasing inside an op', () => {

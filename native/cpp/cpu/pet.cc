@@ -29,7 +29,7 @@ namespace tessera::cpu {
 
 namespace {
 
-constexpr int64_t kCsrRowsPerTask = 64;       // rows of one CSR task (x rows transposed once per task)
+constexpr int64_t kCsrRowsPerTask = kPetCsrBlockMax;  // rows of one CSR task (x rows transposed once per task)
 constexpr int64_t kCsrMinOutputs = 64;        // outputs of one CSR task at least (transposition amortised over them)
 constexpr int64_t kAdapterRowsPerTask = 8;    // an adapter row is 4·d·m flops: a few rows make a task
 constexpr int64_t kElementsPerTask = 16384;   // bias, LayerNorm: rows of about this many elements per task
@@ -63,13 +63,16 @@ bool empty_op(const PetOpArgs& op) { return op.rows.count() == 0 || op.out == 0;
 
 void pet_csr_tile_scalar(const PetCsrTile& t) {
   const PetOpArgs& op = *t.op;
+  const uint32_t col_max = static_cast<uint32_t>(op.in - 1);  // used only when in >= 1 (pet_csr_range)
   for (int64_t j = t.j0; j < t.j1; ++j) {
     const int64_t row = op.rows.row(j);
     const float* xr = op.x + row * op.in;
     float* yr = op.y + row * op.out;
     for (int64_t o = t.o0; o < t.o1; ++o) {
+      int64_t e0, e1;
+      pet_csr_range(op, o, e0, e1);
       float acc = 0.0f;
-      for (int32_t e = op.indptr[o]; e < op.indptr[o + 1]; ++e) acc += op.values[e] * xr[op.indices[e]];
+      for (int64_t e = e0; e < e1; ++e) acc += op.values[e] * xr[std::min(static_cast<uint32_t>(op.indices[e]), col_max)];
       yr[o] += op.scale * acc;
     }
   }
@@ -223,12 +226,17 @@ void run_op(Isa isa, const PetOpArgs& op) {
   const bool small = op_work(op) < kInlineWork;
   switch (op.kind) {
     case PetOpKind::Csr: {
-      // Tasks over (row blocks x output ranges); ranges only when there are few row blocks.
-      const int64_t row_blocks = ceil_div(rows, kCsrRowsPerTask);
-      const int64_t pieces = std::clamp(ceil_div(kTargetTasks, row_blocks), int64_t(1), ceil_div(op.out, kCsrMinOutputs));
-      const int64_t step = std::min(op.out, round_up(ceil_div(op.out, pieces), kPetCsrBlockMax));
+      // Tasks over blocks of rows, each transposing its x rows once for all its outputs. Output ranges are added only
+      // when there are few row blocks and enough nonzeros that transposing the block again per range costs little.
+      const int64_t row_tasks = ceil_div(rows, kCsrRowsPerTask);
+      int64_t pieces = 1;
+      if (row_tasks < kTargetTasks) {
+        const int64_t by_work = op.nnz / (4 * kCsrRowsPerTask * std::max<int64_t>(op.in, 1));
+        pieces = std::clamp(std::min(by_work, ceil_div(kTargetTasks, row_tasks)), int64_t(1), ceil_div(op.out, kCsrMinOutputs));
+      }
+      const int64_t step = std::min(op.out, round_up(ceil_div(op.out, pieces), 8));
       const int64_t n_pieces = ceil_div(op.out, step);
-      pool.parallel_for_or_inline(row_blocks * n_pieces, small, [&](int64_t task) {
+      pool.parallel_for_or_inline(row_tasks * n_pieces, small, [&](int64_t task) {
         PetCsrTile t;
         t.op = &op;
         t.j0 = (task / n_pieces) * kCsrRowsPerTask;

@@ -16,6 +16,7 @@ namespace avx2 {
 // CSR: 8 rows per block (one per lane). Adapter: 2 rows x 4 weight rows (8 accumulators).
 constexpr int64_t kCsrBlock = kLanes;
 constexpr int kAdapterRows = 2, kAdapterK = 4;
+static_assert(kCsrBlock % 8 == 0, "CSR blocks are transposed in 8 x 8 tiles");
 static_assert(kCsrBlock <= kPetCsrBlockMax && kAdapterRows <= kPetAdapterRowsMax, "pet.cc sizes scratch for the widest body");
 
 #include "pet_body.inl"

@@ -17,6 +17,7 @@ namespace avx512 {
 // CSR: 16 rows per block (one per lane). Adapter: 4 rows x 4 weight rows (16 accumulators).
 constexpr int64_t kCsrBlock = kLanes;
 constexpr int kAdapterRows = 4, kAdapterK = 4;
+static_assert(kCsrBlock % 8 == 0, "CSR blocks are transposed in 8 x 8 tiles");
 static_assert(kCsrBlock <= kPetCsrBlockMax && kAdapterRows <= kPetAdapterRowsMax, "pet.cc sizes scratch for the widest body");
 
 #include "pet_body.inl"

@@ -7,58 +7,116 @@
 
 // ---------------------------------------------------------------- CSR
 
+// r[k] <- column k of the 8 x 8 block held in r[0..7] (rows): the standard unpack / shuffle / lane-swap transpose.
+// AVX2 instructions: pet_avx512.cc is compiled with them too.
+static inline void transpose8x8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// xt[c * kCsrBlock + i] = xr[i][c] for the block's kCsrBlock rows (8 x 8 tiles, then the ragged columns).
+static inline void csr_transpose_x(const float* const* xr, int64_t in, float* xt) {
+  for (int64_t i0 = 0; i0 < kCsrBlock; i0 += 8) {
+    int64_t c = 0;
+    for (; c + 8 <= in; c += 8) {
+      __m256 r[8];
+      for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(xr[i0 + q] + c);
+      transpose8x8(r);
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(xt + (c + q) * kCsrBlock + i0, r[q]);
+    }
+    for (; c < in; ++c)
+      for (int64_t q = 0; q < 8; ++q) xt[c * kCsrBlock + i0 + q] = xr[i0 + q][c];
+  }
+}
+
 // Outputs [o, o + N) of one block of rows: each output's FMA chain over its nonzeros, N chains interleaved to hide
 // the FMA latency (each chain keeps its own order). xt: x rows transposed, [in][kCsrBlock]; acc_t: [o - o0][kCsrBlock].
+// Index reads are clamped (pet_csr_range, column <= col_max): a matrix written after the binding validated it reads
+// nothing out of bounds.
 template <int N>
-static inline void csr_outputs(const int32_t* indptr, const int32_t* indices, const float* values, const float* xt, int64_t o, float* acc_t) {
+static inline void csr_outputs(const PetOpArgs& op, uint32_t col_max, const float* xt, int64_t o, float* acc_t) {
   V acc[N];
   int64_t e[N], end[N];
   int64_t common = INT64_MAX;
 #pragma GCC unroll 8
   for (int q = 0; q < N; ++q) {
     acc[q] = v_set1(0.0f);
-    e[q] = indptr[o + q];
-    end[q] = indptr[o + q + 1];
+    pet_csr_range(op, o + q, e[q], end[q]);
     common = std::min(common, end[q] - e[q]);
   }
+  const int32_t* indices = op.indices;
+  const float* values = op.values;
+  auto column = [&](int64_t at) { return xt + static_cast<int64_t>(std::min(static_cast<uint32_t>(indices[at]), col_max)) * kCsrBlock; };
   for (int64_t s = 0; s < common; ++s) {
 #pragma GCC unroll 8
     for (int q = 0; q < N; ++q) {
       const int64_t at = e[q] + s;
-      acc[q] = v_fmadd(v_set1(values[at]), v_load(xt + static_cast<int64_t>(indices[at]) * kCsrBlock), acc[q]);
+      acc[q] = v_fmadd(v_set1(values[at]), v_load(column(at)), acc[q]);
     }
   }
 #pragma GCC unroll 8
   for (int q = 0; q < N; ++q) {
-    for (int64_t at = e[q] + common; at < end[q]; ++at)
-      acc[q] = v_fmadd(v_set1(values[at]), v_load(xt + static_cast<int64_t>(indices[at]) * kCsrBlock), acc[q]);
+    for (int64_t at = e[q] + common; at < end[q]; ++at) acc[q] = v_fmadd(v_set1(values[at]), v_load(column(at)), acc[q]);
     v_store(acc_t + q * kCsrBlock, acc[q]);
+  }
+}
+
+// y[row i, o0 + o] = fma(scale, acc_t[o][i], y) for the block's nr rows: 8 x 8 tiles transposed back to rows, then
+// the ragged outputs one by one (the same fused multiply-add).
+static inline void csr_write_back(float* const* yr, int64_t nr, const float* acc_t, int64_t n_out, float scale) {
+  const __m256 s8 = _mm256_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < nr; i0 += 8) {
+    const int64_t rows8 = std::min<int64_t>(8, nr - i0);
+    int64_t o = 0;
+    for (; o + 8 <= n_out; o += 8) {
+      __m256 r[8];
+      for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(acc_t + (o + q) * kCsrBlock + i0);
+      transpose8x8(r);
+      for (int64_t k = 0; k < rows8; ++k) {
+        float* yp = yr[i0 + k] + o;
+        _mm256_storeu_ps(yp, _mm256_fmadd_ps(s8, r[k], _mm256_loadu_ps(yp)));
+      }
+    }
+    for (; o < n_out; ++o)
+      for (int64_t k = 0; k < rows8; ++k) yr[i0 + k][o] = __builtin_fmaf(scale, acc_t[o * kCsrBlock + i0 + k], yr[i0 + k][o]);
   }
 }
 
 static void csr_tile(const PetCsrTile& t) {
   const PetOpArgs& op = *t.op;
-  const int64_t in = op.in, out = op.out, n_out = t.o1 - t.o0;
+  const int64_t in = op.in, n_out = t.o1 - t.o0;
   float* xt = t.scratch;
   float* acc_t = t.scratch + in * kCsrBlock;
   for (int64_t jb = t.j0; jb < t.j1; jb += kCsrBlock) {
     const int64_t nr = std::min<int64_t>(kCsrBlock, t.j1 - jb);
-    int64_t rows[kCsrBlock];
-    for (int64_t i = 0; i < nr; ++i) rows[i] = op.rows.row(jb + i);
-    // Transpose the block's x rows so a nonzero's column is one vector load for all rows; lanes past nr stay zero.
-    for (int64_t i = 0; i < nr; ++i) {
-      const float* xr = op.x + rows[i] * in;
-      for (int64_t c = 0; c < in; ++c) xt[c * kCsrBlock + i] = xr[c];
+    // Lanes past nr read row jb again: their results are never written back.
+    const float* xr[kCsrBlock];
+    float* yr[kCsrBlock];
+    for (int64_t i = 0; i < kCsrBlock; ++i) {
+      const int64_t row = op.rows.row(jb + (i < nr ? i : 0));
+      xr[i] = op.x + row * in;
+      yr[i] = op.y + row * op.out + t.o0;
     }
-    for (int64_t i = nr; i < kCsrBlock; ++i)
-      for (int64_t c = 0; c < in; ++c) xt[c * kCsrBlock + i] = 0.0f;
+    csr_transpose_x(xr, in, xt);
+    const uint32_t col_max = static_cast<uint32_t>(in - 1);  // in >= 1: pet_csr_range gives empty ranges otherwise
     int64_t o = t.o0;
-    for (; o + 4 <= t.o1; o += 4) csr_outputs<4>(op.indptr, op.indices, op.values, xt, o, acc_t + (o - t.o0) * kCsrBlock);
-    for (; o < t.o1; ++o) csr_outputs<1>(op.indptr, op.indices, op.values, xt, o, acc_t + (o - t.o0) * kCsrBlock);
-    for (int64_t i = 0; i < nr; ++i) {
-      float* yr = op.y + rows[i] * out + t.o0;
-      for (int64_t q = 0; q < n_out; ++q) yr[q] = __builtin_fmaf(op.scale, acc_t[q * kCsrBlock + i], yr[q]);
-    }
+    for (; o + 4 <= t.o1; o += 4) csr_outputs<4>(op, col_max, xt, o, acc_t + (o - t.o0) * kCsrBlock);
+    for (; o < t.o1; ++o) csr_outputs<1>(op, col_max, xt, o, acc_t + (o - t.o0) * kCsrBlock);
+    csr_write_back(yr, nr, acc_t, n_out, op.scale);
   }
 }
 

@@ -3,6 +3,7 @@
 // its tile with the arithmetic fixed below, whatever else the tile holds, so results never depend on the schedule.
 // Scratch is allocated by pet.cc (baseline ISA: nothing with external linkage may be compiled with AVX flags).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "pet_args.h"
@@ -25,6 +26,14 @@ struct PetCsrTile {
   float* scratch = nullptr;
 };
 void pet_csr_tile_scalar(const PetCsrTile& t);
+
+// Output o's nonzeros [e0, e1), clamped to [0, nnz] and empty when x has no columns. The binding validates a matrix
+// on its first use only (bind_pet.cc), so the fast kernels clamp what they read: a matrix written afterwards gives
+// wrong numbers, never an out-of-bounds access. Columns are clamped to in - 1 where they are read.
+static inline void pet_csr_range(const PetOpArgs& op, int64_t o, int64_t& e0, int64_t& e1) {
+  e0 = std::min<int64_t>(std::max<int64_t>(op.indptr[o], 0), op.nnz);
+  e1 = op.in == 0 ? e0 : std::min<int64_t>(std::max<int64_t>(op.indptr[o + 1], e0), op.nnz);
+}
 void pet_csr_tile_avx2(const PetCsrTile& t);
 void pet_csr_tile_avx512(const PetCsrTile& t);
 

@@ -44,7 +44,11 @@ __device__ __forceinline__ double act_d(Activation act, double x) {
 __global__ void __launch_bounds__(kCsrThreads) pet_csr_kernel(PetOpArgs op, int64_t count) {
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kCsrThreads + threadIdx.x;
   if (o >= op.out) return;
-  const int32_t e0 = op.indptr[o], e1 = op.indptr[o + 1];
+  // Clamped reads (as the CPU kernels): the binding validates a matrix on its first use only, so one written since
+  // gives wrong numbers, never an out-of-bounds access.
+  const int64_t e0 = min(max(static_cast<int64_t>(op.indptr[o]), int64_t(0)), op.nnz);
+  const int64_t e1 = op.in == 0 ? e0 : min(max(static_cast<int64_t>(op.indptr[o + 1]), e0), op.nnz);
+  const unsigned col_max = static_cast<unsigned>(op.in - 1);
   for (int64_t jb = static_cast<int64_t>(blockIdx.y) * kPetCudaCsrRows; jb < count; jb += static_cast<int64_t>(gridDim.y) * kPetCudaCsrRows) {
     const int nr = static_cast<int>(count - jb < kPetCudaCsrRows ? count - jb : kPetCudaCsrRows);
     const float* xr[kPetCudaCsrRows];
@@ -54,8 +58,8 @@ __global__ void __launch_bounds__(kCsrThreads) pet_csr_kernel(PetOpArgs op, int6
       xr[i] = op.x + op_row(op.rows, jb + (i < nr ? i : 0)) * op.in;
       acc[i] = 0.0f;
     }
-    for (int32_t e = e0; e < e1; ++e) {
-      const int64_t col = op.indices[e];
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t col = min(static_cast<unsigned>(op.indices[e]), col_max);
       const float v = op.values[e];
 #pragma unroll
       for (int i = 0; i < kPetCudaCsrRows; ++i)

@@ -90,8 +90,9 @@ const META_FIELDS = 9; // kind, stream, start, seqs, stride, tokens, scale, eps,
 const TENSOR_SLOTS = 6; // y, x, then the kind's parameters
 const KIND_CODE = { csr: 0, bias: 1, adapter: 2, layernorm: 3 } as const;
 
+/** meta: per op kind, stream, rows (4), scale, eps, act; slots: per op 6 indices into the distinct tensors (-1: none). */
 interface PetNativeBinding {
-  petSiteRun(meta: Float64Array, tensors: (NativeTensor | null)[], opts: { numStreams: number; reference: boolean }): void;
+  petSiteRun(meta: Float64Array, slots: Int32Array, tensors: NativeTensor[], opts: { numStreams: number; reference: boolean }): void;
 }
 
 const MAX_ROW_FIELD = 2 ** 31;
@@ -125,7 +126,10 @@ export function petSiteRun(ops: readonly PetOp[], options: PetSiteRunOptions = {
     throw new InvalidArgumentError(`petSiteRun: streams has ${streams.length} entries, want one per op (${n})`);
   }
   const meta = new Float64Array(n * META_FIELDS);
-  const tensors = new Array<NativeTensor | null>(n * TENSOR_SLOTS).fill(null);
+  const slots = new Int32Array(n * TENSOR_SLOTS).fill(-1);
+  // The distinct tensors: the site's y and x recur in every op, and the binding unwraps each tensor once.
+  const tensors: NativeTensor[] = [];
+  const tensorIndex = new Map<NativeTensor, number>();
   let binding: NativeBinding | undefined;
   let device = '';
   let firstLabel = '';
@@ -170,7 +174,13 @@ export function petSiteRun(ops: readonly PetOp[], options: PetSiteRunOptions = {
       } else if (t.backend.binding !== binding) {
         throw new DeviceMismatchError(`${label} ${name} lives on ${t.backend.device}, ${firstLabel} on ${device}`);
       }
-      tensors[i * TENSOR_SLOTS + s] = t.native;
+      let k = tensorIndex.get(t.native);
+      if (k === undefined) {
+        k = tensors.length;
+        tensors.push(t.native);
+        tensorIndex.set(t.native, k);
+      }
+      slots[i * TENSOR_SLOTS + s] = k;
       return t;
     };
     const y = put(0, 'y', op.y);
@@ -216,7 +226,7 @@ export function petSiteRun(ops: readonly PetOp[], options: PetSiteRunOptions = {
     throw new UnsupportedOpError(`petSiteRun: the ${device} addon has no PET kernels (rebuild it: pnpm build:native)`);
   }
   const run = native.petSiteRun.bind(native);
-  callNative(() => run(meta, tensors, { numStreams, reference: options.reference ?? false }));
+  callNative(() => run(meta, slots, tensors, { numStreams, reference: options.reference ?? false }));
 }
 
 /**

@@ -1,19 +1,24 @@
-// N-API binding for PetS's PET operators: petSiteRun(meta, tensors, {numStreams, reference}) runs one linear site's op
+// N-API binding for PetS's PET operators: petSiteRun(meta, slots, tensors, {numStreams, reference}) runs one linear site's op
 // list (native/src/ops/pet.ts packs it). Shared by both addons. Every check that memory safety needs runs here, before
 // any kernel: dtypes, shapes, each op's rows within its tensors, the CSR index contents, aliasing inside an op, and
 // that ops of different streams never touch memory another stream writes (they run concurrently). Then the list
 // becomes PetOpArgs (cpu/pet_args.h) for backend_ops_{cpu,cuda}.cc.
 //
-// Packing (one typed array and one flat array per call, so marshalling costs a few N-API calls per tensor, not a
-// property lookup per field):
+// Packing (two typed arrays and the distinct tensors, so marshalling costs a few N-API calls per distinct tensor, not
+// a property lookup per field):
 //   meta     Float64Array [n * kMetaFields]: kind (0 csr, 1 bias, 2 adapter, 3 layernorm), stream, rows.start,
 //            rows.seqs, rows.stride, rows.tokens, scale (csr), eps (layernorm), act (adapter: 0 gelu, 1 gelu_tanh)
-//   tensors  (NativeTensor | null)[n * kTensorSlots]: y, x, then the kind's parameters in the order of PetOp:
-//            csr indptr, indices, values; bias bias; adapter down, downBias, up, upBias; layernorm gamma, beta.
+//   slots    Int32Array [n * kTensorSlots]: per op, y, x, then the kind's parameters in the order of PetOp (csr indptr,
+//            indices, values; bias bias; adapter down, downBias, up, upBias; layernorm gamma, beta), each an index
+//            into `tensors` or -1 for none
+//   tensors  NativeTensor[]: the distinct tensors of the call
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,10 +81,12 @@ void expect_dtype_rank(const OpCtx& c, const Tensor& t, const char* name, size_t
   if (t.shape.size() != rank) c.fail_op(ErrorCode::ShapeMismatch, std::string(name) + " must have rank " + std::to_string(rank) + ", got " + shape_str(t.shape));
 }
 
-// A 1-D parameter of `want` elements; `why` says where the length comes from.
-void expect_vector(const OpCtx& c, const Tensor& t, const char* name, int64_t want, const std::string& why, DType dtype = DType::F32) {
+// A 1-D parameter of `want` elements; why() says where the length comes from (built only on failure: these checks
+// run for every op on every call).
+template <typename Why>
+void expect_vector(const OpCtx& c, const Tensor& t, const char* name, int64_t want, Why&& why, DType dtype = DType::F32) {
   expect_dtype_rank(c, t, name, 1, dtype);
-  if (t.dim(0) != want) c.fail_op(ErrorCode::ShapeMismatch, std::string(name) + " " + shape_str(t.shape) + " must be [" + std::to_string(want) + "], " + why);
+  if (t.dim(0) != want) c.fail_op(ErrorCode::ShapeMismatch, std::string(name) + " " + shape_str(t.shape) + " must be [" + std::to_string(want) + "], " + why());
 }
 
 // Operands that are read while y is written must not share its memory (x of LayerNorm may be y itself).
@@ -95,31 +102,81 @@ int64_t row_field(const OpCtx& c, double v, const char* name) {
 }
 
 // The CSR index contents: indptr[0] = 0, non-decreasing, indptr[out] = nnz; every row's columns strictly increasing
-// and in [0, in). One pass over indptr and one over indices (this runs on every call; see the README).
+// and in [0, in). This runs on every call, so the pass that accepts good input is branch-free counting the compiler
+// vectorises (out-of-range columns; columns not above their predecessor, minus those at row starts, where any column
+// may follow); only a bad matrix takes the second, precise pass that names the first bad entry.
 void check_csr_indices(const OpCtx& c, const int32_t* p, const int32_t* ix, int64_t out, int64_t nnz, int64_t in, const Tensor& x) {
   if (p[0] != 0) c.fail_op(ErrorCode::InvalidArgument, "indptr[0] = " + std::to_string(p[0]) + " must be 0");
-  for (int64_t o = 0; o < out; ++o) {
-    if (p[o + 1] < p[o])
-      c.fail_op(ErrorCode::InvalidArgument, "indptr must be non-decreasing: indptr[" + std::to_string(o + 1) + "] = " + std::to_string(p[o + 1]) +
-                                                " < indptr[" + std::to_string(o) + "] = " + std::to_string(p[o]));
+  uint32_t descending = 0;
+  for (int64_t o = 0; o < out; ++o) descending += p[o + 1] < p[o];
+  if (descending) {
+    for (int64_t o = 0; o < out; ++o) {
+      if (p[o + 1] < p[o])
+        c.fail_op(ErrorCode::InvalidArgument, "indptr must be non-decreasing: indptr[" + std::to_string(o + 1) + "] = " + std::to_string(p[o + 1]) +
+                                                  " < indptr[" + std::to_string(o) + "] = " + std::to_string(p[o]));
+    }
   }
   if (p[out] != nnz) c.fail_op(ErrorCode::InvalidArgument, "indices has " + std::to_string(nnz) + " entries but indptr[out] = " + std::to_string(p[out]));
+  // indptr is now within [0, nnz].
+  // Columns are i32: c is in range iff uint32(c) < min(in, 2^31) (a negative c wraps to >= 2^31).
+  const uint32_t limit = static_cast<uint32_t>(std::min<int64_t>(in, int64_t(1) << 31));
+  uint32_t outside = 0, not_increasing = 0;
+  for (int64_t e = 0; e < nnz; ++e) outside += static_cast<uint32_t>(ix[e]) >= limit;
+  for (int64_t e = 1; e < nnz; ++e) not_increasing += ix[e] <= ix[e - 1];
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t e = p[o];
+    if (e > 0 && e < p[o + 1]) not_increasing -= ix[e] <= ix[e - 1];
+  }
+  if (outside == 0 && not_increasing == 0) return;
   for (int64_t o = 0; o < out; ++o) {
     int64_t prev = -1;
     for (int64_t e = p[o]; e < p[o + 1]; ++e) {
       const int64_t col = ix[e];
-      if (col > prev && col < in) {
-        prev = col;
-        continue;
-      }
       if (col < 0 || col >= in)
         c.fail_op(ErrorCode::InvalidArgument, "indices[" + std::to_string(e) + "] = " + std::to_string(col) + " is outside [0, " + std::to_string(in) +
                                                   ") (the columns of x " + shape_str(x.shape) + ")");
-      c.fail_op(ErrorCode::InvalidArgument, "the columns of row " + std::to_string(o) + " must be strictly increasing: indices[" + std::to_string(e) + "] = " +
-                                                std::to_string(col) + " follows indices[" + std::to_string(e - 1) + "] = " + std::to_string(prev));
+      if (col <= prev)
+        c.fail_op(ErrorCode::InvalidArgument, "the columns of row " + std::to_string(o) + " must be strictly increasing: indices[" + std::to_string(e) + "] = " +
+                                                  std::to_string(col) + " follows indices[" + std::to_string(e - 1) + "] = " + std::to_string(prev));
+      prev = col;
     }
   }
 }
+
+// CSR index structures validated before, by the addresses of indptr and indices and the sizes they were checked
+// against. Ops of a task reuse one matrix on every batch, so after its first use a call only looks it up. The weak
+// references tell a live tensor from a freed one whose address was reused. A validated tensor written afterwards is
+// not re-checked (except with `reference`): the fast kernels clamp every index they read, so such a matrix gives
+// wrong numbers, never an access outside x, indices or values.
+struct CsrKey {
+  const void* indptr;
+  const void* indices;
+  int64_t out, nnz, in;
+  bool operator==(const CsrKey& o) const { return indptr == o.indptr && indices == o.indices && out == o.out && nnz == o.nnz && in == o.in; }
+};
+struct CsrKeyHash {
+  size_t operator()(const CsrKey& k) const {
+    size_t h = std::hash<const void*>()(k.indptr);
+    for (const size_t v : {std::hash<const void*>()(k.indices), std::hash<int64_t>()(k.out), std::hash<int64_t>()(k.nnz), std::hash<int64_t>()(k.in)})
+      h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+  }
+};
+struct CsrSeen {
+  std::weak_ptr<Storage> indptr, indices;
+};
+constexpr size_t kMaxValidatedCsr = 1 << 14;
+
+struct ValidatedCsr {
+  std::mutex mu;  // sites may run on several JS threads (workers) of one process
+  std::unordered_map<CsrKey, CsrSeen, CsrKeyHash> seen;
+};
+ValidatedCsr& validated_csr() {
+  static ValidatedCsr cache;
+  return cache;
+}
+
+bool same_owner(const std::weak_ptr<Storage>& w, const std::shared_ptr<Storage>& s) { return !w.expired() && !w.owner_before(s) && !s.owner_before(w); }
 
 // ---------------------------------------------------------------- cross-stream conflicts
 
@@ -183,18 +240,24 @@ Napi::Value run(const Napi::CallbackInfo& info) {
     fail(ErrorCode::InvalidArgument, "petSiteRun: meta has " + std::to_string(meta_arr.ElementLength()) + " entries, not a multiple of " + std::to_string(kMetaFields));
   const int64_t n = static_cast<int64_t>(meta_arr.ElementLength() / kMetaFields);
   const double* meta = meta_arr.Data();
-  if (!info[1].IsArray()) fail(ErrorCode::InvalidArgument, "petSiteRun: tensors must be an array");
-  const Napi::Array tensor_arr = info[1].As<Napi::Array>();
-  if (static_cast<int64_t>(tensor_arr.Length()) != n * kTensorSlots)
-    fail(ErrorCode::InvalidArgument, "petSiteRun: tensors has " + std::to_string(tensor_arr.Length()) + " entries, want " + std::to_string(kTensorSlots) + " per op (" +
-                                         std::to_string(n * kTensorSlots) + ")");
-  const Napi::Object opts = object_arg(info, 2);
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    fail(ErrorCode::InvalidArgument, "petSiteRun: slots must be an Int32Array");
+  const Napi::Int32Array slot_arr = info[1].As<Napi::Int32Array>();
+  if (static_cast<int64_t>(slot_arr.ElementLength()) != n * kTensorSlots)
+    fail(ErrorCode::InvalidArgument, "petSiteRun: slots has " + std::to_string(slot_arr.ElementLength()) + " entries, want " + std::to_string(kTensorSlots) +
+                                         " per op (" + std::to_string(n * kTensorSlots) + ")");
+  const int32_t* slot_ids = slot_arr.Data();
+  if (!info[2].IsArray()) fail(ErrorCode::InvalidArgument, "petSiteRun: tensors must be an array of native tensors");
+  const Napi::Array tensor_arr = info[2].As<Napi::Array>();
+  const Napi::Object opts = object_arg(info, 3);
   const double streams_d = number_opt(opts, "numStreams", 1);
   if (!std::isfinite(streams_d) || streams_d < 1 || streams_d != std::floor(streams_d) || streams_d > static_cast<double>(kMaxStreams))
     fail(ErrorCode::InvalidArgument, "petSiteRun: numStreams must be an integer in [1, " + std::to_string(kMaxStreams) + "], got " + js_number(streams_d));
   const int32_t num_streams = static_cast<int32_t>(streams_d);
   const bool reference = reference_opt(opts);
 
+  // Each distinct tensor is unwrapped once (the site's y and x appear in every op; unwrapping costs ~0.3 µs).
+  std::vector<Tensor*> unique(tensor_arr.Length(), nullptr);
   std::vector<Tensor*> tensors(static_cast<size_t>(n * kTensorSlots), nullptr);
   std::vector<int> kinds(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -203,20 +266,25 @@ Napi::Value run(const Napi::CallbackInfo& info) {
       fail(ErrorCode::InvalidArgument, "petSiteRun: ops[" + std::to_string(i) + "].kind code " + js_number(k) + " is not 0 (csr), 1 (bias), 2 (adapter) or 3 (layernorm)");
     kinds[static_cast<size_t>(i)] = static_cast<int>(k);
     for (int s = 0; s < kTensorSlots; ++s) {
-      const Napi::Value v = tensor_arr.Get(static_cast<uint32_t>(i * kTensorSlots + s));
-      if (v.IsNull() || v.IsUndefined()) continue;
+      const int32_t id = slot_ids[i * kTensorSlots + s];
+      if (id < 0) continue;
       const char* name = kSlotNames[static_cast<int>(k)][s];
       const OpCtx c{i, static_cast<int>(k)};
       if (!name) c.fail_op(ErrorCode::InvalidArgument, "takes no tensor in slot " + std::to_string(s));
-      if (!NativeTensor::Is(v)) c.fail_op(ErrorCode::InvalidArgument, std::string(name) + " must be a native tensor");
-      tensors[static_cast<size_t>(i * kTensorSlots + s)] = &NativeTensor::Unwrap(v.As<Napi::Object>())->tensor(name);
+      if (static_cast<size_t>(id) >= unique.size())
+        c.fail_op(ErrorCode::InvalidArgument, std::string(name) + " is tensors[" + std::to_string(id) + "], past the " + std::to_string(unique.size()) + " tensors given");
+      Tensor*& t = unique[static_cast<size_t>(id)];
+      if (!t) {
+        const Napi::Value v = tensor_arr.Get(static_cast<uint32_t>(id));
+        if (!NativeTensor::Is(v)) c.fail_op(ErrorCode::InvalidArgument, std::string(name) + " must be a native tensor");
+        t = &NativeTensor::Unwrap(v.As<Napi::Object>())->tensor(name);
+      }
+      tensors[static_cast<size_t>(i * kTensorSlots + s)] = t;
     }
   }
 
   std::vector<PetOpArgs> ops(static_cast<size_t>(n));
   std::vector<int32_t> streams(static_cast<size_t>(n));
-  // CSR index tensors already checked in this call (a task's matrix may serve several mini-batches), by indptr address.
-  std::unordered_map<const void*, std::pair<const void*, int64_t>> checked_csr;
   std::vector<int32_t> host_indptr, host_indices;
   for (int64_t i = 0; i < n; ++i) {
     const double* f = meta + i * kMetaFields;
@@ -235,7 +303,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
     expect_dtype_rank(c, y, "y", 2);
     op.y = y.data<float>();
     op.out = y.dim(1);
-    const std::string y_cols = "the columns of y " + shape_str(y.shape);
+    auto y_cols = [&] { return "the columns of y " + shape_str(y.shape); };
     const Tensor* x = nullptr;
     if (c.kind == 0 || c.kind == 3) {
       x = &required(c, tensors, 1);
@@ -262,7 +330,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
         const Tensor& indptr = required(c, tensors, 2);
         const Tensor& indices = required(c, tensors, 3);
         const Tensor& values = required(c, tensors, 4);
-        expect_vector(c, indptr, "indptr", op.out + 1, "out + 1 entries (out = " + y_cols + ")", DType::I32);
+        expect_vector(c, indptr, "indptr", op.out + 1, [&] { return "out + 1 entries (out = " + y_cols() + ")"; }, DType::I32);
         expect_dtype_rank(c, indices, "indices", 1, DType::I32);
         expect_dtype_rank(c, values, "values", 1);
         if (indices.dim(0) != values.dim(0))
@@ -278,12 +346,24 @@ Napi::Value run(const Napi::CallbackInfo& info) {
         op.values = values.data<float>();
         op.nnz = values.dim(0);
         op.scale = static_cast<float>(scale);
-        auto seen = checked_csr.find(indptr.raw());
-        if (seen == checked_csr.end() || seen->second.first != indices.raw() || seen->second.second != op.in) {
+        const CsrKey key{indptr.raw(), indices.raw(), op.out, op.nnz, op.in};
+        ValidatedCsr& cache = validated_csr();
+        bool known = false;
+        if (!reference) {
+          std::lock_guard<std::mutex> lock(cache.mu);
+          const auto it = cache.seen.find(key);
+          known = it != cache.seen.end() && same_owner(it->second.indptr, indptr.storage) && same_owner(it->second.indices, indices.storage);
+        }
+        if (!known) {
           const int32_t* p = backend::host_i32(indptr, host_indptr);
           const int32_t* ix = backend::host_i32(indices, host_indices);
           check_csr_indices(c, p, ix, op.out, op.nnz, op.in, *x);
-          checked_csr[indptr.raw()] = {indices.raw(), op.in};
+          std::lock_guard<std::mutex> lock(cache.mu);
+          if (cache.seen.size() >= kMaxValidatedCsr) {
+            for (auto it = cache.seen.begin(); it != cache.seen.end();) it = it->second.indptr.expired() || it->second.indices.expired() ? cache.seen.erase(it) : std::next(it);
+            if (cache.seen.size() >= kMaxValidatedCsr) cache.seen.clear();
+          }
+          cache.seen[key] = {indptr.storage, indices.storage};
         }
         break;
       }
@@ -301,16 +381,16 @@ Napi::Value run(const Napi::CallbackInfo& info) {
         const Tensor& up_bias = required(c, tensors, 5);
         expect_dtype_rank(c, down, "down", 2);
         if (down.dim(1) != op.out)
-          c.fail_op(ErrorCode::ShapeMismatch, "down " + shape_str(down.shape) + " must be [m, " + std::to_string(op.out) + "] with d = " + y_cols);
+          c.fail_op(ErrorCode::ShapeMismatch, "down " + shape_str(down.shape) + " must be [m, " + std::to_string(op.out) + "] with d = " + y_cols());
         const int64_t m = down.dim(0);
         if (m > kPetMaxBottleneck)
           c.fail_op(ErrorCode::InvalidArgument, "bottleneck m = " + std::to_string(m) + " (the rows of down " + shape_str(down.shape) + ") exceeds " +
                                                     std::to_string(kPetMaxBottleneck));
-        expect_vector(c, down_bias, "downBias", m, "m (the rows of down " + shape_str(down.shape) + ")");
+        expect_vector(c, down_bias, "downBias", m, [&] { return "m (the rows of down " + shape_str(down.shape) + ")"; });
         expect_dtype_rank(c, up, "up", 2);
         if (up.dim(0) != op.out || up.dim(1) != m)
           c.fail_op(ErrorCode::ShapeMismatch, "up " + shape_str(up.shape) + " must be [" + std::to_string(op.out) + ", " + std::to_string(m) + "] ([d, m])");
-        expect_vector(c, up_bias, "upBias", op.out, "d (" + y_cols + ")");
+        expect_vector(c, up_bias, "upBias", op.out, [&] { return "d (" + y_cols() + ")"; });
         const double act = f[8];
         if (!(act == 0 || act == 1)) c.fail_op(ErrorCode::InvalidArgument, "act code " + js_number(act) + " is not 0 (gelu) or 1 (gelu_tanh)");
         disjoint(c, y, down, "down");
@@ -375,7 +455,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
 }  // namespace
 
 TESSERA_REGISTER_OPS(pet) {
-  // petSiteRun(meta Float64Array [n * 9], tensors (NativeTensor | null)[n * 6], {numStreams, reference}): runs one
+  // petSiteRun(meta Float64Array [n * 9], slots Int32Array [n * 6], tensors NativeTensor[], {numStreams, reference}): runs one
   // site's PET ops (layout above); ops of a stream in list order, streams concurrently, one barrier at the end.
   export_fn(env, exports, "petSiteRun", [](const Napi::CallbackInfo& info) { return run(info); });
 }
