@@ -11,6 +11,7 @@
  * rows outside an op keep their exact bits.
  */
 import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
@@ -269,23 +270,30 @@ describe('PET ops against float64 and the native reference', () => {
     }
   });
 
-  it('csr: many rows and outputs (the op is split over rows and output ranges)', () => {
-    const [rowsN, out, inW] = [200, 256, 256];
-    const m = randomCsr(out, inW, 0.05, 11, 0.1);
-    const xData = randomFloats(rowsN * inW, 12);
-    const y0 = randomFloats(rowsN * out, 13);
-    const rows: PetRows = { start: 3, seqs: 1, stride: 0, tokens: 190 };
-    const want = startWant(y0);
-    csrF64(want, xData, rowIds(rows), m, -1);
-    const x = tensorF32(xData, [rowsN, inW]);
-    const [indptr, indices, values] = [i32(m.indptr), i32(m.indices), tensorF32(m.values, [m.values.length])];
-    for (const reference of [true, false]) {
-      forEachIsa((isa) => {
+  it('csr: many rows, and dense enough to be split over output ranges too (1 and 2 threads bitwise)', () => {
+    for (const [rowsN, out, inW, density, rows] of [
+      [200, 256, 256, 0.05, { start: 3, seqs: 1, stride: 0, tokens: 190 }],
+      [60, 300, 64, 0.6, { start: 1, seqs: 3, stride: 19, tokens: 17 }], // ~11.5k nonzeros over 64 columns: 2 output ranges
+    ] as const) {
+      const m = randomCsr(out, inW, density, 11, 0.1);
+      const xData = randomFloats(rowsN * inW, 12);
+      const y0 = randomFloats(rowsN * out, 13);
+      const want = startWant(y0);
+      csrF64(want, xData, rowIds(rows), m, -1);
+      const x = tensorF32(xData, [rowsN, inW]);
+      const [indptr, indices, values] = [i32(m.indptr), i32(m.indices), tensorF32(m.values, [m.values.length])];
+      const run = (reference: boolean): Float32Array => {
         const y = tensorF32(y0, [rowsN, out]);
         petSiteRun([{ kind: 'csr', rows, x, y, indptr, indices, values, scale: -1 }], { reference });
-        const got = f32(y);
-        expectWithin(got, want, `csr large ${isa} ref=${reference}`);
-        expectUntouched(got, y0, out, coveredRows([rows]), `csr large ${isa}`);
+        return f32(y);
+      };
+      const label = `csr [${out}, ${inW}] over ${rowIds(rows).length} rows`;
+      expectWithin(run(true), want, `${label} reference`);
+      forEachIsa((isa) => {
+        const one = withThreads(1, () => run(false));
+        expectWithin(one, want, `${label} ${isa}`);
+        expectUntouched(one, y0, out, coveredRows([rows]), `${label} ${isa}`);
+        expectBitwiseEqual(withThreads(2, () => run(false)), one, `${label} ${isa} 1 vs 2 threads`);
       });
     }
   });
@@ -832,6 +840,13 @@ describe('petOpCost', () => {
 
 const cudaBuilt = existsSync(join(addonDirectory(), 'tessera_cuda.node'));
 const hasCuda = cudaBuilt && getBackend('auto').device === 'cuda';
+
+describe('the CUDA addon (runs wherever it is built)', () => {
+  it.skipIf(!cudaBuilt)('exports petSiteRun', () => {
+    const binding = createRequire(import.meta.url)(join(addonDirectory(), 'tessera_cuda.node')) as Record<string, unknown>;
+    expect(typeof binding.petSiteRun).toBe('function');
+  });
+});
 
 describe.skipIf(!hasCuda)('PET ops on CUDA against the CPU reference', () => {
   const gpu = (): Backend => getBackend('auto');
