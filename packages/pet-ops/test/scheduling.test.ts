@@ -5,15 +5,8 @@
 import { InvalidArgumentError } from '@tessera/native';
 import { randomFloats } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
-import {
-  analyticCost,
-  assignStreams,
-  DEFAULT_STREAM_THRESHOLDS,
-  dynamicStreamCount,
-  intensityOf,
-  medianOf,
-  type OpCost,
-} from '../src/engine/operator-scheduling.js';
+import { assignStreams, DEFAULT_STREAM_THRESHOLDS, dynamicStreamCount, intensityOf, medianOf } from '../src/engine/operator-scheduling.js';
+import { type OpCost, adapterCost, biasCost, csrCost } from '../src/operators/cost.js';
 
 function randomOps(n: number, seed: number): { cost: OpCost }[] {
   const f = randomFloats(2 * n, seed, 0, 1);
@@ -102,15 +95,15 @@ describe('assignStreams, baselines and validation', () => {
   });
 });
 
-describe('analytic intensities (pets.md §6.2)', () => {
+describe('analytic intensities of the operators’ costs (pets.md §6.2)', () => {
   // BERT-base site d = 768 (qkv-like square site), 32 queries × 128 tokens.
   const d = 768;
   const tokens = 32 * 128;
   const cost = {
-    bitfit: analyticCost.bias(tokens, d),
-    diff: analyticCost.spmm(tokens, Math.round(0.005 * d * d), d, d),
-    maskbert: analyticCost.spmm(tokens, Math.round(0.05 * d * d), d, d),
-    adapter: analyticCost.adapter(tokens, d, 64),
+    bitfit: biasCost(tokens, d),
+    diff: csrCost(tokens, Math.round(0.005 * d * d), d, d),
+    maskbert: csrCost(tokens, Math.round(0.05 * d * d), d, d),
+    adapter: adapterCost(tokens, d, 64),
   };
 
   it('order BitFit < Diff < MaskBert < Adapter at large n·l', () => {

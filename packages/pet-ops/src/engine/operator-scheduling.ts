@@ -10,12 +10,7 @@
  * index is the artifact's behaviour (CUDA context per `task_id mod num_streams`), kept as a baseline.
  */
 import { InvalidArgumentError } from '@tessera/native';
-
-/** Analytic (or profiled) work of one op: floating-point operations and bytes moved. */
-export interface OpCost {
-  readonly flops: number;
-  readonly bytes: number;
-}
+import type { OpCost } from '../operators/cost.js';
 
 /** 'intensity': Algorithm 2 (contiguous chunks); 'round-robin': op index mod streams; 'sequential': all on stream 0. */
 export type SchedulingMode = 'sequential' | 'intensity' | 'round-robin';
@@ -137,22 +132,3 @@ export function medianOf(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[(sorted.length - 1) >> 1]!;
 }
-
-/**
- * Analytic FLOPs and bytes of the PET operators for `tokens` rows (pets.md §6.2, fp32), for schedulers and tests
- * without a profiler. nnz: non-zeros of a sparse matrix; r: adapter bottleneck.
- */
-export const analyticCost = {
-  /** X·S for a CSR matrix S [dIn → dOut] with nnz non-zeros (MaskBert, Diff-Pruning). */
-  spmm(tokens: number, nnz: number, dIn: number, dOut: number): OpCost {
-    return { flops: 2 * tokens * nnz, bytes: nnz * 8 + tokens * (dIn + dOut) * 4 };
-  },
-  /** y + act(y·downᵀ + bd)·upᵀ + bu on d-wide rows with bottleneck r (Adapters). */
-  adapter(tokens: number, d: number, r: number): OpCost {
-    return { flops: 2 * tokens * 2 * d * r, bytes: (2 * d * r + r + d) * 4 + tokens * (2 * d + r) * 4 };
-  },
-  /** A bias add over d-wide rows (BitFit, Diff-Pruning's merged bias). */
-  bias(tokens: number, d: number): OpCost {
-    return { flops: tokens * d, bytes: tokens * d * 8 + d * 4 };
-  },
-};
