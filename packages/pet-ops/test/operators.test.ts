@@ -216,6 +216,19 @@ describe('validation', () => {
   });
 });
 
+describe('stored bytes at BERT-base width follow pets.md §2.7', () => {
+  it('MaskBert ≈ 3.1% of the f32 linear weights (bit-packed), Diff ≈ 1.2% (0.5% nnz as CSR, row pointers, b_t), BitFit ≈ 0.1%', () => {
+    const base: EncoderConfig = { ...config, vocabSize: 8, hiddenSize: 768, numHeads: 12, intermediateSize: 3072, numLayers: 1, maxPositions: 4, numLabels: 2, labels: ['a', 'b'] };
+    const weightBytes = 4 * (4 * 768 * 768 + 2 * 768 * 3072);
+    const head = (2 * 768 + 2) * 4;
+    const share = (type: PetType) => (registry.get(type).storedBytes(generatePetParams(type, base, { seed: 1, taskLayerNorm: false })) - head) / weightBytes;
+    expect(share('maskbert')).toBeCloseTo(1 / 32, 6);
+    expect(share('diff')).toBeGreaterThan(0.01);
+    expect(share('diff')).toBeLessThan(0.013);
+    expect(share('bitfit')).toBeCloseTo((4 * 768 + 3072 + 768) / (4 * 768 * 768 + 2 * 768 * 3072), 9);
+  });
+});
+
 describe('loaded tasks', () => {
   let shared: SharedEncoder;
   const backend = getBackend();

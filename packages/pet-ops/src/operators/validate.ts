@@ -55,7 +55,7 @@ export function checkPositiveInteger(type: PetType, field: string, value: unknow
 export function checkLayout(type: PetType, specs: readonly PetTensorSpec[], params: PetParams): void {
   const byName = new Map(specs.map((s) => [s.name, s]));
   for (const [name, t] of params.tensors) {
-    if (!byName.has(name)) throw new PetShapeError(name, `no such tensor (the ${type} layout does not name it)`, describe(t));
+    if (!byName.has(name)) throw new PetShapeError(name, `no tensor of this name (the ${type} layout does not name it)`, describe(t));
   }
   for (const spec of specs) {
     const t = params.tensors.get(spec.name);
