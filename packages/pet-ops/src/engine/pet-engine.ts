@@ -63,6 +63,8 @@ export interface PetRunTiming {
   readonly rows: number;
   /** Rows the shared model ran: queries × macro max length when padded, `rows` when packed. */
   readonly paddedRows: number;
+  /** Streams the PET ops ran on (1: sequential). */
+  readonly streams: number;
 }
 
 export interface PetSchedulingOptions {
@@ -167,7 +169,7 @@ export class PetEngine {
     const shared = this.shared;
     const plan = this.plan(batch, shared, opts);
     if (plan.miniBatches.length === 0) {
-      return { results: [], timing: { totalMs: 0, petMs: 0, sharedMs: 0, segments: 0, rows: 0, paddedRows: 0 } };
+      return { results: [], timing: { totalMs: 0, petMs: 0, sharedMs: 0, segments: 0, rows: 0, paddedRows: 0, streams: 1 } };
     }
     const start = now();
     const timer = { petMs: 0 };
@@ -196,7 +198,7 @@ export class PetEngine {
     const totalMs = now() - start;
     return {
       results,
-      timing: { totalMs, petMs: timer.petMs, sharedMs: totalMs - timer.petMs, segments: plan.miniBatches.length, rows: plan.realRows, paddedRows: plan.totalRows },
+      timing: { totalMs, petMs: timer.petMs, sharedMs: totalMs - timer.petMs, segments: plan.miniBatches.length, rows: plan.realRows, paddedRows: plan.totalRows, streams: plan.numStreams },
     };
   }
 
