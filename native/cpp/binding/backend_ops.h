@@ -11,6 +11,7 @@
 
 #include "../core/op_args.h"
 #include "../core/tensor.h"
+#include "../cpu/pet_args.h"
 
 namespace tessera::backend {
 
@@ -88,5 +89,15 @@ void attention_decode(const DecodeAttentionArgs& args, bool reference);
 // args.row_ids are host memory (a backend copies what its kernels need).
 void sgmv_shrink(const SgmvArgs& args, bool reference);
 void sgmv_expand(const SgmvArgs& args, bool reference);
+
+// ---------------------------------------------------------------- PET operators (f32; PetSiteArgs: cpu/pet_args.h)
+// Filled and checked by binding/ops/bind_pet.cc: shapes, rows within the tensors, CSR index contents, aliasing, and
+// that ops of different streams never touch memory another stream writes. args.ops is host memory. The CPU runs the
+// streams as worker groups of its pool; CUDA enqueues each stream's ops on its own cudaStream between a prolog and an
+// epilogue barrier with the default stream.
+void pet_site(const PetSiteArgs& args, bool reference);
+// The elements of an i32 tensor, readable on the host: the tensor's own memory on the CPU (no copy), a copy into
+// `scratch` on CUDA (a device-to-host copy, which waits for queued work).
+const int32_t* host_i32(const Tensor& t, std::vector<int32_t>& scratch);
 
 }  // namespace tessera::backend

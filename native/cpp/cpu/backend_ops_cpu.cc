@@ -84,4 +84,9 @@ void sgmv_shrink(const SgmvArgs& args, bool reference) { (reference ? cpu::sgmv_
 
 void sgmv_expand(const SgmvArgs& args, bool reference) { (reference ? cpu::sgmv_expand_ref : cpu::sgmv_expand)(args); }
 
+void pet_site(const PetSiteArgs& args, bool reference) { (reference ? cpu::pet_site_ref : cpu::pet_site)(args); }
+
+// CPU tensors are host memory: the binding reads index tensors in place.
+const int32_t* host_i32(const Tensor& t, std::vector<int32_t>& /*scratch*/) { return t.data<int32_t>(); }
+
 }  // namespace tessera::backend

@@ -11,6 +11,7 @@
 
 #include "../core/dtype.h"
 #include "../core/op_args.h"
+#include "pet_args.h"
 
 namespace tessera::cpu {
 
@@ -81,6 +82,13 @@ void sgmv_shrink_ref(const SgmvArgs& args);
 void sgmv_shrink(const SgmvArgs& args);
 void sgmv_expand_ref(const SgmvArgs& args);
 void sgmv_expand(const SgmvArgs& args);
+
+// ---------------------------------------------------------------- PET operators (PetS; PetSiteArgs: pet_args.h)
+// One linear site's op list: CSR SpMM, bias add, bottleneck adapter, LayerNorm, each over its rows. pet_site runs the
+// streams as worker groups of global_pool() (see pet.cc) with the same bits for any thread and stream count;
+// pet_site_ref runs every op in list order, accumulating in double.
+void pet_site_ref(const PetSiteArgs& args);
+void pet_site(const PetSiteArgs& args);
 
 // ---------------------------------------------------------------- machine probes (bench roofline)
 // STREAM triad a[i] = b[i] + s * c[i] over n floats, parallel; returns nothing (caller times it).

@@ -195,6 +195,17 @@ void sgmv_shrink(const SgmvArgs& args, bool reference) { gpu::run_sgmv(args, ref
 
 void sgmv_expand(const SgmvArgs& args, bool reference) { gpu::run_sgmv(args, reference, true); }
 
+void pet_site(const PetSiteArgs& args, bool reference) {
+  ready();
+  gpu::pet_site(args, reference);
+}
+
+// Index tensors live in device memory: copied to the host for the binding's checks (waits for queued work).
+const int32_t* host_i32(const Tensor& t, std::vector<int32_t>& scratch) {
+  scratch = read_indices(t);
+  return scratch.data();
+}
+
 }  // namespace tessera::backend
 
 using namespace tessera;

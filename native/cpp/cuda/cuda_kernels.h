@@ -12,6 +12,7 @@
 
 #include "../core/dtype.h"
 #include "../core/op_args.h"
+#include "../cpu/pet_args.h"
 
 namespace tessera::gpu {
 
@@ -88,5 +89,20 @@ struct SgmvLaunch {
 };
 void sgmv_shrink(const SgmvLaunch& l, bool reference);
 void sgmv_expand(const SgmvLaunch& l, bool reference);
+
+// ---------------------------------------------------------------- PET operators (f32; PetSiteArgs: cpu/pet_args.h)
+// One linear site (pet.cu): one kernel per op kind, each op enqueued on its stream. With num_streams > 1 the streams are
+// non-blocking cudaStreams from a small pool kept for the process (stream s runs on pool[s % kPetCudaStreams], so a
+// stream's ops stay in order); they first wait on an event recorded on the default stream (the prolog barrier, after
+// the shared GEMM queued before the call), and the default stream then waits on an event recorded on each used stream
+// (the epilogue barrier), so everything queued after the call sees the site finished. With one stream every op runs
+// on the default stream. args.ops is host memory; the pointers in it are device memory.
+//   fast       CSR: one thread per output column for a block of kPetCudaCsrRows rows, the fmaf chain over the row's
+//              nonzeros then y = fmaf(scale, acc, y) (the CPU SIMD paths' arithmetic); bias: one add; adapter: one block
+//              per row, h in shared memory (warp-sum dot products); LayerNorm: one block per row (as layer_norm).
+//   reference  double accumulation, one thread per output (adapter: one block per row, h in double).
+constexpr int kPetCudaStreams = 16;
+constexpr int kPetCudaCsrRows = 4;
+void pet_site(const PetSiteArgs& args, bool reference);
 
 }  // namespace tessera::gpu

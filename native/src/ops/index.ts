@@ -6,4 +6,5 @@ export * from './gather.js';
 export * from './rope.js';
 export * from './attention.js';
 export * from './sgmv.js';
+export * from './pet.js';
 export * from './probe.js';
