@@ -11,7 +11,7 @@ import { allocatorStats, getBackend, setBudget } from '@tessera/native';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeviceBudgetError, type Footprint, PAPER_PET_TYPES, TABLE5_STEP, TaskManager, countTasks, generatePetParams, loadUntilFull, maxTasks, measureFootprint } from '../src/index.js';
 
-const base = {
+const base: Omit<EncoderConfig, 'hiddenSize' | 'numLayers' | 'numHeads' | 'intermediateSize'> = {
   family: 'encoder',
   architecture: 'BertForSequenceClassification',
   vocabSize: 512,
@@ -22,7 +22,7 @@ const base = {
   padTokenId: 0,
   numLabels: 2,
   labels: ['a', 'b'],
-} as const;
+};
 /**
  * Three sizes standing in for DistilBERT / BERT-base / BERT-large (pets.md §10): like those, the first two differ
  * only in depth (2× the layers), the third is wider and deeper again.

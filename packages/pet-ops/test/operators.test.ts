@@ -4,7 +4,7 @@
  * device bytes against the allocator, and the analytic cost.
  */
 import { type EncoderConfig, EncoderModel, ModelWeights, encoderLinearModules, encoderNormModules } from '@tessera/engine';
-import { Tensor, allocatorStats, getBackend } from '@tessera/native';
+import { Tensor, allocatorStats, getBackend, petOpCost } from '@tessera/native';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type HostTensor,
@@ -402,6 +402,47 @@ describe('loaded tasks', () => {
       expect(pet.cost(10).flops).toBe(2 * 4 * 10 * 3 * 20);
     } finally {
       pet.dispose();
+    }
+  });
+
+  it("cost(tokens) is the sum of petOpCost over the task's ops at every site (adapters: the §6.2 form, within 5%)", () => {
+    const tokens = 6;
+    const backend = getBackend();
+    const t = (cols: number) => Tensor.zeros([tokens, cols], 'f32', backend);
+    for (const type of ['diff', 'maskbert', 'bitfit', 'adapter', 'standard'] as const) {
+      const pet = load(gen(type, 2, { density: 0.05 }));
+      const made: Tensor[] = [];
+      const keep = (x: Tensor) => (made.push(x), x);
+      try {
+        let flops = 0;
+        let bytes = 0;
+        const add = (ops: ReturnType<typeof pet.linearOps>) => ops.forEach((op) => {
+          const c = petOpCost(op);
+          flops += c.flops;
+          bytes += c.bytes;
+        });
+        const rows = { start: 0, seqs: 1, stride: tokens, tokens };
+        for (let layer = 0; layer < config.numLayers; layer++) {
+          const lin = encoderLinearModules(config, layer);
+          const h = keep(t(20));
+          const outs = (...ms: [string, string, number][]) => ms.map(([slice, module, cols]) => ({ slice, module, y: keep(t(cols)) }));
+          add(pet.linearOps({ layer, site: 'qkv', x: h, rows, outputs: outs(['query', lin.query, 20], ['key', lin.key, 20], ['value', lin.value, 20]) }));
+          add(pet.linearOps({ layer, site: 'attn_out', x: h, rows, outputs: outs(['attn_out', lin.attn_out, 20]) }));
+          add(pet.linearOps({ layer, site: 'ffn_in', x: h, rows, outputs: outs(['ffn_in', lin.ffn_in, 36]) }));
+          add(pet.linearOps({ layer, site: 'ffn_out', x: keep(t(36)), rows, outputs: outs(['ffn_out', lin.ffn_out, 20]) }));
+          for (const site of ['attn_ln', 'ffn_ln'] as const) add(pet.normOps({ layer, site, x: h, y: keep(t(20)), rows }));
+        }
+        const cost = pet.cost(tokens);
+        if (type === 'adapter') {
+          expect(Math.abs(cost.flops - flops) / flops).toBeLessThan(0.05);
+          expect(Math.abs(cost.bytes - bytes) / bytes).toBeLessThan(0.05);
+        } else {
+          expect(cost, type).toEqual({ flops, bytes });
+        }
+      } finally {
+        made.forEach((x) => x.dispose());
+        pet.dispose();
+      }
     }
   });
 

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { encoderLinearModules, generateModel, type GeneratedEncoder } from '@tessera/engine';
+import { type EncoderConfig, encoderLinearModules, generateModel } from '@tessera/engine';
 import { allocatorStats, getBackend, setBudget } from '@tessera/native';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -23,7 +23,7 @@ import {
 } from '../src/index.js';
 
 let dir: string;
-let gen: GeneratedEncoder;
+let gen: { dir: string; config: EncoderConfig };
 const managers: TaskManager[] = [];
 
 beforeAll(() => {

@@ -1,15 +1,18 @@
 /**
  * Analytic FLOPs and bytes of the PET ops (pets.md §6.2, fp32): the operational intensity Algorithm 2 sorts by
- * when no profiler is at hand. `tokens` is the rows the op touches (n·l of a mini-batch).
+ * when no profiler is at hand. `tokens` is the rows the op touches (n·l of a mini-batch). CSR, bias and LayerNorm
+ * count exactly as @tessera/native's petOpCost (the §6.2 table plus the CSR row pointers); the adapter keeps the
+ * §6.2 table's form, whose large-n·l intensity d·m / (2d + m) Algorithm 2 is specified with (petOpCost also counts
+ * the activation and keeps the bottleneck in registers: within a few percent).
  */
 export interface OpCost {
   flops: number;
   bytes: number;
 }
 
-/** CSR SpMM (Diff-Pruning, MaskBert): 2·n·l·nnz FLOPs; nnz·8 + n·l·(d_in + d_out)·4 bytes. */
+/** CSR SpMM (Diff-Pruning, MaskBert): 2·n·l·nnz FLOPs; nnz·8 + (d_out + 1)·4 + n·l·(d_in + d_out)·4 bytes. */
 export function csrCost(tokens: number, nnz: number, inFeatures: number, outFeatures: number): OpCost {
-  return { flops: 2 * tokens * nnz, bytes: nnz * 8 + tokens * (inFeatures + outFeatures) * 4 };
+  return { flops: 2 * tokens * nnz, bytes: nnz * 8 + (outFeatures + 1) * 4 + tokens * (inFeatures + outFeatures) * 4 };
 }
 
 /** Bias add (BitFit, Diff-Pruning's b_t): n·l·d FLOPs; n·l·d·8 + d·4 bytes. */
