@@ -7,9 +7,10 @@
  * Tolerance: normwise relative error max|engine − ort| / max|ort| over each query's logits ≤ 1e-4. Both sides are
  * f32 with different summation orders and a different algebra (X·W + X·δ vs X·(W + δ); W − W⊙M̄ vs W⊙M; an SGMV
  * pair vs a merged W + s·BA), each good to ~1e-7 relative per op; two layers of LayerNorm-normalized activations,
- * the pooler and the head keep the difference near 1e-6, so 1e-4 leaves margin while a missing or misplaced PET
- * op (sign, bias, LayerNorm, rows) moves the logits by ≥ 1e-2 — checked below against the task's head on the
- * plain shared model.
+ * the pooler and the head keep the difference below 1e-6 (observed ≤ 6e-7), so 1e-4 leaves margin, while each PET
+ * moves its task's logits by more than 20× the tolerance (observed: from 6e-3 for MaskBert's 5% mask and 8e-3
+ * for the 8-long prefix up to 0.18 for the adapter) — checked below against the task's head on the plain shared model, so a
+ * missing or misplaced PET op cannot pass.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PetEngine } from '../src/engine/pet-engine.js';
@@ -74,7 +75,7 @@ describe('PetEngine vs each task’s merged model in onnxruntime (all seven type
         if (plain) {
           const base = await plain.logits(mb.queries);
           const moved = Math.max(...base.map((b, j) => normwiseError(b, want[j]!)));
-          expect(moved, `${type}: the PET changes the logits by only ${moved}`).toBeGreaterThan(100 * TOLERANCE);
+          expect(moved, `${type}: the PET changes the logits by only ${moved}`).toBeGreaterThan(20 * TOLERANCE);
         }
       }
     }, 30_000);

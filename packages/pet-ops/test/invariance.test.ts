@@ -95,9 +95,13 @@ describe('batch invariance', () => {
 
   for (const layout of ['padded', 'packed'] as const) {
     it(`PET ops touch only their rows: STANDARD queries equal the plain shared model + head exactly (${layout})`, () => {
-      const miniBatches = mixedBatch(50);
+      // STANDARD between two mini-batches that run PET ops on every site (an op spilling over its rows would hit it).
+      const all = mixedBatch(50);
+      const std = all.find((mb) => mb.taskId === idOf('standard'))!;
+      const rest = all.filter((mb) => mb !== std);
+      const miniBatches = [rest.find((mb) => mb.taskId === idOf('bitfit'))!, std, ...rest.filter((mb) => mb.taskId !== idOf('bitfit'))];
       const { results } = engine.run({ miniBatches }, { layout });
-      const k = fx.ids.indexOf(idOf('standard'));
+      const k = 1;
       // The same forward without any delta: same rows, same GEMMs; only other segments' PET work is missing.
       const sequences = miniBatches.flatMap((mb) => mb.queries.map((q) => ({ ids: q.ids })));
       const L = Math.max(...sequences.map((s) => s.ids.length));
