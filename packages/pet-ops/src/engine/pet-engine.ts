@@ -86,8 +86,6 @@ export interface PetEngineOptions {
   readonly now?: () => number;
 }
 
-/** Types whose per-site work goes through petSiteRun (Algorithm 2 schedules these; LoRA runs in SGMV). */
-const SITE_OP_TYPES: ReadonlySet<PetType> = new Set<PetType>(['adapter', 'maskbert', 'diff', 'bitfit']);
 
 /** One mini-batch as planned: its task, its queries' rows and the rows its PET ops touch. */
 interface PlannedMiniBatch {
@@ -389,7 +387,7 @@ export class PetEngine {
   /** Algorithm 2 over the mini-batches that run site ops; returns the stream count. */
   private assign(miniBatches: PlannedMiniBatch[], maxLength: number, opts: PetEngineOptions): number {
     const scheduling = opts.scheduling ?? { mode: 'intensity', streams: 'dynamic' };
-    const participants = miniBatches.filter((mb) => SITE_OP_TYPES.has(mb.type));
+    const participants = miniBatches.filter((mb) => this.runsSiteOps(mb));
     if (participants.length === 0 || scheduling.mode === 'sequential') return 1;
     let S: number;
     if (scheduling.streams === undefined || scheduling.streams === 'dynamic') {
@@ -404,6 +402,17 @@ export class PetEngine {
     const streams = assignStreams(costs, S, scheduling.mode);
     participants.forEach((mb, i) => (mb.stream = streams[i]!));
     return S;
+  }
+
+  /**
+   * Whether a mini-batch's task runs PET ops through petSiteRun: its type hooks a linear or norm site (input, output
+   * or epilogue) and it is not LoRA (whose input-side term runs in SGMV). Only these take part in Algorithm 2; the
+   * others (STANDARD, prefix-tuning, LoRA) would only occupy streams.
+   */
+  private runsSiteOps(mb: PlannedMiniBatch): boolean {
+    if (mb.loaded.lora !== null) return false;
+    const hooks = this.tasks.registry.get(mb.type).hooks;
+    return hooks.input.length + hooks.output.length + hooks.epilogue.length > 0;
   }
 
   /** CPU: the native pool's threads (a stream is a worker group; more groups than workers only serialize). */
