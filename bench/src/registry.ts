@@ -37,6 +37,11 @@ export const BENCHES: readonly BenchEntry[] = [
     summary: 'Punica cluster (Fig. 13): 16 simulated GPUs for an hour of ramped zipf-1.5 load; 3 worker processes on Redis vs one process',
     load: async () => (await import('./benches/cluster.js')).clusterBench,
   },
+  {
+    name: 'pets',
+    summary: 'PetS in miniature: max tasks in a byte budget (Table 5), PetS vs SeqS throughput (Fig. 7, 9), batching strategies (Fig. 12)',
+    load: async () => (await import('./benches/pets.js')).petsBench,
+  },
 ];
 
 export function findBench(name: string): BenchEntry | undefined {

@@ -28,6 +28,7 @@ export default defineConfig({
           { text: '@tessera/native', link: '/packages/native' },
           { text: '@tessera/engine', link: '/packages/engine' },
           { text: '@tessera/sgmv-kernel', link: '/packages/sgmv-kernel' },
+          { text: '@tessera/pet-ops', link: '/packages/pet-ops' },
           { text: '@tessera/batcher', link: '/packages/batcher' },
           { text: 'Coordinated batching (PetS)', link: '/packages/batcher-coordinated' },
           { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },

@@ -50,7 +50,7 @@ const hasDevice = getBackend('auto').device === 'cuda';
 const contractOps = [
   'empty', 'allocatorStats', 'setBudget', 'resetPeak', 'synchronize', 'info', 'copy', 'gemm', 'gemmBatched', 'embedding',
   'gatherRows', 'scatterRows', 'convert', 'binary', 'scale', 'activation', 'siluMul', 'layerNorm', 'rmsNorm', 'softmax',
-  'rope', 'attentionPrefill', 'attentionDecode', 'sgmvShrink', 'sgmvExpand', 'bgmvShrink', 'bgmvExpand', 'cudaDeviceCount',
+  'rope', 'attentionPrefill', 'attentionDecode', 'sgmvShrink', 'sgmvExpand', 'bgmvShrink', 'bgmvExpand', 'petSiteRun', 'cudaDeviceCount',
 ] as const;
 
 describe('CUDA addon loading (runs everywhere)', () => {

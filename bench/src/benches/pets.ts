@@ -12,15 +12,14 @@
  * Tasks are the paper's four PET types drawn uniformly with a fixed seed (Adapter, MaskBert 95 % kept, Diff-Pruning
  * 0.5 % non-zeros, BitFit), as in the artifact's driver.
  */
-import { SafetensorsFile, type EncoderConfig, EncoderModel, ModelWeights, type ModelDelta } from '@tessera/engine';
-import { Tensor, getBackend, linear, petSiteRun } from '@tessera/native';
+import { type EncoderConfig, EncoderModel, type ModelDelta, ModelWeights, encoderTensorShapes } from '@tessera/engine';
+import { type PetRows, petSiteRun } from '@tessera/native';
 import {
-  type BatchPlan,
   type BatchingStrategy,
+  type CbQuery,
   type CostModel,
   type MacroBatch,
   assignPetTypes,
-  estimateCost,
   generateCbPool,
   planBatches,
   profileCostTables,
@@ -29,6 +28,8 @@ import {
 import {
   type LoadedPet,
   type PetMacroBatchInput,
+  type PetParams,
+  type PetRunTiming,
   type PetType,
   PetEngine,
   TaskManager,
@@ -36,6 +37,7 @@ import {
   maxTasks,
   mergePetIntoWeights,
   petsCostProfilerTarget,
+  sharedHostWeights,
 } from '@tessera/pet-ops';
 
 import { rng } from '../data.js';
@@ -48,11 +50,11 @@ import { PAPER_MODEL, PETS_MODEL_SIZES, type PetsModelSize, petsModelConfig, pet
 const PAPER_TYPES: readonly PetType[] = ['adapter', 'maskbert', 'diff', 'bitfit'];
 const SHAPES: readonly { bs: number; sl: number }[] = [{ bs: 1, sl: 128 }, { bs: 2, sl: 64 }, { bs: 4, sl: 32 }];
 const STRATEGIES: readonly BatchingStrategy[] = ['fixed', 'beta-only', 'alpha-only', 'cb'];
-/** Device memory of the paper's platforms relative to BERT-base's 0.35 GB of weights (Table 5, §8.6). */
-const BUDGETS: readonly { name: string; multiple: number }[] = [
-  { name: 'TX2-like', multiple: 8 / 0.35 },
-  { name: '1080Ti-like', multiple: 11 / 0.35 },
-  { name: 'V100-like', multiple: 32 / 0.35 },
+/** Device memory of the paper's platforms relative to BERT-base's 0.35 GB of encoder weights (Table 5, §8.6). */
+const BUDGETS: readonly { name: string; key: string; multiple: number }[] = [
+  { name: 'TX2-like (8 GB)', key: 'tx2', multiple: 8 / 0.35 },
+  { name: '1080Ti-like (11 GB)', key: '1080ti', multiple: 11 / 0.35 },
+  { name: 'V100-like (32 GB)', key: 'v100', multiple: 32 / 0.35 },
 ];
 
 interface World {
@@ -60,23 +62,32 @@ interface World {
   config: EncoderConfig;
   manager: TaskManager;
   engine: PetEngine;
-  tasks: { id: string; type: PetType }[];
+  tasks: { id: string; type: PetType; params: PetParams }[];
+  typeOf: (task: string) => PetType;
 }
 
-/** A shared model with `count` generated tasks of the paper's four types (uniform, seeded), all loaded. */
-function buildWorld(size: PetsModelSize, count: number, seed: number, log: (m: string) => void, layout: 'padded' | 'packed' = 'padded'): World {
+/** A shared model with `count` generated tasks of the paper's four types (uniform, seeded, as the artifact), all loaded. */
+function buildWorld(size: PetsModelSize, count: number, seed: number, log: (m: string) => void): World {
   const config = petsModelConfig(size, log);
   const manager = new TaskManager();
   manager.addSharedModel(size, { dir: petsModelDir(size, log) });
-  const types = assignPetTypes(Array.from({ length: count }, (_, i) => `t${i}`), PAPER_TYPES, seed) as ReadonlyMap<string, string> | Record<string, string>;
-  const typeOf = (name: string) => (types instanceof Map ? types.get(name) : (types as Record<string, string>)[name]) as PetType;
-  const tasks = Array.from({ length: count }, (_, i) => {
-    const type = typeOf(`t${i}`);
-    const id = manager.registerTask(type, size, generatePetParams(type, config, { seed: seed * 1000 + i }), { id: `t${i}` });
-    return { id, type };
+  const shared = manager.loadSharedModel(size);
+  const names = Array.from({ length: count }, (_, i) => `t${i}`);
+  const types = assignPetTypes(names, PAPER_TYPES, seed);
+  const tasks = names.map((name, i) => {
+    const type = types.get(name) as PetType;
+    const params = generatePetParams(type, config, { seed: seed * 1000 + i, shared: (n) => shared.hostWeight(n) });
+    const id = manager.registerTask(type, size, params, { id: name });
+    return { id, type, params };
   });
   manager.loadTasks(tasks.map((t) => t.id));
-  return { size, config, manager, engine: new PetEngine(manager, size, { layout }), tasks };
+  const byId = new Map(tasks.map((t) => [t.id, t.type]));
+  return { size, config, manager, engine: new PetEngine(manager, size), tasks, typeOf: (t) => byId.get(t)! };
+}
+
+function disposeWorld(w: World): void {
+  w.engine.dispose();
+  w.manager.dispose();
 }
 
 function randomIds(n: number, vocab: number, next: () => number): number[] {
@@ -95,6 +106,8 @@ function timeMs(fn: () => void, reps: number): number {
   return median(samples);
 }
 
+const mean = (xs: readonly number[]) => (xs.length === 0 ? Number.NaN : xs.reduce((a, b) => a + b, 0) / xs.length);
+
 // ---------------------------------------------------------------------------------------------------------------
 // Table 5
 
@@ -102,64 +115,53 @@ function table5(ctx: BenchContext): { rows: Row[]; ratios: Record<string, number
   const rows: Row[] = [];
   const ratios: Record<string, number> = {};
   const log = (m: string) => ctx.log(m);
-  // Budgets are multiples of the mid model's shared bytes, as the paper's devices are of BERT-base's.
-  const mid = maxTasks({ budgetBytes: 1 << 30, config: petsModelConfig('mini', log), batch: { batch: 32, seq: 128 }, seed: 1 });
+  // Budgets are multiples of the mid model's weights, as the paper's devices are of BERT-base's.
+  const midShared = maxTasks({ budgetBytes: 2 ** 40, config: petsModelConfig('mini', log), seed: 1 }).sharedBytes;
   for (const size of PETS_MODEL_SIZES) {
     const config = petsModelConfig(size, log);
     for (const b of BUDGETS) {
-      const budgetBytes = Math.round(b.multiple * mid.sharedBytes);
+      const budgetBytes = Math.round(b.multiple * midShared);
       const r = maxTasks({ budgetBytes, config, batch: { batch: 32, seq: 128 }, seed: 1 });
       rows.push({
-        figure: 'table5',
         model: `${size} (${PAPER_MODEL[size]})`,
         budget: b.name,
         budget_mib: budgetBytes / 2 ** 20,
         shared_mib: r.sharedBytes / 2 ** 20,
-        activation_mib: r.activationBytes / 2 ** 20,
+        activations_mib: r.activationBytes / 2 ** 20,
         mean_pet_kib: r.meanPetBytes / 1024,
         seqs_tasks: r.seqs,
         pets_tasks: r.pets,
         ratio: r.ratio,
       });
-      if (size === 'mini') ratios[`capacity_ratio_mid_${b.name.replace('-like', '').toLowerCase()}`] = r.ratio;
+      ratios[`capacity_ratio_${size.replace('-', '_')}_${b.key}`] = r.ratio;
     }
   }
-  ratios.capacity_ratio_mid = ratios.capacity_ratio_mid_1080ti!;
+  ratios.capacity_ratio_mid = ratios.capacity_ratio_mini_1080ti!;
   return { rows, ratios };
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Fig. 7 and Fig. 9
+// Fig. 7 and Fig. 9: PetS vs SeqS
 
-/** SeqS: every task on its own full model copy, run alone. Mergeable PETs run merged; adapters run their ops. */
+/**
+ * SeqS: a task alone on its own full model copy. The PETs that merge into the weights (MaskBert, Diff-Pruning,
+ * BitFit) run merged, with no PET op at all; an Adapter task runs the shared weights' copy plus its adapter ops.
+ */
 class SeqsTask {
   private readonly model: EncoderModel;
   private readonly delta: ModelDelta | null;
-  private readonly head: { weight: Tensor; bias: Tensor };
 
-  constructor(config: EncoderConfig, sharedHost: ReadonlyMap<string, Float32Array>, pet: LoadedPet, params: Parameters<typeof mergePetIntoWeights>[2]) {
-    const merged = pet.type === 'adapter' ? { weights: sharedHost } : mergePetIntoWeights(sharedHost, config, params);
-    const backend = getBackend();
-    const tensors = new Map<string, Tensor>();
-    const shapes = new Map<string, number[]>();
-    for (const [name, data] of merged.weights) {
-      if (name.startsWith('classifier.')) continue;
-      const shape = sharedShape(config, name, data.length);
-      tensors.set(name, Tensor.from(data, shape, { backend }));
-      shapes.set(name, shape);
-    }
-    this.model = new EncoderModel({ ...config, architecture: 'BertModel' } as EncoderConfig, new ModelWeights(tensors, backend));
-    this.head = pet.head;
-    this.delta = pet.type === 'adapter' ? adapterDelta(pet) : null;
+  constructor(sharedHost: ReadonlyMap<string, Float32Array>, config: EncoderConfig, params: PetParams, pet: LoadedPet) {
+    const merged = mergePetIntoWeights(sharedHost, config, params);
+    const shapes = encoderTensorShapes(merged.config);
+    const host = new Map([...shapes].map(([name, shape]) => [name, { data: merged.weights.get(name)!, shape }]));
+    this.model = new EncoderModel(merged.config, ModelWeights.fromHost(host));
+    this.delta = merged.extensions.adapters ? petOpsDelta(pet) : null;
   }
 
-  run(queries: number[][]): void {
-    const out = this.model.forward(queries.map((ids) => ({ ids })), {
-      deltas: this.delta ? [this.delta] : [],
-      outputs: { hidden: false, pooled: false, logits: false },
-      pooledHidden: true,
-    } as never);
-    out.hidden?.dispose();
+  run(queries: readonly number[][]): void {
+    const out = this.model.forward(queries.map((ids) => ({ ids })), { deltas: this.delta ? [this.delta] : [], outputs: { hidden: false, pooled: false, logits: true } });
+    out.logits?.dispose();
   }
 
   dispose(): void {
@@ -167,41 +169,328 @@ class SeqsTask {
   }
 }
 
-function sharedShape(_config: EncoderConfig, _name: string, numel: number): number[] {
-  return [numel];
-}
-
-function adapterDelta(pet: LoadedPet): ModelDelta {
-  const all = (rows: number) => ({ start: 0, seqs: 1, stride: rows, tokens: rows });
+/** One task's PET ops over every row of a single-task forward (SeqS's adapter tasks). */
+function petOpsDelta(pet: LoadedPet): ModelDelta {
+  const all = (rows: number): PetRows => ({ start: 0, seqs: 1, stride: rows, tokens: rows });
   return {
     linear(call) {
-      if (call.family !== 'encoder') return;
-      const ops = pet.linearOps({ layer: call.layer, site: call.site as never, x: call.x, outputs: call.outputs, rows: all(call.x.shape[0]!) });
-      if (ops.length > 0) petSiteRun(ops);
+      if (call.site === 'qkv' || call.site === 'attn_out' || call.site === 'ffn_in' || call.site === 'ffn_out') {
+        const ops = pet.linearOps({ layer: call.layer, site: call.site, x: call.x, outputs: call.outputs, rows: all(call.x.shape[0]!) });
+        if (ops.length > 0) petSiteRun(ops);
+      }
     },
     norm(call) {
-      const ops = pet.normOps({ layer: call.layer, site: call.site as never, x: call.x, y: call.y, rows: all(call.x.shape[0]!) });
-      if (ops.length > 0) petSiteRun(ops);
+      if (call.site === 'attn_ln' || call.site === 'ffn_ln') {
+        const ops = pet.normOps({ layer: call.layer, site: call.site, x: call.x, y: call.y, rows: all(call.x.shape[0]!) });
+        if (ops.length > 0) petSiteRun(ops);
+      }
     },
   };
 }
 
-export { linear, SafetensorsFile, table5 };
-// (The rest of the bench is assembled once the pet-ops API has landed.)
+interface ThroughputPoint {
+  size: PetsModelSize;
+  tasks: number;
+  bs: number;
+  sl: number;
+  petsMs: number;
+  seqsMs: number;
+  timing: PetRunTiming;
+}
+
+/** PetS (one macro-batch of every task's queries) vs SeqS (tasks one after another on their own copies). */
+function throughput(world: World, seqs: SeqsTask[], shapes: readonly { bs: number; sl: number }[], reps: number, seed: number): ThroughputPoint[] {
+  const points: ThroughputPoint[] = [];
+  for (const { bs, sl } of shapes) {
+    const next = rng(seed + bs * 1000 + sl);
+    const queries = world.tasks.map(() => Array.from({ length: bs }, () => randomIds(sl, world.config.vocabSize, next)));
+    const batch: PetMacroBatchInput = { miniBatches: world.tasks.map((t, i) => ({ taskId: t.id, queries: queries[i]!.map((ids) => ({ taskId: t.id, ids })) })) };
+    const timings: PetRunTiming[] = [];
+    const petsMs = timeMs(() => void timings.push(world.engine.run(batch).timing), reps);
+    const seqsMs = timeMs(() => seqs.forEach((s, i) => s.run(queries[i]!)), reps);
+    const timing = timings.slice(1).sort((a, b) => a.totalMs - b.totalMs)[Math.floor((timings.length - 1) / 2)]!;
+    points.push({ size: world.size, tasks: world.tasks.length, bs, sl, petsMs, seqsMs, timing });
+  }
+  return points;
+}
+
+function withSeqs<T>(world: World, fn: (seqs: SeqsTask[]) => T): T {
+  const host = sharedHostWeights(world.manager.loadSharedModel(world.size));
+  const seqs = world.tasks.map((t) => new SeqsTask(host, world.config, t.params, world.manager.loadedTask(t.id).pet));
+  try {
+    return fn(seqs);
+  } finally {
+    for (const s of seqs) s.dispose();
+  }
+}
+
+function fig7(ctx: BenchContext): { rows: Row[]; fig9: Row[]; ratios: Record<string, number>; points: ThroughputPoint[] } {
+  const log = (m: string) => ctx.log(m);
+  const sizes: readonly PetsModelSize[] = ctx.quick ? ['tiny'] : PETS_MODEL_SIZES;
+  const taskCounts = ctx.quick ? [16, 32] : [16, 32, 64];
+  const reps = ctx.quick ? 2 : 3;
+  const points: ThroughputPoint[] = [];
+  for (const size of sizes) {
+    for (const tasks of taskCounts) {
+      log(`fig7: ${size}, ${tasks} tasks`);
+      const world = buildWorld(size, tasks, 7, log);
+      try {
+        points.push(...withSeqs(world, (seqs) => throughput(world, seqs, SHAPES, reps, 11)));
+      } finally {
+        disposeWorld(world);
+      }
+    }
+  }
+  const rows: Row[] = points.map((p) => ({
+    model: `${p.size} (${PAPER_MODEL[p.size]})`,
+    tasks: p.tasks,
+    shape: `{${p.bs},${p.sl}}`,
+    pets_qps: (p.tasks * p.bs * 1000) / p.petsMs,
+    seqs_qps: (p.tasks * p.bs * 1000) / p.seqsMs,
+    pets_vs_seqs: p.seqsMs / p.petsMs,
+    pet_ops_share: p.timing.petMs / p.timing.totalMs,
+  }));
+  const ratios: Record<string, number> = {};
+  const at32 = points.filter((p) => p.tasks === 32 && p.bs <= 2);
+  ratios.pets_vs_seqs_32_tasks = mean(at32.map((p) => p.seqsMs / p.petsMs));
+  for (const size of sizes) {
+    const mine = points.filter((p) => p.size === size);
+    ratios[`pets_vs_seqs_32_tasks_${size.replace('-', '_')}`] = mean(mine.filter((p) => p.tasks === 32 && p.bs <= 2).map((p) => p.seqsMs / p.petsMs));
+    ratios[`pets_vs_seqs_max_${size.replace('-', '_')}`] = Math.max(...mine.map((p) => p.seqsMs / p.petsMs));
+  }
+  ratios.pets_vs_seqs_mean_all = mean(points.map((p) => p.seqsMs / p.petsMs));
+
+  // Fig. 9: 8 tasks, {1,64} and {2,32}, as the paper; the shared part of PetS vs SeqS (which has no PET op to
+  // split off for merged tasks: its whole time is shared-model work, adapters aside).
+  const fig9: Row[] = [];
+  for (const size of sizes) {
+    log(`fig9: ${size}, 8 tasks`);
+    const world = buildWorld(size, 8, 9, log);
+    try {
+      const pts = withSeqs(world, (seqs) => throughput(world, seqs, [{ bs: 1, sl: 64 }, { bs: 2, sl: 32 }], reps, 13));
+      for (const p of pts) {
+        fig9.push({
+          model: `${size} (${PAPER_MODEL[size]})`,
+          shape: `{${p.bs},${p.sl}}`,
+          pets_total_ms: p.timing.totalMs,
+          pets_shared_ms: p.timing.sharedMs,
+          pets_pet_ms: p.timing.petMs,
+          pet_ops_share: p.timing.petMs / p.timing.totalMs,
+          seqs_ms: p.seqsMs,
+          shared_speedup_vs_seqs: p.seqsMs / p.timing.sharedMs,
+        });
+      }
+    } finally {
+      disposeWorld(world);
+    }
+  }
+  const shares = fig9.map((r) => r.pet_ops_share as number);
+  ratios.fig9_pet_ops_share_min = Math.min(...shares);
+  ratios.fig9_pet_ops_share_max = Math.max(...shares);
+  return { rows, fig9, ratios, points };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fig. 12: batching strategies
+
+interface StrategyPoint {
+  tasks: number;
+  std: number;
+  strategy: BatchingStrategy | 'auto';
+  chosen: BatchingStrategy;
+  batches: number;
+  segments: number;
+  paddedRows: number;
+  estimateMs: number;
+  measuredMs: number;
+  packedMs: number | null;
+}
+
+function toInput(b: MacroBatch, idsOf: (q: CbQuery) => number[]): PetMacroBatchInput {
+  return { miniBatches: b.miniBatches.map((mb) => ({ taskId: mb.task, queries: mb.queries.map((q) => ({ taskId: mb.task, ids: idsOf(q) })) })) };
+}
+
+async function fig12(ctx: BenchContext): Promise<{ rows: Row[]; ratios: Record<string, number>; points: StrategyPoint[]; profile: Record<string, unknown> }> {
+  const log = (m: string) => ctx.log(m);
+  const taskCounts = ctx.quick ? [32, 64] : [32, 64, 128];
+  const stds = ctx.quick ? [1, 8] : [1, 2, 4, 8];
+  const poolSize = ctx.quick ? 256 : 1024;
+  const reps = ctx.quick ? 1 : 3;
+  const world = buildWorld('tiny', Math.max(...taskCounts), 21, log);
+  try {
+    // α/β tables profiled on this machine's engine (padded layout, as the cost model assumes).
+    const grid = ctx.quick
+      ? { batches: [1, 4, 16, 64, 128], lengths: [8, 24, 40, 56, 72], petBatches: [1, 4, 16, 32], petLengths: [8, 24, 40, 56, 72], repeats: 1, warmup: 1 }
+      : { batches: [1, 2, 4, 8, 16, 32, 64, 128], lengths: [8, 16, 24, 32, 40, 48, 56, 64, 72], petBatches: [1, 2, 4, 8, 16, 32], petLengths: [8, 16, 24, 32, 40, 48, 56, 64, 72], repeats: 3, warmup: 1 };
+    log(`fig12: profiling α (${grid.batches.length}×${grid.lengths.length}) and β (4 types × ${grid.petBatches.length}×${grid.petLengths.length}) on the tiny model`);
+    let lastShown = -1;
+    const tables = await profileCostTables(petsCostProfilerTarget(world.engine, [...PAPER_TYPES]), {
+      ...grid,
+      onProgress: (done, total) => {
+        const pct = Math.floor((100 * done) / total);
+        if (pct >= lastShown + 20) {
+          lastShown = pct;
+          log(`  profiled ${done}/${total}`);
+        }
+      },
+    });
+    const cost: CostModel = tableCostModel(tables.alpha, tables.beta);
+    const points: StrategyPoint[] = [];
+    for (const tasks of taskCounts) {
+      for (const std of stds) {
+        const pool = generateCbPool({ queries: poolSize, tasks: world.tasks.slice(0, tasks).map((t) => t.id), meanLength: 32, stdLength: std, seed: tasks * 100 + std });
+        const idsCache = new Map<CbQuery['id'], number[]>();
+        const next = rng(tasks * 1000 + std);
+        for (const q of pool) idsCache.set(q.id, randomIds(q.length, world.config.vocabSize, next));
+        const idsOf = (q: CbQuery) => idsCache.get(q.id)!;
+        log(`fig12: ${tasks} tasks, std ${std}: ${pool.length} queries`);
+        for (const strategy of [...STRATEGIES, 'auto'] as const) {
+          const plan = planBatches(pool, { strategy, cost, petTypeOf: world.typeOf });
+          const inputs = plan.batches.map((b) => toInput(b, idsOf));
+          let paddedRows = 0;
+          const measuredMs = timeMs(() => {
+            paddedRows = 0;
+            for (const input of inputs) paddedRows += world.engine.run(input).timing.paddedRows;
+          }, reps);
+          // The same plans on the packed (ragged) layout: no padding to waste.
+          const packedMs = strategy === 'cb' || strategy === 'fixed' ? timeMs(() => inputs.forEach((input) => world.engine.run(input, { layout: 'packed' })), reps) : null;
+          points.push({
+            tasks,
+            std,
+            strategy,
+            chosen: plan.strategy,
+            batches: plan.batches.length,
+            segments: plan.batches.reduce((a, b) => a + b.miniBatches.length, 0),
+            paddedRows,
+            estimateMs: plan.estimate.total,
+            measuredMs,
+            packedMs,
+          });
+        }
+      }
+    }
+    const rows: Row[] = points.map((p) => {
+      const fixed = points.find((f) => f.tasks === p.tasks && f.std === p.std && f.strategy === 'fixed')!;
+      return {
+        tasks: p.tasks,
+        std: p.std,
+        strategy: p.strategy === 'auto' ? `auto (${p.chosen})` : p.strategy,
+        batches: p.batches,
+        pet_segments: p.segments,
+        padded_rows: p.paddedRows,
+        eq3_estimate_ms: p.estimateMs,
+        measured_ms: p.measuredMs,
+        qps: (poolSize * 1000) / p.measuredMs,
+        estimate_vs_fixed: fixed.estimateMs / p.estimateMs,
+        measured_vs_fixed: fixed.measuredMs / p.measuredMs,
+        packed_vs_fixed_packed: p.packedMs === null || fixed.packedMs === null ? null : fixed.packedMs / p.packedMs,
+      };
+    });
+    const speedup = (s: BatchingStrategy | 'auto', vs: BatchingStrategy, field: 'measuredMs' | 'estimateMs' | 'packedMs') =>
+      mean(points.filter((p) => p.strategy === s).map((p) => {
+        const base = points.find((f) => f.tasks === p.tasks && f.std === p.std && f.strategy === vs)!;
+        return (base[field] as number) / (p[field] as number);
+      }));
+    const ratios: Record<string, number> = {
+      cb_vs_fixed_measured: speedup('cb', 'fixed', 'measuredMs'),
+      cb_vs_beta_only_measured: speedup('cb', 'beta-only', 'measuredMs'),
+      cb_vs_alpha_only_measured: speedup('cb', 'alpha-only', 'measuredMs'),
+      auto_vs_fixed_measured: speedup('auto', 'fixed', 'measuredMs'),
+      cb_vs_fixed_estimated: speedup('cb', 'fixed', 'estimateMs'),
+      cb_vs_beta_only_estimated: speedup('cb', 'beta-only', 'estimateMs'),
+      cb_vs_alpha_only_estimated: speedup('cb', 'alpha-only', 'estimateMs'),
+      cb_vs_fixed_measured_packed_layout: speedup('cb', 'fixed', 'packedMs'),
+    };
+    return { rows, ratios, points, profile: { grid, alpha: tables.alpha.toJSON(), beta: Object.fromEntries([...tables.beta].map(([k, v]) => [k, v.toJSON()])) } };
+  } finally {
+    disposeWorld(world);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+const columnsOf = (rows: Row[]) => Object.keys(rows[0] ?? {}).map((key) => ({ key, header: key.replaceAll('_', ' ') }));
+const fmt = (v: number | undefined) => (v === undefined || !Number.isFinite(v) ? '-' : v.toFixed(2));
 
 export const petsBench: Bench = {
   name: 'pets',
   async run(ctx: BenchContext): Promise<BenchOutput> {
+    const roofline = await ctx.roofline();
     const t5 = table5(ctx);
-    const table: TableSpec = {
-      columns: Object.keys(t5.rows[0] ?? {}).map((key) => ({ key, header: key.replaceAll('_', ' ') })),
-      rows: t5.rows,
-      notes: ['Table 5 analogue'],
+    const f7 = fig7(ctx);
+    const f12 = await fig12(ctx);
+    const ratios = { ...t5.ratios, ...f7.ratios, ...f12.ratios };
+    const machine = `this machine: triad ${roofline.triadGBs.toFixed(1)} GB/s, FMA peak ${roofline.peakGflops.toFixed(0)} GFLOP/s (${roofline.isa}, ${roofline.threads} threads)`;
+
+    const fig7Table: TableSpec = {
+      columns: columnsOf(f7.rows),
+      rows: f7.rows,
+      notes: [
+        'Fig. 7: every task\'s queries in one PetS batch vs each task alone on its own full copy (SeqS); median of repeated runs',
+        `PetS/SeqS at 32 tasks, per-task batch ≤ 2: ${fmt(ratios.pets_vs_seqs_32_tasks)} (target ≥ 1.5); mean over all points ${fmt(ratios.pets_vs_seqs_mean_all)}`,
+        machine,
+      ],
     };
-    const series: BarSeries[] = [];
-    return { params: {}, rows: t5.rows, ratios: t5.ratios, table, svg: barChart({ title: 'PetS', categories: [], series, yLabel: 'tasks' }) };
+    const t5Table: TableSpec = {
+      columns: columnsOf(t5.rows),
+      rows: t5.rows,
+      notes: [`Table 5: most tasks a byte budget holds with a 32 × 128 batch running; budgets scaled to the mid model as the paper's devices are to BERT-base. Mid-model ratio at the 1080Ti-like budget ${fmt(ratios.capacity_ratio_mid)} (target ≥ 10)`],
+    };
+    const f9Table: TableSpec = {
+      columns: columnsOf(f7.fig9),
+      rows: f7.fig9,
+      notes: ['Fig. 9: 8 tasks; PET-op share of PetS time and the shared part\'s speed-up over SeqS (paper: PET ops 27–41 %, shared ops 2.2–3.3× faster)'],
+    };
+    const f12Table: TableSpec = {
+      columns: columnsOf(f12.rows),
+      rows: f12.rows,
+      notes: [
+        'Fig. 12: coordinated batching vs Fixed (32), β-only and α-only; Eq. 3 estimates from α/β tables profiled on this machine, and measured runs of the same plans (padded layout, as PetS)',
+        `CB vs Fixed measured ${fmt(ratios.cb_vs_fixed_measured)} (target ≥ 1.3), estimated ${fmt(ratios.cb_vs_fixed_estimated)}; vs β-only ${fmt(ratios.cb_vs_beta_only_measured)}; vs α-only ${fmt(ratios.cb_vs_alpha_only_measured)}`,
+        `on the packed (ragged) layout, where padding costs nothing, CB vs Fixed is ${fmt(ratios.cb_vs_fixed_measured_packed_layout)}`,
+      ],
+    };
+
+    const fig7Series: BarSeries[] = (ctx.quick ? ['tiny'] : PETS_MODEL_SIZES).map((size) => ({
+      name: `${size} (${PAPER_MODEL[size as PetsModelSize]})`,
+      values: f7.points.filter((p) => p.size === size).map((p) => p.seqsMs / p.petsMs),
+    }));
+    const fig7Categories = f7.points.filter((p) => p.size === f7.points[0]!.size).map((p) => `${p.tasks} tasks {${p.bs},${p.sl}}`);
+    const svg = barChart({ title: 'PetS vs SeqS throughput (Fig. 7)', categories: fig7Categories, series: fig7Series, yLabel: 'PetS QPS / SeqS QPS', referenceLines: [{ value: 1, label: 'SeqS' }, { value: 1.5, label: 'target 1.5×' }] });
+    const f12Configs = [...new Set(f12.points.map((p) => `${p.tasks}/${p.std}`))];
+    const f12Svg = barChart({
+      title: 'Batching strategies, measured (Fig. 12)',
+      categories: f12Configs.map((c) => `${c.split('/')[0]} tasks, std ${c.split('/')[1]}`),
+      series: STRATEGIES.map((s) => ({
+        name: s,
+        values: f12Configs.map((c) => {
+          const [tasks, std] = c.split('/').map(Number);
+          const p = f12.points.find((q) => q.tasks === tasks && q.std === std && q.strategy === s)!;
+          const fixed = f12.points.find((q) => q.tasks === tasks && q.std === std && q.strategy === 'fixed')!;
+          return fixed.measuredMs / p.measuredMs;
+        }),
+      })),
+      yLabel: 'QPS / Fixed QPS',
+      referenceLines: [{ value: 1.3, label: 'target CB 1.3×' }],
+    });
+    const t5Svg = barChart({
+      title: 'Max tasks in a device budget (Table 5)',
+      categories: t5.rows.map((r) => `${String(r.model).split(' ')[0]} ${String(r.budget).split(' ')[0]}`),
+      series: [
+        { name: 'SeqS', values: t5.rows.map((r) => r.seqs_tasks as number) },
+        { name: 'PetS', values: t5.rows.map((r) => r.pets_tasks as number) },
+      ],
+      yLabel: 'tasks',
+      logY: true,
+    });
+    return {
+      params: { quick: ctx.quick, threads: ctx.threads, types: PAPER_TYPES, shapes: SHAPES, budgets: BUDGETS, fig12Profile: f12.profile },
+      rows: [...t5.rows.map((r) => ({ figure: 'table5', ...r })), ...f7.rows.map((r) => ({ figure: 'fig7', ...r })), ...f7.fig9.map((r) => ({ figure: 'fig9', ...r })), ...f12.rows.map((r) => ({ figure: 'fig12', ...r }))],
+      ratios,
+      table: fig7Table,
+      moreTables: [t5Table, f9Table, f12Table],
+      svg,
+      moreSvgs: { fig12: f12Svg, table5: t5Svg },
+    };
   },
 };
-
-export type { BatchPlan, CostModel, MacroBatch, PetMacroBatchInput, World };
-export { buildWorld, estimateCost, generateCbPool, planBatches, profileCostTables, tableCostModel, petsCostProfilerTarget, randomIds, rng, timeMs, SHAPES, STRATEGIES };

@@ -90,6 +90,10 @@ export {
 
 // onnx
 export {
+  type EncoderOnnxAdapter,
+  type EncoderOnnxAdapterSite,
+  type EncoderOnnxExtensions,
+  type EncoderOnnxPrefix,
   type EncoderOrtResult,
   type HostWeights,
   ONNX_IR_VERSION,

@@ -2,7 +2,7 @@
 export { CheckedWeights, HOST_WEIGHTS_SOURCE, type HostWeights } from './host-weights.js';
 export { ONNX_IR_VERSION, ONNX_OPSET } from './graph-builder.js';
 export { type OnnxExportShape } from './common.js';
-export { exportEncoderOnnx } from './export-encoder.js';
+export { type EncoderOnnxAdapter, type EncoderOnnxAdapterSite, type EncoderOnnxExtensions, type EncoderOnnxPrefix, exportEncoderOnnx } from './export-encoder.js';
 export { exportDecoderOnnx, ropeTables } from './export-decoder.js';
 export {
   type EncoderOrtResult,
