@@ -38,9 +38,9 @@ export interface ServerOptions {
   tag?: string | undefined;
   /** `POST /v1/tasks {"path": …}` reads parameter files only inside this directory (default: path registration off). */
   paramsRoot?: string | undefined;
-  /** The largest parameter file accepted, in MiB (default 64). */
+  /** The largest parameter file accepted, in MiB (default 64; fractions allowed). */
   maxParamsMiB?: number | undefined;
-  /** Device memory for the shared model plus the loaded tasks, in MiB (default 1024). */
+  /** Device memory for the shared model plus the loaded tasks, in MiB (default 1024; fractions allowed). */
   budgetMiB?: number | undefined;
   /** Batching strategy of each window (default 'auto'). */
   strategy?: StrategyOption | undefined;
@@ -93,7 +93,7 @@ function costOption(options: ServerOptions): WorkerInit['cost'] {
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const modelDir = resolve(options.modelDir);
-  const maxParamsBytes = (options.maxParamsMiB ?? DEFAULTS.maxParamsMiB) * MIB;
+  const maxParamsBytes = Math.round((options.maxParamsMiB ?? DEFAULTS.maxParamsMiB) * MIB);
   let paramsRoot: string | null = null;
   if (options.paramsRoot !== undefined) {
     paramsRoot = realpathSync(resolve(options.paramsRoot));
@@ -112,7 +112,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     engine: {
       modelDir,
       tag: options.tag ?? basename(modelDir),
-      budgetBytes: (options.budgetMiB ?? DEFAULTS.budgetMiB) * MIB,
+      budgetBytes: Math.round((options.budgetMiB ?? DEFAULTS.budgetMiB) * MIB),
       strategy: options.strategy ?? DEFAULTS.strategy,
       layout: options.layout ?? DEFAULTS.layout,
       scheduling: { mode: options.scheduling ?? DEFAULTS.scheduling, streams: options.streams ?? DEFAULTS.streams },

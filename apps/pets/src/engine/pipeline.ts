@@ -259,7 +259,8 @@ export class PetsPipeline {
 
   memory(): MemorySummary {
     const m = this.manager.memory();
-    return { budgetBytes: m.budgetBytes, sharedBytes: m.sharedBytes, petBytes: m.petBytes, loadedTasks: m.loadedTasks, registeredTasks: m.registeredTasks };
+    // The manager's own cap when one is set (the worker always sets --budget-mb), else the native allocator's.
+    return { budgetBytes: m.budgetBytes ?? m.deviceBudgetBytes, sharedBytes: m.sharedBytes, petBytes: m.petBytes, loadedTasks: m.loadedTasks, registeredTasks: m.registeredTasks };
   }
 
   /** Memory, pending queries, and the batch and plan records since the previous call. */
