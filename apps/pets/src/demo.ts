@@ -25,7 +25,7 @@ export const DEMO_TASKS: readonly { id: string; petType: PetType; name: string; 
   { id: 'spam', petType: 'diff', name: 'Spam filter (Diff-Pruning)', labels: ['ham', 'spam'] },
   { id: 'toxicity', petType: 'bitfit', name: 'Toxic comments (BitFit)', labels: ['ok', 'toxic'] },
   { id: 'intent', petType: 'lora', name: 'Support-ticket intent (LoRA)', labels: ['billing', 'shipping', 'returns', 'other'] },
-  { id: 'language', petType: 'prefix', name: 'Formality (prefix-tuning)', labels: ['formal', 'informal'] },
+  { id: 'formality', petType: 'prefix', name: 'Formality (prefix-tuning)', labels: ['formal', 'informal'] },
 ];
 
 export interface Demo {
