@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { type Fixture, makeFixture, serve } from './support/fixture.js';
+import { type Fixture, makeFixture, nativeAddonLoadedHere, serve } from './support/fixture.js';
 
 let fixture: Fixture;
 let app: FastifyInstance;
@@ -42,6 +42,8 @@ describe('app.close()', () => {
     const res = await pending;
     expect(res.status).toBe(200);
     expect(((await res.json()) as { data: unknown[] }).data).toHaveLength(1);
+    // Everything native ran in the engine worker: this (the HTTP) thread never loaded the addon.
+    expect(nativeAddonLoadedHere()).toBe(false);
     await closed;
     expect(order).toEqual(['classify 200', 'closed']);
     expect(app.engine.healthy).toBe(false);

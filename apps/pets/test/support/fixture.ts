@@ -10,6 +10,7 @@
  *   <dir>/outside/secret.safetensors a valid parameter file outside the root
  */
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -94,4 +95,10 @@ export function metricValue(text: string, series: string): number | undefined {
     if (line.slice(0, space) === series) return Number(line.slice(space + 1));
   }
   return undefined;
+}
+
+/** True when this thread has loaded a Tessera native addon (the HTTP thread never should). */
+export function nativeAddonLoadedHere(): boolean {
+  const cache = createRequire(import.meta.url).cache;
+  return Object.keys(cache).some((path) => /tessera_(cpu|cuda)\.node$/.test(path));
 }
