@@ -27,3 +27,14 @@ export type {
 export { ApiError, type ApiErrorBody, toApiError } from './api/errors.js';
 export { encodeClassifyInputs, type InputLimits, softmax } from './api/inputs.js';
 export { PetsMetrics } from './plugins/metrics.js';
+export {
+  ANALYTIC_FLOPS_PER_MS,
+  ANALYTIC_FORWARD_MS_PER_LAYER,
+  ANALYTIC_PET_LAUNCH_MS,
+  analyticCostParams,
+  costTablesJson,
+  type CostTablesJson,
+  MAX_MACRO,
+  MAX_MINI,
+  tablesModel,
+} from './engine/cost.js';

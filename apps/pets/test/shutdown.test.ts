@@ -50,3 +50,24 @@ describe('app.close()', () => {
     expect(app.engine.failure?.message).toMatch(/shut down/);
   });
 });
+
+describe('a crashed engine worker', () => {
+  it('turns /health 503 and answers requests with 503 engine_unavailable', async () => {
+    const crashed = await serve(fixture);
+    try {
+      await crashed.engine.terminate();
+      expect(crashed.engine.healthy).toBe(false);
+      const health = await crashed.inject({ method: 'GET', url: '/health' });
+      expect(health.statusCode).toBe(503);
+      expect(health.json()).toMatchObject({ status: 'unhealthy', ready: false });
+      const res = await crashed.inject({ method: 'POST', url: '/v1/tasks/intent/classify', payload: { input: 'hello' } });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toMatchObject({ error: { code: 'engine_unavailable', type: 'service_unavailable_error' } });
+      expect((await crashed.inject({ method: 'GET', url: '/v1/tasks' })).statusCode).toBe(503);
+      const metrics = (await crashed.inject({ method: 'GET', url: '/metrics' })).body;
+      expect(metrics).toMatch(/^tessera_engine_healthy 0$/m);
+    } finally {
+      await crashed.close();
+    }
+  });
+});

@@ -161,6 +161,7 @@ const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options)
       let source: string;
       if (request.isMultipart()) {
         ({ metadata, params } = await readMultipart(request));
+        checkMetadataAgainstServer(app, metadata);
         source = 'upload';
       } else {
         const body = request.body;
@@ -170,7 +171,6 @@ const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options)
         params = await readUnderRoot(root, body.path, options.maxParamsBytes);
         source = body.path;
       }
-      checkMetadataAgainstServer(app, metadata);
       if (params.byteLength === 0) throw badRequest('the parameter file is empty', 'params', 'malformed_params');
       const task = await engineCall(app, () =>
         app.engine.registerTask({
