@@ -222,11 +222,14 @@ describe('classify', () => {
   });
 
   it('an unload while a classify of the task waits: the classify is answered first, then the task unloads', async () => {
-    const pending = classify('intent', { input: texts[1]! });
-    // The classify reached the window (150 ms) before the unload arrives; the unload waits for its gate.
-    await new Promise((r) => setTimeout(r, 30));
-    const unload = app.inject({ method: 'POST', url: '/v1/tasks/intent/unload' });
+    const order: string[] = [];
+    const pending = classify('intent', { input: texts[1]! }).then((res) => (order.push('classify'), res));
+    // The classify is posted to the worker (it waits there in the 150 ms window) before the unload is sent; the
+    // worker takes messages in order, so the unload finds the task held by the classify and waits for it.
+    await expect.poll(() => app.engine.inFlight, { timeout: 5_000, interval: 1 }).toBe(1);
+    const unload = app.inject({ method: 'POST', url: '/v1/tasks/intent/unload' }).then((res) => (order.push('unload'), res));
     const [c, u] = await Promise.all([pending, unload]);
+    expect(order).toEqual(['classify', 'unload']);
     expect(c.statusCode, c.body).toBe(200);
     expect(u.statusCode, u.body).toBe(200);
     expect(u.json()).toMatchObject({ id: 'intent', state: 'registered', device_bytes: null });
