@@ -21,7 +21,13 @@ export default defineConfig({
         ],
       },
       { text: 'Architecture', items: [{ text: 'Layers and decisions', link: '/architecture' }] },
-      { text: 'Servers', items: [{ text: 'Punica (multi-LoRA, OpenAI API)', link: '/servers/punica' }] },
+      {
+        text: 'Servers',
+        items: [
+          { text: 'Punica (multi-LoRA, OpenAI API)', link: '/servers/punica' },
+          { text: 'PetS (many PET tasks, one encoder)', link: '/servers/pets' },
+        ],
+      },
       {
         text: 'Packages',
         items: [
