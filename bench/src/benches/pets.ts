@@ -94,16 +94,21 @@ function randomIds(n: number, vocab: number, next: () => number): number[] {
   return Array.from({ length: n }, () => 5 + Math.floor(next() * (vocab - 5)));
 }
 
-/** Median wall time of `fn` over `reps` runs after one warm-up. */
-function timeMs(fn: () => void, reps: number): number {
-  fn();
-  const samples: number[] = [];
+/**
+ * Median wall time of each function over `reps` rounds after one warm-up round. The functions take turns within a
+ * round, so a slow drift of the machine (frequency, a neighbour's load) affects all of them alike.
+ */
+function timeInterleaved(fns: readonly (() => void)[], reps: number): number[] {
+  for (const fn of fns) fn();
+  const samples = fns.map(() => [] as number[]);
   for (let r = 0; r < reps; r++) {
-    const t0 = performance.now();
-    fn();
-    samples.push(performance.now() - t0);
+    fns.forEach((fn, i) => {
+      const t0 = performance.now();
+      fn();
+      samples[i]!.push(performance.now() - t0);
+    });
   }
-  return median(samples);
+  return samples.map(median);
 }
 
 const mean = (xs: readonly number[]) => (xs.length === 0 ? Number.NaN : xs.reduce((a, b) => a + b, 0) / xs.length);
@@ -206,8 +211,7 @@ function throughput(world: World, seqs: SeqsTask[], shapes: readonly { bs: numbe
     const queries = world.tasks.map(() => Array.from({ length: bs }, () => randomIds(sl, world.config.vocabSize, next)));
     const batch: PetMacroBatchInput = { miniBatches: world.tasks.map((t, i) => ({ taskId: t.id, queries: queries[i]!.map((ids) => ({ taskId: t.id, ids })) })) };
     const timings: PetRunTiming[] = [];
-    const petsMs = timeMs(() => void timings.push(world.engine.run(batch).timing), reps);
-    const seqsMs = timeMs(() => seqs.forEach((s, i) => s.run(queries[i]!)), reps);
+    const [petsMs, seqsMs] = timeInterleaved([() => void timings.push(world.engine.run(batch).timing), () => seqs.forEach((s, i) => s.run(queries[i]!))], reps) as [number, number];
     const timing = timings.slice(1).sort((a, b) => a.totalMs - b.totalMs)[Math.floor((timings.length - 1) / 2)]!;
     points.push({ size: world.size, tasks: world.tasks.length, bs, sl, petsMs, seqsMs, timing });
   }
@@ -315,7 +319,7 @@ async function fig12(ctx: BenchContext): Promise<{ rows: Row[]; ratios: Record<s
   const taskCounts = ctx.quick ? [32, 64] : [32, 64, 128];
   const stds = ctx.quick ? [1, 8] : [1, 2, 4, 8];
   const poolSize = ctx.quick ? 256 : 1024;
-  const reps = ctx.quick ? 1 : 3;
+  const reps = ctx.quick ? 1 : 5;
   const world = buildWorld('tiny', Math.max(...taskCounts), 21, log);
   try {
     // α/β tables profiled on this machine's engine (padded layout, as the cost model assumes).
@@ -344,16 +348,22 @@ async function fig12(ctx: BenchContext): Promise<{ rows: Row[]; ratios: Record<s
         for (const q of pool) idsCache.set(q.id, randomIds(q.length, world.config.vocabSize, next));
         const idsOf = (q: CbQuery) => idsCache.get(q.id)!;
         log(`fig12: ${tasks} tasks, std ${std}: ${pool.length} queries`);
-        for (const strategy of [...STRATEGIES, 'auto'] as const) {
-          const plan = planBatches(pool, { strategy, cost, petTypeOf: world.typeOf });
-          const inputs = plan.batches.map((b) => toInput(b, idsOf));
-          let paddedRows = 0;
-          const measuredMs = timeMs(() => {
-            paddedRows = 0;
-            for (const input of inputs) paddedRows += world.engine.run(input).timing.paddedRows;
-          }, reps);
-          // The same plans on the packed (ragged) layout: no padding to waste.
-          const packedMs = strategy === 'cb' || strategy === 'fixed' ? timeMs(() => inputs.forEach((input) => world.engine.run(input, { layout: 'packed' })), reps) : null;
+        const strategies = [...STRATEGIES, 'auto'] as const;
+        const plans = strategies.map((strategy) => planBatches(pool, { strategy, cost, petTypeOf: world.typeOf }));
+        const inputs = plans.map((plan) => plan.batches.map((b) => toInput(b, idsOf)));
+        const paddedRows = inputs.map(() => 0);
+        const runAll = (i: number, layout: 'padded' | 'packed') => () => {
+          let rows = 0;
+          for (const input of inputs[i]!) rows += world.engine.run(input, { layout }).timing.paddedRows;
+          if (layout === 'padded') paddedRows[i] = rows;
+        };
+        const measured = timeInterleaved(strategies.map((_, i) => runAll(i, 'padded')), reps);
+        // CB and Fixed again on the packed (ragged) layout, where padding costs nothing.
+        const packedOf = strategies.map((s, i) => (s === 'cb' || s === 'fixed' ? i : -1)).filter((i) => i >= 0);
+        const packed = timeInterleaved(packedOf.map((i) => runAll(i, 'packed')), reps);
+        strategies.forEach((strategy, i) => {
+          const plan = plans[i]!;
+          const k = packedOf.indexOf(i);
           points.push({
             tasks,
             std,
@@ -361,12 +371,12 @@ async function fig12(ctx: BenchContext): Promise<{ rows: Row[]; ratios: Record<s
             chosen: plan.strategy,
             batches: plan.batches.length,
             segments: plan.batches.reduce((a, b) => a + b.miniBatches.length, 0),
-            paddedRows,
+            paddedRows: paddedRows[i]!,
             estimateMs: plan.estimate.total,
-            measuredMs,
-            packedMs,
+            measuredMs: measured[i]!,
+            packedMs: k >= 0 ? packed[k]! : null,
           });
-        }
+        });
       }
     }
     const rows: Row[] = points.map((p) => {

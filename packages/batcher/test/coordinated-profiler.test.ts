@@ -63,6 +63,25 @@ describe('profileCostTables', () => {
     }
   });
 
+  it('divides a run by the number of segments it timed (engines that share a call among segments)', async () => {
+    let t = 0;
+    // Each run times `per` identical segments: a fixed 1 ms call cost plus 0.5 ms per segment.
+    const per = (n: number) => (n === 1 ? 4 : 1);
+    const target: CostProfilerTarget = {
+      petTypes: ['adapter'],
+      runShared: () => void (t += 1),
+      runPet: (_pt, n) => {
+        t += 1 + 0.5 * per(n);
+        return per(n);
+      },
+    };
+    const { beta } = await profileCostTables(target, { batches: [1], lengths: [8], petBatches: [1, 2], petLengths: [8], repeats: 1, warmup: 0, now: () => t });
+    expect(beta.get('adapter')!.at(0, 0)).toBeCloseTo((1 + 0.5 * 4) / 4, 12);
+    expect(beta.get('adapter')!.at(1, 0)).toBeCloseTo(1.5, 12);
+    const bad: CostProfilerTarget = { petTypes: ['adapter'], runShared: () => undefined, runPet: () => 0 };
+    await expect(profileCostTables(bad, { batches: [1], lengths: [8], petBatches: [1], petLengths: [8], repeats: 1, warmup: 0 })).rejects.toThrow(/returned 0; a run returns nothing or the number of segments/);
+  });
+
   it('takes the mean of the middle two for an even repeat count, and sets the caps', async () => {
     // Each cell's 4 timed runs cost c, c, c + 100 (3rd), c (the outlier lands on call 2 mod 3).
     const { target, now } = fakeTarget();

@@ -30,6 +30,16 @@ describe('petsCostProfilerTarget', () => {
     }
   });
 
+  it('times several identical segments per β run while they are small, and says how many', () => {
+    const target = petsCostProfilerTarget(engine);
+    // Up to 8 segments while their rows stay under 2048; one once a segment is that large on its own.
+    expect(target.runPet('maskbert', 1, 8)).toBe(8);
+    expect(target.runPet('adapter', 16, 32)).toBe(4);
+    expect(target.runPet('diff', 32, 64)).toBe(1);
+    for (const type of target.petTypes) expect(() => engine.runPetOnly(type as never, 2, 8, { segments: 3 })).not.toThrow();
+    expect(() => engine.runPetOnly('adapter', 2, 8, { segments: 0 })).toThrow(/segments must be a positive integer/);
+  });
+
   it('frees everything a run allocated (the scratch stays until dispose)', () => {
     const target = petsCostProfilerTarget(engine, ['maskbert', 'prefix']);
     expect(target.petTypes).toEqual(['maskbert', 'prefix']);

@@ -10,8 +10,13 @@ import { CostModelError } from './errors.js';
 export interface CostProfilerTarget {
   /** Runs the shared model (no PET ops) once on N queries padded to length L. */
   runShared(N: number, L: number): void | Promise<void>;
-  /** Runs only the PET ops of one mini-batch of n queries of length l of type petType, once. */
-  runPet(petType: string, n: number, l: number): void | Promise<void>;
+  /**
+   * Runs only the PET ops of one mini-batch of n queries of length l of type petType, once. An engine that runs
+   * every segment of a site in one call (so a segment's fixed cost is shared) may time several identical segments
+   * per run and return how many: the profiler divides the run's time by that count (default 1), so β is the cost
+   * one segment adds in such an engine.
+   */
+  runPet(petType: string, n: number, l: number): void | number | Promise<void | number>;
   petTypes: readonly string[];
 }
 
@@ -64,15 +69,18 @@ export async function profileCostTables(target: CostProfilerTarget, options: Pro
   const total = batches.length * lengths.length + target.petTypes.length * petBatches.length * petLengths.length;
   let done = 0;
   const samples = new Float64Array(repeats);
-  const measure = async (run: () => void | Promise<void>, what: string): Promise<number> => {
+  const measure = async (run: () => void | number | Promise<void | number>, what: string): Promise<number> => {
     for (let w = 0; w < warmup; w++) await run();
     for (let r = 0; r < repeats; r++) {
       const t0 = now();
-      const pending = run();
-      if (pending !== undefined) await pending;
+      const result = run();
+      const per = result instanceof Promise ? await result : result;
       const dt = now() - t0;
       if (!Number.isFinite(dt) || dt < 0) throw invalid(`profileCostTables: ${what} measured ${dt} ms; is now() monotonic and in milliseconds?`);
-      samples[r] = dt;
+      if (per !== undefined && (typeof per !== 'number' || !Number.isInteger(per) || per < 1)) {
+        throw invalid(`profileCostTables: ${what} returned ${String(per)}; a run returns nothing or the number of segments it timed (an integer >= 1)`);
+      }
+      samples[r] = dt / (per ?? 1);
     }
     options.onProgress?.(++done, total);
     return median(samples);

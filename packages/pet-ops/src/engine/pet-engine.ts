@@ -239,25 +239,41 @@ export class PetEngine {
    * prefix-tuning the prefixed attention of each sequence is timed whole (the kernel cannot separate the p extra
    * keys), so its β includes the plain attention the shared model also does.
    */
-  runPetOnly(type: PetType, n: number, l: number, options: Partial<PetEngineOptions> = {}): void {
-    checkOptions(options, 'PetEngine.runPetOnly');
-    const opts: PetEngineOptions = { ...this.options, ...options };
+  runPetOnly(type: PetType, n: number, l: number, options: Partial<PetEngineOptions> & { segments?: number } = {}): void {
+    const { segments = 1, ...engineOptions } = options;
+    checkOptions(engineOptions, 'PetEngine.runPetOnly');
+    const opts: PetEngineOptions = { ...this.options, ...engineOptions };
     checkCount(n, 'PetEngine.runPetOnly: n');
     checkCount(l, 'PetEngine.runPetOnly: l');
+    checkCount(segments, 'PetEngine.runPetOnly: segments');
     const shared = this.shared;
     const info = this.loadedTaskInfos().find((t) => t.type === type);
     if (!info) throw new InvalidArgumentError(`PetEngine.runPetOnly: no loaded task of type ${JSON.stringify(type)} on shared model ${JSON.stringify(this.sharedModelTag)}`);
     const loaded = this.loadedTask(info.id).loaded;
     const c = shared.config;
-    const T = n * l;
+    const T = n * l * segments;
     let prefixRows = 0;
     for (let layer = 0; layer < c.numLayers; layer++) prefixRows = Math.max(prefixRows, loaded.attentionPrefix(layer)?.key.shape[0] ?? 0);
     const scratch = this.scratchFor(c, Math.max(T, prefixRows + l), shared);
     const view = (name: string, rows: number) => scratch.get(name)!.rows(0, rows);
     const views: Tensor[] = [];
     const keep = (t: Tensor) => (views.push(t), t);
-    const rows: PetRows = { start: 0, seqs: n, stride: l, tokens: l };
+    // `segments` identical mini-batches side by side, every site's ops in one call as run() does (one stream each,
+    // round-robin over the engine's stream count), so a segment's share of the call's fixed cost is what run() pays.
+    const blocks: PetRows[] = Array.from({ length: segments }, (_, k) => ({ start: k * n * l, seqs: n, stride: l, tokens: l }));
+    const numStreams = Math.max(1, Math.min(segments, this.defaultMaxStreams()));
     const reference = opts.reference ?? false;
+    const runOps = (build: (rows: PetRows) => PetOp[]) => {
+      const ops: PetOp[] = [];
+      const streams: number[] = [];
+      blocks.forEach((rows, k) => {
+        for (const op of build(rows)) {
+          ops.push(op);
+          streams.push(k % numStreams);
+        }
+      });
+      if (ops.length > 0) petSiteRun(ops, { reference, streams, numStreams });
+    };
     const lora = loaded.lora ? new SgmvLoraDelta((key) => (key === 'task' ? loaded.lora! : undefined), { reference }) : null;
     const loraLayout = lora ? SegmentLayout.uniform(T, 'task') : null;
     try {
@@ -275,18 +291,18 @@ export class PetEngine {
         ];
         for (const s of sites) {
           if (lora) lora.linear({ family: 'encoder', site: s.site, layer, x: s.x, outputs: s.outputs, layout: loraLayout! });
-          const ops = loaded.linearOps({ layer, site: s.site, x: s.x, outputs: s.outputs, rows });
-          if (ops.length > 0) petSiteRun(ops, { reference });
+          runOps((rows) => loaded.linearOps({ layer, site: s.site, x: s.x, outputs: s.outputs, rows }));
         }
         const prefix = loaded.attentionPrefix(layer);
-        if (prefix) for (let q = 0; q < n; q++) this.prefixedAttentionScratch(prefix, l, c);
+        if (prefix) for (let q = 0; q < n * segments; q++) this.prefixedAttentionScratch(prefix, l, c);
         for (const [site, y] of [['attn_ln', outs.attn_out], ['ffn_ln', outs.ffn_out]] as const) {
-          const ops = loaded.normOps({ layer, site, x: normX, y, rows });
-          if (ops.length > 0) petSiteRun(ops, { reference });
+          runOps((rows) => loaded.normOps({ layer, site, x: normX, y, rows }));
         }
       }
-      const pooled = keep(view('pooled', n));
-      linear(pooled, loaded.head.weight, loaded.head.bias).dispose();
+      for (let k = 0; k < segments; k++) {
+        const pooled = keep(scratch.get('pooled')!.rows(k * n, n));
+        linear(pooled, loaded.head.weight, loaded.head.bias).dispose();
+      }
     } finally {
       for (const v of views) v.dispose();
       lora?.dispose();
@@ -600,16 +616,24 @@ function seeded(seed: number): () => number {
  * Adapts an engine to @tessera/batcher's CostProfilerTarget (structurally: pet-ops sits below the batcher):
  * runShared(N, L) times α, runPet(type, n, l) times β of `types` (default: every type with a loaded task).
  */
+/** β profiling times up to this many segments per run, while their rows stay under PROFILE_SEGMENT_ROWS. */
+const PROFILE_MAX_SEGMENTS = 8;
+const PROFILE_SEGMENT_ROWS = 2048;
+
 export function petsCostProfilerTarget(
   engine: PetEngine,
   types?: readonly PetType[],
-): { runShared(N: number, L: number): void; runPet(petType: string, n: number, l: number): void; readonly petTypes: readonly string[] } {
+): { runShared(N: number, L: number): void; runPet(petType: string, n: number, l: number): number; readonly petTypes: readonly string[] } {
   const petTypes = types ? [...types] : engine.loadedTypes();
   return {
     runShared: (N, L) => engine.runSharedOnly(N, L),
     runPet: (petType, n, l) => {
       if (!petTypes.includes(petType as PetType)) throw new InvalidArgumentError(`petsCostProfilerTarget: type ${JSON.stringify(petType)} is not profiled (types: ${petTypes.join(', ')})`);
-      engine.runPetOnly(petType as PetType, n, l);
+      // run() executes every segment of a site in one native call, so a segment's β is its marginal cost there:
+      // time several identical segments together (fewer as they grow: large ones amortize the call themselves).
+      const segments = Math.max(1, Math.min(PROFILE_MAX_SEGMENTS, Math.floor(PROFILE_SEGMENT_ROWS / (n * l))));
+      engine.runPetOnly(petType as PetType, n, l, { segments });
+      return segments;
     },
     petTypes,
   };
