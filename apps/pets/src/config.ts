@@ -1,7 +1,10 @@
 /**
  * Command-line flags and their PETS_* environment equivalents (a flag wins over its variable).
  */
-import { parseArgs } from 'node:util';
+import { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
+
+/** What parseCli throws for a bad command line. */
+export { UsageError };
 
 export const STRATEGIES = ['auto', 'cb', 'alpha-only', 'beta-only', 'fixed'] as const;
 export type StrategyOption = (typeof STRATEGIES)[number];
@@ -99,89 +102,43 @@ export interface CliConfig {
   threads: number | undefined;
 }
 
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
-
-const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-
-function integer(flag: string, value: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  if (value === undefined || value === '') return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`${flag} must be an integer in [${min}, ${max}], got ${JSON.stringify(value)}`);
-  return n;
-}
-
-function flag(value: string | undefined, name: string): boolean | undefined {
-  if (value === undefined || value === '') return undefined;
-  if (['1', 'true', 'yes', 'on'].includes(value.toLowerCase())) return true;
-  if (['0', 'false', 'no', 'off'].includes(value.toLowerCase())) return false;
-  throw new UsageError(`${name} must be 1/0, true/false, yes/no or on/off, got ${JSON.stringify(value)}`);
-}
-
-function oneOf<T extends string>(name: string, value: string | undefined, allowed: readonly T[], fallback: T): T {
-  if (value === undefined) return fallback;
-  if (!allowed.includes(value as T)) throw new UsageError(`${name} must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
-  return value as T;
-}
-
 function streamsOf(value: string | undefined): number | 'dynamic' {
   if (value === undefined || value === 'dynamic') return DEFAULTS.streams;
-  const n = integer('--streams', value, 1, 64);
+  const n = parseIntegerFlag('--streams', value, 1, 64);
   return n ?? DEFAULTS.streams;
 }
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
 export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      // `pnpm start -- --port 9000` passes the `--` through; it separates pnpm's arguments from ours.
-      args: argv[0] === '--' ? argv.slice(1) : [...argv],
-      strict: true,
-      allowPositionals: false,
-      options: {
-        model: { type: 'string' },
-        tag: { type: 'string' },
-        demo: { type: 'boolean' },
-        'demo-dir': { type: 'string' },
-        'params-root': { type: 'string' },
-        'max-params-mb': { type: 'string' },
-        'budget-mb': { type: 'string' },
-        host: { type: 'string' },
-        port: { type: 'string' },
-        'max-input-tokens': { type: 'string' },
-        'max-batch-inputs': { type: 'string' },
-        'log-level': { type: 'string' },
-        strategy: { type: 'string' },
-        'window-ms': { type: 'string' },
-        'window-queries': { type: 'string' },
-        'cost-tables': { type: 'string' },
-        profile: { type: 'boolean' },
-        'profile-out': { type: 'string' },
-        layout: { type: 'string' },
-        scheduling: { type: 'string' },
-        streams: { type: 'string' },
-        threads: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const values = parseFlags(argv, {
+    model: { type: 'string' },
+    tag: { type: 'string' },
+    demo: { type: 'boolean' },
+    'demo-dir': { type: 'string' },
+    'params-root': { type: 'string' },
+    'max-params-mb': { type: 'string' },
+    'budget-mb': { type: 'string' },
+    host: { type: 'string' },
+    port: { type: 'string' },
+    'max-input-tokens': { type: 'string' },
+    'max-batch-inputs': { type: 'string' },
+    'log-level': { type: 'string' },
+    strategy: { type: 'string' },
+    'window-ms': { type: 'string' },
+    'window-queries': { type: 'string' },
+    'cost-tables': { type: 'string' },
+    profile: { type: 'boolean' },
+    'profile-out': { type: 'string' },
+    layout: { type: 'string' },
+    scheduling: { type: 'string' },
+    streams: { type: 'string' },
+    threads: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
   if (values.help) return null;
-  const str = (name: string, envName: string): string | undefined => {
-    const v = values[name];
-    if (typeof v === 'string') return v;
-    const e = env[envName];
-    return e === undefined || e === '' ? undefined : e;
-  };
-  const logLevel = str('log-level', 'PETS_LOG_LEVEL') ?? DEFAULTS.logLevel;
-  if (!LOG_LEVELS.includes(logLevel)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
-  const profile = values.profile === true || (flag(env.PETS_PROFILE, 'PETS_PROFILE') ?? false);
+  const str = flagOrEnv(values, env);
+  const logLevel = parseChoiceFlag('--log-level', str('log-level', 'PETS_LOG_LEVEL'), LOG_LEVELS, DEFAULTS.logLevel);
+  const profile = values.profile === true || (parseBooleanFlag('PETS_PROFILE', env.PETS_PROFILE) ?? false);
   const costTables = str('cost-tables', 'PETS_COST_TABLES');
   if (profile && costTables !== undefined) throw new UsageError('--profile and --cost-tables exclude each other: profile here, or read tables profiled before');
   const profileOut = str('profile-out', 'PETS_PROFILE_OUT');
@@ -193,25 +150,25 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
   return {
     modelDir: str('model', 'PETS_MODEL'),
     tag,
-    demo: values.demo === true || (flag(env.PETS_DEMO, 'PETS_DEMO') ?? false),
+    demo: values.demo === true || (parseBooleanFlag('PETS_DEMO', env.PETS_DEMO) ?? false),
     demoDir: str('demo-dir', 'PETS_DEMO_DIR'),
     paramsRoot: str('params-root', 'PETS_PARAMS_ROOT'),
-    maxParamsMiB: integer('--max-params-mb', str('max-params-mb', 'PETS_MAX_PARAMS_MB'), 1, 4096) ?? DEFAULTS.maxParamsMiB,
-    budgetMiB: integer('--budget-mb', str('budget-mb', 'PETS_BUDGET_MB'), 1) ?? DEFAULTS.budgetMiB,
+    maxParamsMiB: parseIntegerFlag('--max-params-mb', str('max-params-mb', 'PETS_MAX_PARAMS_MB'), 1, 4096) ?? DEFAULTS.maxParamsMiB,
+    budgetMiB: parseIntegerFlag('--budget-mb', str('budget-mb', 'PETS_BUDGET_MB'), 1) ?? DEFAULTS.budgetMiB,
     host: str('host', 'PETS_HOST') ?? DEFAULTS.host,
-    port: integer('--port', str('port', 'PETS_PORT'), 0, 65_535) ?? DEFAULTS.port,
-    maxInputTokens: integer('--max-input-tokens', str('max-input-tokens', 'PETS_MAX_INPUT_TOKENS'), 1),
-    maxBatchInputs: integer('--max-batch-inputs', str('max-batch-inputs', 'PETS_MAX_BATCH_INPUTS'), 1, 65_536) ?? DEFAULTS.maxBatchInputs,
+    port: parseIntegerFlag('--port', str('port', 'PETS_PORT'), 0, 65_535) ?? DEFAULTS.port,
+    maxInputTokens: parseIntegerFlag('--max-input-tokens', str('max-input-tokens', 'PETS_MAX_INPUT_TOKENS'), 1),
+    maxBatchInputs: parseIntegerFlag('--max-batch-inputs', str('max-batch-inputs', 'PETS_MAX_BATCH_INPUTS'), 1, 65_536) ?? DEFAULTS.maxBatchInputs,
     logLevel,
-    strategy: oneOf('--strategy', str('strategy', 'PETS_STRATEGY'), STRATEGIES, DEFAULTS.strategy),
-    windowMs: integer('--window-ms', str('window-ms', 'PETS_WINDOW_MS'), 0, 60_000) ?? DEFAULTS.windowMs,
-    windowQueries: integer('--window-queries', str('window-queries', 'PETS_WINDOW_QUERIES'), 1, 65_536) ?? DEFAULTS.windowQueries,
+    strategy: parseChoiceFlag('--strategy', str('strategy', 'PETS_STRATEGY'), STRATEGIES, DEFAULTS.strategy),
+    windowMs: parseIntegerFlag('--window-ms', str('window-ms', 'PETS_WINDOW_MS'), 0, 60_000) ?? DEFAULTS.windowMs,
+    windowQueries: parseIntegerFlag('--window-queries', str('window-queries', 'PETS_WINDOW_QUERIES'), 1, 65_536) ?? DEFAULTS.windowQueries,
     costTables,
     profile,
     profileOut,
-    layout: oneOf('--layout', str('layout', 'PETS_LAYOUT'), LAYOUTS, DEFAULTS.layout),
-    scheduling: oneOf('--scheduling', str('scheduling', 'PETS_SCHEDULING'), SCHEDULINGS, DEFAULTS.scheduling),
+    layout: parseChoiceFlag('--layout', str('layout', 'PETS_LAYOUT'), LAYOUTS, DEFAULTS.layout),
+    scheduling: parseChoiceFlag('--scheduling', str('scheduling', 'PETS_SCHEDULING'), SCHEDULINGS, DEFAULTS.scheduling),
     streams: streamsOf(str('streams', 'PETS_STREAMS')),
-    threads: integer('--threads', str('threads', 'PETS_THREADS'), 1, 1024),
+    threads: parseIntegerFlag('--threads', str('threads', 'PETS_THREADS'), 1, 1024),
   };
 }

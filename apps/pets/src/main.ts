@@ -3,10 +3,9 @@
  * SIGINT / SIGTERM close it cleanly (close-with-grace, installed by `listen`). `pnpm --filter @tessera/pets start`
  * runs this file from source.
  */
-import { realpathSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
+import { isEntryPoint, runMain, usageExitCode } from '@tessera/server-kit';
 
-import { type CliConfig, parseCli, USAGE, UsageError } from './config.js';
+import { type CliConfig, parseCli, USAGE } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
 import type { StartupTask } from './engine/protocol.js';
 import { buildServer, listen } from './server.js';
@@ -16,11 +15,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   try {
     config = parseCli(argv, env);
   } catch (err) {
-    if (err instanceof UsageError) {
-      process.stderr.write(`${err.message}\n\nRun with --help for the options.\n`);
-      return 2;
-    }
-    throw err;
+    return usageExitCode(err);
   }
   if (config === null) {
     process.stdout.write(USAGE);
@@ -84,27 +79,5 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   return 0;
 }
 
-function isEntryPoint(): boolean {
-  const script = process.argv[1];
-  if (script === undefined) return false;
-  try {
-    return import.meta.url === pathToFileURL(realpathSync(script)).href;
-  } catch {
-    return false;
-  }
-}
-
-if (isEntryPoint()) {
-  main().then(
-    (code) => {
-      if (code !== 0) process.exitCode = code;
-    },
-    (err: unknown) => {
-      // A typed error (a bad model directory, a malformed start-up task) says what to do; a stack would only bury it.
-      const code: unknown = (err as { code?: unknown } | null)?.code;
-      const typed = err instanceof Error && typeof code === 'string' && code.startsWith('TESSERA_');
-      process.stderr.write(`[pets] ${err instanceof Error ? (typed ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+// A typed error (a bad model directory, a malformed start-up task) is printed by its message, anything else with its stack.
+if (isEntryPoint(import.meta.url)) void runMain(() => main(), { prefix: '[pets]' });

@@ -19,12 +19,13 @@ import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/typ
 import closeWithGrace from 'close-with-grace';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 
+import { gracefulClose } from '@tessera/server-kit';
+
 import { DEFAULTS, type LayoutOption, type SchedulingOption, type StrategyOption } from './config.js';
 import { MIB } from './engine/client.js';
 import type { StartupTask, WorkerInit } from './engine/protocol.js';
 import { enginePlugin } from './plugins/engine.js';
 import { errorsPlugin } from './plugins/errors.js';
-import { gracefulClosePlugin } from './plugins/graceful-close.js';
 import { metricsPlugin } from './plugins/metrics.js';
 import classifyRoutes from './routes/classify.js';
 import healthRoutes from './routes/health.js';
@@ -104,7 +105,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     .withTypeProvider<TypeBoxTypeProvider>()
     .setValidatorCompiler(TypeBoxValidatorCompiler);
 
-  await app.register(gracefulClosePlugin);
+  await app.register(gracefulClose({ name: 'tessera-pets-graceful-close' }));
   await app.register(errorsPlugin, { maxParamsBytes });
   // One file (the parameters) and one small field (the metadata) per registration; anything bigger is refused.
   await app.register(multipart, { limits: { fileSize: maxParamsBytes, files: 1, fields: 4, fieldSize: 64 * 1024, parts: 8 } });

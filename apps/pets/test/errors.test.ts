@@ -4,10 +4,12 @@
  */
 import { describe, expect, it } from 'vitest';
 
+import { paramOf } from '@tessera/server-kit';
+
 import { ApiError, toApiError } from '../src/api/errors.js';
 import { EngineError, EngineUnavailableError } from '../src/engine/errors.js';
 import { serializeError } from '../src/engine/protocol.js';
-import { describeSchemaErrors, paramOf } from '../src/plugins/errors.js';
+import { describeSchemaErrors } from '../src/plugins/errors.js';
 
 /** An error shaped like pet-ops' typed errors (code plus detail fields). */
 function typed(code: string, message: string, fields: Record<string, unknown> = {}): Error {

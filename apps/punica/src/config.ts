@@ -2,7 +2,11 @@
  * Command-line flags and their PUNICA_* environment equivalents (a flag wins over its variable).
  */
 import { hostname } from 'node:os';
-import { parseArgs } from 'node:util';
+
+import { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
+
+/** What parseCli throws for a bad command line. */
+export { UsageError };
 
 export const USAGE = `tessera-punica: an OpenAI-compatible multi-LoRA server (Punica on one machine)
 
@@ -75,77 +79,36 @@ export interface CliConfig {
 export type ClusterRole = 'frontend' | 'worker' | 'scheduler';
 const ROLES: readonly ClusterRole[] = ['frontend', 'worker', 'scheduler'];
 
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
-
-const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-
-function integer(flag: string, value: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  if (value === undefined || value === '') return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`${flag} must be an integer in [${min}, ${max}], got ${JSON.stringify(value)}`);
-  return n;
-}
-
-function flag(value: string | undefined, name: string): boolean | undefined {
-  if (value === undefined || value === '') return undefined;
-  if (['1', 'true', 'yes', 'on'].includes(value.toLowerCase())) return true;
-  if (['0', 'false', 'no', 'off'].includes(value.toLowerCase())) return false;
-  throw new UsageError(`${name} must be 1/0, true/false, yes/no or on/off, got ${JSON.stringify(value)}`);
-}
-
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
 export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      // `pnpm start -- --port 9000` passes the `--` through; it separates pnpm's arguments from ours, not options from positionals.
-      args: argv[0] === '--' ? argv.slice(1) : [...argv],
-      strict: true,
-      allowPositionals: false,
-      options: {
-        model: { type: 'string' },
-        'model-name': { type: 'string' },
-        adapters: { type: 'string' },
-        demo: { type: 'boolean' },
-        'demo-dir': { type: 'string' },
-        host: { type: 'string' },
-        port: { type: 'string' },
-        'no-adapter-admin': { type: 'boolean' },
-        'adapter-root': { type: 'string' },
-        'log-level': { type: 'string' },
-        'max-batch': { type: 'string' },
-        'kv-budget-mib': { type: 'string' },
-        'adapter-budget-mib': { type: 'string' },
-        'host-adapter-budget-mib': { type: 'string' },
-        threads: { type: 'string' },
-        role: { type: 'string' },
-        redis: { type: 'string' },
-        'cluster-prefix': { type: 'string' },
-        'host-id': { type: 'string' },
-        'lightly-loaded': { type: 'string' },
-        'idle-release-s': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const values = parseFlags(argv, {
+    model: { type: 'string' },
+    'model-name': { type: 'string' },
+    adapters: { type: 'string' },
+    demo: { type: 'boolean' },
+    'demo-dir': { type: 'string' },
+    host: { type: 'string' },
+    port: { type: 'string' },
+    'no-adapter-admin': { type: 'boolean' },
+    'adapter-root': { type: 'string' },
+    'log-level': { type: 'string' },
+    'max-batch': { type: 'string' },
+    'kv-budget-mib': { type: 'string' },
+    'adapter-budget-mib': { type: 'string' },
+    'host-adapter-budget-mib': { type: 'string' },
+    threads: { type: 'string' },
+    role: { type: 'string' },
+    redis: { type: 'string' },
+    'cluster-prefix': { type: 'string' },
+    'host-id': { type: 'string' },
+    'lightly-loaded': { type: 'string' },
+    'idle-release-s': { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
   if (values.help) return null;
-  const str = (name: string, envName: string): string | undefined => {
-    const v = values[name];
-    if (typeof v === 'string') return v;
-    const e = env[envName];
-    return e === undefined || e === '' ? undefined : e;
-  };
-  const logLevel = str('log-level', 'PUNICA_LOG_LEVEL') ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
-  const role = str('role', 'PUNICA_ROLE') ?? null;
-  if (role !== null && !ROLES.includes(role as ClusterRole)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}, got ${JSON.stringify(role)}`);
+  const str = flagOrEnv(values, env);
+  const logLevel = parseChoiceFlag('--log-level', str('log-level', 'PUNICA_LOG_LEVEL'), LOG_LEVELS, 'info');
+  const role = parseChoiceFlag('--role', str('role', 'PUNICA_ROLE'), ROLES, null);
   const redisFlag = str('redis', 'PUNICA_REDIS_URL');
   if (redisFlag !== undefined && role === null) throw new UsageError('--redis needs --role frontend|worker|scheduler (without a role the server runs alone, without Redis)');
   const lightlyLoaded = Number(str('lightly-loaded', 'PUNICA_LIGHTLY_LOADED') ?? '0.5');
@@ -154,23 +117,23 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     modelDir: str('model', 'PUNICA_MODEL'),
     modelName: str('model-name', 'PUNICA_MODEL_NAME'),
     adaptersDir: str('adapters', 'PUNICA_ADAPTERS'),
-    demo: values.demo === true || (flag(env.PUNICA_DEMO, 'PUNICA_DEMO') ?? false),
+    demo: values.demo === true || (parseBooleanFlag('PUNICA_DEMO', env.PUNICA_DEMO) ?? false),
     demoDir: str('demo-dir', 'PUNICA_DEMO_DIR'),
     host: str('host', 'PUNICA_HOST') ?? '127.0.0.1',
-    port: integer('--port', str('port', 'PUNICA_PORT'), 0, 65_535) ?? 8000,
-    adapterAdmin: values['no-adapter-admin'] === true ? false : (flag(env.PUNICA_ADAPTER_ADMIN, 'PUNICA_ADAPTER_ADMIN') ?? true),
+    port: parseIntegerFlag('--port', str('port', 'PUNICA_PORT'), 0, 65_535) ?? 8000,
+    adapterAdmin: values['no-adapter-admin'] === true ? false : (parseBooleanFlag('PUNICA_ADAPTER_ADMIN', env.PUNICA_ADAPTER_ADMIN) ?? true),
     adapterRoot: str('adapter-root', 'PUNICA_ADAPTER_ROOT'),
     logLevel,
-    maxBatch: integer('--max-batch', str('max-batch', 'PUNICA_MAX_BATCH'), 1, 4096) ?? 32,
-    kvBudgetMiB: integer('--kv-budget-mib', str('kv-budget-mib', 'PUNICA_KV_BUDGET_MIB'), 1) ?? 64,
-    adapterBudgetMiB: integer('--adapter-budget-mib', str('adapter-budget-mib', 'PUNICA_ADAPTER_BUDGET_MIB'), 1) ?? 64,
-    hostAdapterBudgetMiB: integer('--host-adapter-budget-mib', str('host-adapter-budget-mib', 'PUNICA_HOST_ADAPTER_BUDGET_MIB'), 0) ?? 256,
-    threads: integer('--threads', str('threads', 'PUNICA_THREADS'), 1, 1024),
-    role: role as ClusterRole | null,
+    maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'PUNICA_MAX_BATCH'), 1, 4096) ?? 32,
+    kvBudgetMiB: parseIntegerFlag('--kv-budget-mib', str('kv-budget-mib', 'PUNICA_KV_BUDGET_MIB'), 1) ?? 64,
+    adapterBudgetMiB: parseIntegerFlag('--adapter-budget-mib', str('adapter-budget-mib', 'PUNICA_ADAPTER_BUDGET_MIB'), 1) ?? 64,
+    hostAdapterBudgetMiB: parseIntegerFlag('--host-adapter-budget-mib', str('host-adapter-budget-mib', 'PUNICA_HOST_ADAPTER_BUDGET_MIB'), 0) ?? 256,
+    threads: parseIntegerFlag('--threads', str('threads', 'PUNICA_THREADS'), 1, 1024),
+    role,
     redisUrl: redisFlag ?? (env.REDIS_URL || 'redis://127.0.0.1:6379'),
     clusterPrefix: str('cluster-prefix', 'PUNICA_CLUSTER_PREFIX') ?? 'tessera',
     hostId: str('host-id', 'PUNICA_HOST_ID') ?? `${hostname()}-${process.pid}`,
     lightlyLoadedFraction: lightlyLoaded,
-    idleReleaseSeconds: integer('--idle-release-s', str('idle-release-s', 'PUNICA_IDLE_RELEASE_S'), 0) ?? 60,
+    idleReleaseSeconds: parseIntegerFlag('--idle-release-s', str('idle-release-s', 'PUNICA_IDLE_RELEASE_S'), 0) ?? 60,
   };
 }

@@ -2,12 +2,11 @@
  * The `tessera-punica` command: parse flags, generate the demo when no model is given, then run the role: the
  * single-process server (default), or a cluster scheduler, worker or frontend on Redis (`--role`). `pnpm --filter @tessera/punica start` runs this file from source.
  */
-import { realpathSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
+import { isEntryPoint, runMain, usageExitCode } from '@tessera/server-kit';
 
 import { startClusterScheduler } from './cluster/scheduler-role.js';
 import { startClusterWorker } from './cluster/worker-role.js';
-import { parseCli, USAGE, UsageError } from './config.js';
+import { parseCli, USAGE } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
 import { MIB } from './engine/client.js';
 import { buildServer, discoverAdapters, listen } from './server.js';
@@ -17,11 +16,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   try {
     config = parseCli(argv, env);
   } catch (err) {
-    if (err instanceof UsageError) {
-      process.stderr.write(`${err.message}\n\nRun with --help for the options.\n`);
-      return 2;
-    }
-    throw err;
+    return usageExitCode(err);
   }
   if (config === null) {
     process.stdout.write(USAGE);
@@ -127,27 +122,5 @@ function onSignal(stop: () => Promise<void>): void {
   process.on('SIGTERM', handler);
 }
 
-function isEntryPoint(): boolean {
-  const script = process.argv[1];
-  if (script === undefined) return false;
-  try {
-    return import.meta.url === pathToFileURL(realpathSync(script)).href;
-  } catch {
-    return false;
-  }
-}
-
-if (isEntryPoint()) {
-  main().then(
-    (code) => {
-      if (code !== 0) process.exitCode = code;
-    },
-    (err: unknown) => {
-      // A typed error (Redis down at start-up, a bad model directory) says what to do; a stack would only bury it.
-      const code: unknown = (err as { code?: unknown } | null)?.code;
-      const typed = err instanceof Error && typeof code === 'string' && code.startsWith('TESSERA_');
-      process.stderr.write(`[punica] ${err instanceof Error ? (typed ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+// A typed error (Redis down at start-up, a bad model directory) is printed by its message, anything else with its stack.
+if (isEntryPoint(import.meta.url)) void runMain(() => main(), { prefix: '[punica]' });

@@ -20,10 +20,11 @@ import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastif
 
 import type { RedisOptions } from '@tessera/cluster';
 
+import { gracefulClose } from '@tessera/server-kit';
+
 import { MIB } from './engine/client.js';
 import { enginePlugin } from './plugins/engine.js';
 import { errorsPlugin } from './plugins/errors.js';
-import { gracefulClosePlugin } from './plugins/graceful-close.js';
 import { metricsPlugin } from './plugins/metrics.js';
 import adapterRoutes, { adapterNameProblem } from './routes/adapters.js';
 import chatCompletionRoutes from './routes/chat-completions.js';
@@ -95,7 +96,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     .withTypeProvider<TypeBoxTypeProvider>()
     .setValidatorCompiler(TypeBoxValidatorCompiler);
 
-  await app.register(gracefulClosePlugin);
+  await app.register(gracefulClose({ name: 'tessera-punica-graceful-close' }));
   await app.register(errorsPlugin);
   await app.register(enginePlugin, {
     modelDir: options.modelDir,

@@ -13,7 +13,9 @@
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+
+import { startWorker, workerEntry } from '@tessera/server-kit';
 
 import { EngineError, EngineUnavailableError } from './errors.js';
 import type {
@@ -113,43 +115,16 @@ export class PetsEngineClient extends EventEmitter<EngineClientEvents> {
   /** Starts the worker; resolves once the shared model is loaded, the cost model ready and the start-up tasks registered. */
   static async start(options: EngineOptions): Promise<PetsEngineClient> {
     const { shutdownTimeoutMs, onProgress, ...init } = options;
-    const { url, execArgv, entry } = workerEntry();
-    const worker = new Worker(url, { workerData: (entry ? { ...init, entry } : init) satisfies WorkerInit, execArgv, name: 'tessera-pets-engine' });
-    const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
-    const ready = await new Promise<Ready>((resolve, reject) => {
-      const onMessage = (msg: FromWorker) => {
+    const { worker, ready, exited } = await startWorker<FromWorker>(workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }), {
+      workerData: init satisfies WorkerInit,
+      name: 'tessera-pets-engine',
+      onMessage: (msg) => {
         if (msg.type === 'progress') onProgress?.(msg.line);
-        else if (msg.type === 'ready') {
-          cleanup();
-          resolve({ model: msg.model, cost: msg.cost, tasks: msg.tasks, memory: msg.memory });
-        } else if (msg.type === 'init-failed' || msg.type === 'fatal') {
-          cleanup();
-          reject(new EngineError(msg.error));
-        }
-      };
-      const onError = (err: Error) => {
-        cleanup();
-        reject(new EngineUnavailableError(`the engine worker failed to start: ${err.message}`, { cause: err }));
-      };
-      const onExit = (code: number) => {
-        cleanup();
-        reject(new EngineUnavailableError(`the engine worker exited during start-up (exit code ${code})`));
-      };
-      const cleanup = () => {
-        worker.off('message', onMessage);
-        worker.off('error', onError);
-        worker.off('exit', onExit);
-      };
-      worker.on('message', onMessage);
-      worker.on('error', onError);
-      worker.on('exit', onExit);
-    }).catch(async (err: unknown) => {
-      // The worker exits by itself after reporting a failed start; terminate only one that does not.
-      await within(exited, 5_000);
-      await worker.terminate();
-      throw err;
+      },
+      failed: (msg) => new EngineError(msg.error),
+      unavailable: (message, opts) => new EngineUnavailableError(message, opts),
     });
-    return new PetsEngineClient(worker, ready, exited, shutdownTimeoutMs ?? 10_000);
+    return new PetsEngineClient(worker, { model: ready.model, cost: ready.cost, tasks: ready.tasks, memory: ready.memory }, exited, shutdownTimeoutMs ?? 10_000);
   }
 
   /** False once the worker crashed or was shut down. */
@@ -329,17 +304,4 @@ async function within(promise: Promise<unknown>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
   clearTimeout(timer);
-}
-
-/**
- * Which file the worker runs. From source (this module is a .ts file: tsx, vitest) the plain-JS bootstrap
- * worker-dev.mjs registers tsx in the worker thread and imports worker.ts, resolving @tessera/* to their src/.
- * From the tsup build (dist/, one flat folder of chunks) it is dist/engine-worker.js.
- */
-function workerEntry(): { url: URL; execArgv: string[]; entry?: string } {
-  const here = import.meta.url;
-  if (here.endsWith('.ts')) {
-    return { url: new URL('./worker-dev.mjs', here), execArgv: ['--conditions=@tessera/source'], entry: new URL('./worker.ts', here).href };
-  }
-  return { url: new URL('./engine-worker.js', here), execArgv: [] };
 }

@@ -12,9 +12,10 @@ import { resolve } from 'node:path';
 
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
 
+import { definePlugin } from '@tessera/server-kit';
+
 import type { InputLimits } from '../api/inputs.js';
 import { type EngineOptions, PetsEngineClient } from '../engine/client.js';
-import { definePlugin } from './define-plugin.js';
 
 export interface EnginePluginOptions {
   engine: EngineOptions;

@@ -2,56 +2,18 @@
  * Error bodies for everything that goes wrong: ApiErrors thrown by routes, fastify's schema validation errors
  * (400 with the offending field as `param`), its own 4xx (bad JSON, wrong content type, body too large), the
  * multipart plugin's limits (413 for a parameter file over --max-params-mb), unknown routes (404), and unexpected
- * failures (500, logged, no internals in the body). The schema messages are Punica's (apps/punica/src/plugins/errors.ts).
+ * failures (500, logged, no internals in the body). The schema messages come from @tessera/server-kit.
  */
 import type { FastifyError } from 'fastify';
 
+import { definePlugin, describeSchemaErrors as describeWithHints, type SchemaError } from '@tessera/server-kit';
+
 import { ApiError, toApiError } from '../api/errors.js';
 import { UNION_FIELD_HINTS } from '../api/schemas.js';
-import { definePlugin } from './define-plugin.js';
 
-interface SchemaError {
-  keyword: string;
-  instancePath: string;
-  params: Record<string, unknown>;
-  message?: string;
-}
-
-/** '/input/0' → 'input[0]'. */
-export function paramOf(instancePath: string): string {
-  return instancePath
-    .split('/')
-    .filter((s) => s.length > 0)
-    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
-    .reduce((acc, seg) => (/^\d+$/.test(seg) ? `${acc}[${seg}]` : acc === '' ? seg : `${acc}.${seg}`), '');
-}
-
-/** One readable message for a list of schema errors: the first problem, with a hint for union-typed fields. */
+/** The schema-error message (server-kit's translation) with this API's union-field hints. */
 export function describeSchemaErrors(errors: readonly SchemaError[], context: string): { message: string; param: string | null } {
-  const required = errors.find((e) => e.keyword === 'required');
-  if (required) {
-    const props = (required.params.requiredProperties ?? required.params.missingProperty ?? []) as string[] | string;
-    const missing = Array.isArray(props) ? props : [props];
-    const param = [paramOf(required.instancePath), missing[0] ?? ''].filter((s) => s !== '').join('.');
-    return { message: `${context}: ${missing.map((m) => `'${m}'`).join(', ')} ${missing.length === 1 ? 'is' : 'are'} required${required.instancePath ? ` in ${paramOf(required.instancePath)}` : ''}`, param };
-  }
-  const first = errors[0];
-  if (!first) return { message: `${context} is invalid`, param: null };
-  // The outermost union (anyOf) around the first error: its field gets one message, not one per branch.
-  const union = errors
-    .filter((e) => e.keyword === 'anyOf' && (first.instancePath === e.instancePath || first.instancePath.startsWith(`${e.instancePath}/`)))
-    .sort((a, b) => a.instancePath.length - b.instancePath.length)[0];
-  if (union) {
-    const param = paramOf(union.instancePath);
-    const key = union.instancePath.split('/').filter((s) => s !== '' && !/^\d+$/.test(s)).pop() ?? '';
-    const hint = UNION_FIELD_HINTS[key];
-    if (hint) return { message: `${param} ${hint}`, param };
-    const branches = errors.filter((e) => e !== union && e.keyword !== 'anyOf' && e.instancePath.startsWith(union.instancePath) && e.message !== 'must be null');
-    const messages = [...new Set(branches.map((e) => e.message ?? 'is invalid'))];
-    return { message: `${param} ${messages.join(' or ') || 'has an invalid value'}`, param };
-  }
-  const param = paramOf(first.instancePath);
-  return { message: `${param || context} ${first.message ?? 'is invalid'}`, param: param || null };
+  return describeWithHints(errors, context, UNION_FIELD_HINTS);
 }
 
 export interface ErrorsPluginOptions {

@@ -23,9 +23,10 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
+import { definePlugin } from '@tessera/server-kit';
+
 import type { ClassifyEnd, PetsEngineClient } from '../engine/client.js';
 import type { EngineStats } from '../engine/protocol.js';
-import { definePlugin } from './define-plugin.js';
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10];
 const SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];

@@ -14,7 +14,9 @@
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+
+import { startWorker, workerEntry } from '@tessera/server-kit';
 
 import { EngineError, EngineUnavailableError } from './errors.js';
 import type { GenerationEngine } from './generation-engine.js';
@@ -209,44 +211,13 @@ export class EngineClient extends EventEmitter<EngineClientEvents> implements Ge
       hostAdapterBudgetBytes: options.hostAdapterBudgetBytes ?? 256 * MIB,
       threads: options.threads ?? null,
     };
-    const { url, execArgv, entry } = workerEntry();
-    const worker = new Worker(url, { workerData: entry ? { ...init, entry } : init, execArgv, name: 'tessera-engine' });
-    const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
-    const ready = await new Promise<{ model: ModelSummary; adapters: AdapterStatus[] }>((resolve, reject) => {
-      const onMessage = (msg: FromWorker) => {
-        if (msg.type === 'ready') {
-          cleanup();
-          resolve({ model: msg.model, adapters: msg.adapters });
-        } else if (msg.type === 'init-failed' || msg.type === 'fatal') {
-          cleanup();
-          reject(new EngineError(msg.error));
-        }
-      };
-      const onError = (err: Error) => {
-        cleanup();
-        reject(new EngineUnavailableError(`the engine worker failed to start: ${err.message}`, { cause: err }));
-      };
-      const onExit = (code: number) => {
-        cleanup();
-        reject(new EngineUnavailableError(`the engine worker exited during start-up (exit code ${code})`));
-      };
-      const cleanup = () => {
-        worker.off('message', onMessage);
-        worker.off('error', onError);
-        worker.off('exit', onExit);
-      };
-      worker.on('message', onMessage);
-      worker.on('error', onError);
-      worker.on('exit', onExit);
-    }).catch(async (err: unknown) => {
-      // The worker exits by itself after reporting a failed start; terminate only one that does not.
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, 5_000)))]);
-      clearTimeout(timer);
-      await worker.terminate();
-      throw err;
+    const { worker, ready, exited } = await startWorker<FromWorker>(workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }), {
+      workerData: init,
+      name: 'tessera-engine',
+      failed: (msg) => new EngineError(msg.error),
+      unavailable: (message, opts) => new EngineUnavailableError(message, opts),
     });
-    return new EngineClient(worker, ready, exited, options.shutdownTimeoutMs ?? 10_000);
+    return new EngineClient(worker, { model: ready.model, adapters: ready.adapters }, exited, options.shutdownTimeoutMs ?? 10_000);
   }
 
   /** False once the worker crashed or was shut down. */
@@ -420,17 +391,4 @@ export class EngineClient extends EventEmitter<EngineClientEvents> implements Ge
     this.calls.clear();
     if (!this.closing) this.emit('crash', err);
   }
-}
-
-/**
- * Which file the worker runs. From source (this module is a .ts file: tsx, vitest) the plain-JS bootstrap
- * worker-dev.mjs registers tsx in the worker thread and imports worker.ts, resolving @tessera/* to their src/.
- * From the tsup build (dist/, one flat folder of chunks) it is dist/engine-worker.js.
- */
-function workerEntry(): { url: URL; execArgv: string[]; entry?: string } {
-  const here = import.meta.url;
-  if (here.endsWith('.ts')) {
-    return { url: new URL('./worker-dev.mjs', here), execArgv: ['--conditions=@tessera/source'], entry: new URL('./worker.ts', here).href };
-  }
-  return { url: new URL('./engine-worker.js', here), execArgv: [] };
 }

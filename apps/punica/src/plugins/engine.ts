@@ -16,12 +16,13 @@ import { readHfConfig, TextTokenizer } from '@tessera/engine';
 
 import type { RedisOptions } from '@tessera/cluster';
 
+import { definePlugin } from '@tessera/server-kit';
+
 import { ClusterEngine } from '../cluster/cluster-engine.js';
 import { EngineClient, type EngineOptions } from '../engine/client.js';
 import type { GenerationEngine } from '../engine/generation-engine.js';
 import type { GenerationDeps } from '../openai/generation.js';
 import { ModelRegistry } from '../openai/model-registry.js';
-import { definePlugin } from './define-plugin.js';
 
 export interface EnginePluginOptions {
   modelDir: string;

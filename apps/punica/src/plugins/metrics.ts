@@ -10,10 +10,11 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
+import { definePlugin } from '@tessera/server-kit';
+
 import type { RequestEnd } from '../engine/client.js';
 import type { GenerationEngine } from '../engine/generation-engine.js';
 import type { EngineStats } from '../engine/protocol.js';
-import { definePlugin } from './define-plugin.js';
 
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const TOKEN_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];

@@ -1,8 +1,8 @@
 /**
- * What `fastify-plugin` does, in a few lines (it is not a dependency of this app): mark a plugin function so
- * fastify does not encapsulate it (`skip-override`), its decorators and hooks then belong to the parent
- * instance, and give it a name and the fastify version range it was written for (`plugin-meta`), which fastify
- * checks and uses for `dependencies`. These are fastify's documented symbols (lib/plugin-utils.js).
+ * What `fastify-plugin` does, in a few lines (it is not a dependency here): mark a plugin function so fastify does
+ * not encapsulate it (`skip-override`), its decorators and hooks then belong to the parent instance, and give it
+ * a name and the fastify version range it was written for (`plugin-meta`), which fastify checks and uses for
+ * `dependencies`. These are fastify's documented symbols (lib/plugin-utils.js).
  */
 import type { FastifyPluginAsync, FastifyPluginOptions } from 'fastify';
 
