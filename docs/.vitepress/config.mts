@@ -40,6 +40,7 @@ export default defineConfig({
           { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },
           { text: '@tessera/cluster', link: '/packages/cluster' },
           { text: '@tessera/sim', link: '/packages/sim' },
+          { text: '@tessera/server-kit', link: '/packages/server-kit' },
           { text: '@tessera/bench', link: '/packages/bench' },
         ],
       },
