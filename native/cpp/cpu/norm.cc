@@ -124,14 +124,16 @@ void layer_norm_ref(const float* x, int64_t rows, int64_t dim, const float* gamm
   }
 }
 
+void layer_norm_rows(Isa isa, const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out) {
+  switch (isa) {
+    case Isa::Avx512: layer_norm_rows_avx512(x, rows, dim, gamma, beta, eps, out); break;
+    case Isa::Avx2: layer_norm_rows_avx2(x, rows, dim, gamma, beta, eps, out); break;
+    default: layer_norm_rows_scalar(x, rows, dim, gamma, beta, eps, out);
+  }
+}
+
 void layer_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out) {
-  parallel_rows(x, rows, dim, out, [&](Isa isa, const float* xb, int64_t n, float* yb) {
-    switch (isa) {
-      case Isa::Avx512: layer_norm_rows_avx512(xb, n, dim, gamma, beta, eps, yb); break;
-      case Isa::Avx2: layer_norm_rows_avx2(xb, n, dim, gamma, beta, eps, yb); break;
-      default: layer_norm_rows_scalar(xb, n, dim, gamma, beta, eps, yb);
-    }
-  });
+  parallel_rows(x, rows, dim, out, [&](Isa isa, const float* xb, int64_t n, float* yb) { layer_norm_rows(isa, xb, n, dim, gamma, beta, eps, yb); });
 }
 
 // ---------------------------------------------------------------- RMSNorm

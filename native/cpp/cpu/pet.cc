@@ -102,29 +102,6 @@ void pet_adapter_tile_scalar(const PetAdapterTile& t) {
 
 namespace {
 
-// The layerNorm op's scalar row body (norm.cc): double sums, the mean kept as a float pair.
-void layer_norm_rows_scalar(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out) {
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* xr = x + row * dim;
-    float* yr = out + row * dim;
-    double sum = 0;
-    for (int64_t i = 0; i < dim; ++i) sum += xr[i];
-    const double mean = sum / static_cast<double>(dim);
-    const float hi = static_cast<float>(mean), lo = static_cast<float>(mean - static_cast<double>(hi));
-    double sq = 0;
-    for (int64_t i = 0; i < dim; ++i) {
-      const double dv = (xr[i] - hi) - lo;
-      sq += dv * dv;
-    }
-    const float rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(dim) + static_cast<double>(eps)));
-    for (int64_t i = 0; i < dim; ++i) {
-      const float scale = gamma ? rstd * gamma[i] : rstd;
-      const float y = ((xr[i] - hi) - lo) * scale;
-      yr[i] = beta ? y + beta[i] : y;
-    }
-  }
-}
-
 // Calls fn(first logical row, row, n) for each run of consecutive rows (within one sequence) in [j0, j1).
 template <typename Fn>
 void for_each_run(const PetRows& r, int64_t j0, int64_t j1, Fn&& fn) {
@@ -197,14 +174,6 @@ void run_adapter_tile(Isa isa, const PetAdapterTile& t) {
     case Isa::Avx512: pet_adapter_tile_avx512(t); break;
     case Isa::Avx2: pet_adapter_tile_avx2(t); break;
     default: pet_adapter_tile_scalar(t);
-  }
-}
-
-void layer_norm_rows(Isa isa, const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out) {
-  switch (isa) {
-    case Isa::Avx512: layer_norm_rows_avx512(x, rows, dim, gamma, beta, eps, out); break;
-    case Isa::Avx2: layer_norm_rows_avx2(x, rows, dim, gamma, beta, eps, out); break;
-    default: layer_norm_rows_scalar(x, rows, dim, gamma, beta, eps, out);
   }
 }
 
