@@ -12,4 +12,4 @@ export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';
 export { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
 export { isEntryPoint, runMain, usageExitCode } from './cli/main.js';
-export { startWorker, type StartedWorker, type StartWorkerOptions, workerEntry, type WorkerEntry } from './worker/start.js';
+export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

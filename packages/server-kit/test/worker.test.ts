@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 
 import { describe, expect, it } from 'vitest';
 
-import { startWorker, workerEntry } from '../src/index.js';
+import { startWorker, watchWorker, workerEntry } from '../src/index.js';
 
 type FromWorker =
   | { type: 'progress'; line: string }
@@ -68,5 +68,20 @@ describe('startWorker', () => {
     await expect(thrown).rejects.toBeInstanceOf(Unavailable);
     await expect(thrown).rejects.toThrow('the engine worker failed to start: boom at start-up');
     await expect(start('./exiting-worker.mjs')).rejects.toThrow(new Unavailable('the engine worker exited during start-up (exit code 3)'));
+  });
+});
+
+describe('watchWorker', () => {
+  it('reports a worker that goes away after start-up once: unexpected exit, or the shutdown asked for', async () => {
+    for (const closing of [false, true]) {
+      const { worker, exited } = await start('./ready-worker.mjs');
+      const lost: string[] = [];
+      watchWorker(worker, exited, { closing: () => closing, lost: (message) => lost.push(message) });
+      await worker.terminate();
+      await exited;
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(lost).toHaveLength(1);
+      expect(lost[0]).toMatch(closing ? /^the engine was shut down$/ : /^the engine worker exited unexpectedly \(exit code \d+\)$/);
+    }
   });
 });

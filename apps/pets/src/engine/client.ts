@@ -15,7 +15,7 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { Worker } from 'node:worker_threads';
 
-import { startWorker, workerEntry } from '@tessera/server-kit';
+import { startWorker, watchWorker, workerEntry } from '@tessera/server-kit';
 
 import { EngineError, EngineUnavailableError } from './errors.js';
 import type {
@@ -104,11 +104,9 @@ export class PetsEngineClient extends EventEmitter<EngineClientEvents> {
     this.exited = exited;
     this.shutdownTimeoutMs = shutdownTimeoutMs;
     worker.on('message', (msg: FromWorker) => this.onMessage(msg));
-    worker.on('error', (err) => this.fail(new EngineUnavailableError(`the engine worker failed: ${err.message}`, { cause: err })));
-    void exited.then((code) => {
-      if (!this.failureReason) {
-        this.fail(new EngineUnavailableError(this.closing ? 'the engine was shut down' : `the engine worker exited unexpectedly (exit code ${code})`));
-      }
+    watchWorker(worker, exited, {
+      closing: () => this.closing !== null,
+      lost: (message, cause) => this.fail(new EngineUnavailableError(message, cause ? { cause } : undefined)),
     });
   }
 

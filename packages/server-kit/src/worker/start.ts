@@ -95,3 +95,12 @@ export async function startWorker<M extends { type: string }>(entry: WorkerEntry
   });
   return { worker, ready, exited };
 }
+
+/**
+ * After start-up: reports a worker that errors or exits as lost, once, through `lost` (the app turns it into its
+ * own error and fails what was in flight). An exit while `closing()` is the requested shutdown, reported as such.
+ */
+export function watchWorker(worker: Worker, exited: Promise<number>, options: { closing: () => boolean; lost: (message: string, cause?: Error) => void }): void {
+  worker.on('error', (err) => options.lost(`the engine worker failed: ${err.message}`, err));
+  void exited.then((code) => options.lost(options.closing() ? 'the engine was shut down' : `the engine worker exited unexpectedly (exit code ${code})`));
+}
