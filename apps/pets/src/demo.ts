@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { repositoryRoot } from '@tessera/server-kit';
 import { generateModel } from '@tessera/engine';
 import { generatePetParams, type PetType, writePetParams } from '@tessera/pet-ops';
 
@@ -40,17 +41,9 @@ export interface Demo {
   generated: boolean;
 }
 
-/** The repository root (the directory holding pnpm-workspace.yaml above this file), or null outside a checkout. */
-export function repositoryRoot(from = dirname(fileURLToPath(import.meta.url))): string | null {
-  for (let dir = resolve(from); ; dir = dirname(dir)) {
-    if (existsSync(join(dir, 'pnpm-workspace.yaml'))) return dir;
-    if (dirname(dir) === dir) return null;
-  }
-}
-
 /** `.tessera/pets-demo` under the repository root (or the current directory outside a checkout). */
 export function defaultDemoDir(): string {
-  return join(repositoryRoot() ?? process.cwd(), '.tessera', 'pets-demo');
+  return join(repositoryRoot(dirname(fileURLToPath(import.meta.url))) ?? process.cwd(), '.tessera', 'pets-demo');
 }
 
 function isCurrent(dir: string): boolean {

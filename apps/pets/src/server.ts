@@ -16,10 +16,9 @@ import { basename, resolve } from 'node:path';
 
 import multipart from '@fastify/multipart';
 import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import closeWithGrace from 'close-with-grace';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 
-import { gracefulClose } from '@tessera/server-kit';
+import { gracefulClose, listenWithGrace } from '@tessera/server-kit';
 
 import { DEFAULTS, type LayoutOption, type SchedulingOption, type StrategyOption } from './config.js';
 import { MIB } from './engine/client.js';
@@ -152,10 +151,5 @@ export interface ListenOptions {
  * `graceMs`. A second signal exits at once. Resolves with the address.
  */
 export async function listen(app: FastifyInstance, options: ListenOptions = {}): Promise<string> {
-  closeWithGrace({ delay: options.graceMs ?? 30_000 }, async ({ signal, err }) => {
-    if (err) app.log.error({ err }, 'shutting down after an error');
-    else app.log.info({ signal }, 'shutting down: draining in-flight requests');
-    await app.close();
-  });
-  return app.listen({ host: options.host ?? DEFAULTS.host, port: options.port ?? DEFAULTS.port });
+  return listenWithGrace(app, { host: options.host ?? DEFAULTS.host, port: options.port ?? DEFAULTS.port, ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }) });
 }

@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { repositoryRoot } from '@tessera/server-kit';
 import { generateLoraAdapter, generateModel } from '@tessera/engine';
 
 /** Bump when the demo's recipe changes, so a cached demo from an older recipe is regenerated. */
@@ -37,17 +38,9 @@ export interface Demo {
   generated: boolean;
 }
 
-/** The repository root (the directory holding pnpm-workspace.yaml above this file), or null outside a checkout. */
-export function repositoryRoot(from = dirname(fileURLToPath(import.meta.url))): string | null {
-  for (let dir = resolve(from); ; dir = dirname(dir)) {
-    if (existsSync(join(dir, 'pnpm-workspace.yaml'))) return dir;
-    if (dirname(dir) === dir) return null;
-  }
-}
-
 /** `.tessera/demo` under the repository root (or the current directory outside a checkout). */
 export function defaultDemoDir(): string {
-  return join(repositoryRoot() ?? process.cwd(), '.tessera', 'demo');
+  return join(repositoryRoot(dirname(fileURLToPath(import.meta.url))) ?? process.cwd(), '.tessera', 'demo');
 }
 
 function isCurrent(dir: string): boolean {

@@ -15,12 +15,11 @@ import { readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import closeWithGrace from 'close-with-grace';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
 
-import { gracefulClose } from '@tessera/server-kit';
+import { gracefulClose, listenWithGrace } from '@tessera/server-kit';
 
 import { MIB } from './engine/client.js';
 import { enginePlugin } from './plugins/engine.js';
@@ -138,10 +137,5 @@ export interface ListenOptions {
  * or after `graceMs`. A second signal exits at once. Resolves with the address.
  */
 export async function listen(app: FastifyInstance, options: ListenOptions = {}): Promise<string> {
-  closeWithGrace({ delay: options.graceMs ?? 30_000 }, async ({ signal, err }) => {
-    if (err) app.log.error({ err }, 'shutting down after an error');
-    else app.log.info({ signal }, 'shutting down: draining in-flight requests');
-    await app.close();
-  });
-  return app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 8000 });
+  return listenWithGrace(app, { host: options.host ?? '127.0.0.1', port: options.port ?? 8000, ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }) });
 }
