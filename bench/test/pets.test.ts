@@ -6,27 +6,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { petsBench } from '../src/benches/pets.js';
-import type { BenchContext, RooflineSummary } from '../src/types.js';
+import { quickContext as ctx } from './quick-context.js';
 import { findAll, parseXml } from './xml.js';
-
-const roofline: RooflineSummary = {
-  triadGBs: 20,
-  triadGBs1t: 15,
-  readGBs: 30,
-  readGBs1t: 20,
-  peakGflops: 200,
-  peakGflops1t: 100,
-  isa: 'avx2',
-  threads: 2,
-  arrayMiB: 64,
-  measuredAt: new Date(0).toISOString(),
-  source: 'quick probe',
-};
 
 describe('pets bench (--quick)', () => {
   it('runs Table 5, Figs. 7, 9 and 12 and reports the issue ratios', async () => {
-    const ctx: BenchContext = { quick: true, threads: 2, log: () => {}, roofline: async () => roofline };
-    const out = await petsBench.run(ctx);
+        const out = await petsBench.run(ctx);
     const byFigure = (f: string) => out.rows.filter((r) => r.figure === f);
     expect(byFigure('table5')).toHaveLength(9); // 3 models × 3 budgets
     expect(byFigure('fig7')).toHaveLength(6); // tiny × {16, 32} tasks × 3 shapes

@@ -6,24 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { type PunicaKernelConfig, makePunicaKernelBench, punicaKernelFigures, svgGrid } from '../src/benches/punica.js';
 import { lineChart } from '../src/svg.js';
-import type { BenchContext, RooflineSummary } from '../src/types.js';
+import { quickContext as ctx } from './quick-context.js';
 import { findAll, parseXml } from './xml.js';
-
-const roofline: RooflineSummary = {
-  triadGBs: 20,
-  triadGBs1t: 15,
-  readGBs: 30,
-  readGBs1t: 20,
-  peakGflops: 200,
-  peakGflops1t: 100,
-  isa: 'avx2',
-  threads: 2,
-  arrayMiB: 64,
-  measuredAt: new Date(0).toISOString(),
-  source: 'quick probe',
-};
-
-const ctx: BenchContext = { quick: true, threads: 2, log: () => {}, roofline: async () => roofline };
 
 const tiny: PunicaKernelConfig = {
   h: 256,
