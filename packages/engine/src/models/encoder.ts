@@ -204,8 +204,14 @@ export class EncoderModel {
       const inter = scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be));
       const ffn = scope.keep(Tensor.empty([T, H], 'f32', be));
       const sum = scope.keep(Tensor.empty([T, H], 'f32', be));
-      // Pad rows are never written by attention; zeros keep them finite through the layers.
-      if (padTo !== undefined) ctx.write(new Float32Array(ctx.numel));
+      // Pad rows are never written by attention; zeros keep them finite through the layers. Only they are written.
+      if (padTo !== undefined) {
+        const zeros = new Float32Array(Math.max(0, ...sequences.map((q) => padTo - q.ids.length)) * H);
+        sequences.forEach((q, b) => {
+          const pad = padTo - q.ids.length;
+          if (pad > 0) scope.rows(ctx, offsets[b]! + q.ids.length, pad).write(zeros.subarray(0, pad * H));
+        });
+      }
 
       let firstLayer = 0;
       if (lower) {
