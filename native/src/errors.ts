@@ -2,17 +2,13 @@
  * Typed errors. Native failures arrive as JS errors with a `code`; {@link fromNative} maps them onto these
  * classes so callers can `instanceof`-check (e.g. budget exhaustion) without parsing messages.
  */
-export class TesseraError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = new.target.name;
-    this.code = code;
-  }
-}
+import { type ErrorKind, InvalidArgumentError, registerErrors, TesseraError } from '@tessera/core';
+
+export { InvalidArgumentError, TesseraError };
 
 /** An allocation would exceed the backend's byte budget. Nothing was allocated. */
 export class BudgetExceededError extends TesseraError {
+  static override readonly kind: ErrorKind = 'capacity';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_BUDGET_EXCEEDED', message, options);
   }
@@ -20,6 +16,7 @@ export class BudgetExceededError extends TesseraError {
 
 /** Operand shapes do not fit together. The message names every shape involved. */
 export class ShapeMismatchError extends TesseraError {
+  static override readonly kind: ErrorKind = 'invalid';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_SHAPE_MISMATCH', message, options);
   }
@@ -27,6 +24,7 @@ export class ShapeMismatchError extends TesseraError {
 
 /** An operand has a dtype the op does not accept. */
 export class DTypeMismatchError extends TesseraError {
+  static override readonly kind: ErrorKind = 'invalid';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_DTYPE_MISMATCH', message, options);
   }
@@ -34,6 +32,7 @@ export class DTypeMismatchError extends TesseraError {
 
 /** A tensor was used after `dispose()`. */
 export class DisposedTensorError extends TesseraError {
+  static override readonly kind: ErrorKind = 'internal';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_DISPOSED', message, options);
   }
@@ -41,6 +40,7 @@ export class DisposedTensorError extends TesseraError {
 
 /** Operands live on different backends (cpu vs cuda). */
 export class DeviceMismatchError extends TesseraError {
+  static override readonly kind: ErrorKind = 'internal';
   constructor(message: string) {
     super('TESSERA_DEVICE_MISMATCH', message);
   }
@@ -48,20 +48,15 @@ export class DeviceMismatchError extends TesseraError {
 
 /** The chosen backend has no kernel for this op. */
 export class UnsupportedOpError extends TesseraError {
+  static override readonly kind: ErrorKind = 'invalid';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_UNSUPPORTED', message, options);
   }
 }
 
-/** An argument is out of range (an index past the table, a negative size, ...). */
-export class InvalidArgumentError extends TesseraError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super('TESSERA_INVALID_ARGUMENT', message, options);
-  }
-}
-
 /** The device failed (a CUDA error, an OS allocation failure). */
 export class DeviceError extends TesseraError {
+  static override readonly kind: ErrorKind = 'internal';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_DEVICE_ERROR', message, options);
   }
@@ -69,10 +64,13 @@ export class DeviceError extends TesseraError {
 
 /** The addon has not been built; the message names the command that builds it. */
 export class NativeBuildMissingError extends TesseraError {
+  static override readonly kind: ErrorKind = 'unavailable';
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_NATIVE_BUILD_MISSING', message, options);
   }
 }
+
+registerErrors(BudgetExceededError, ShapeMismatchError, DTypeMismatchError, DisposedTensorError, DeviceMismatchError, UnsupportedOpError, DeviceError, NativeBuildMissingError);
 
 const byCode: Record<string, new (message: string, options?: { cause?: unknown }) => TesseraError> = {
   TESSERA_BUDGET_EXCEEDED: BudgetExceededError,

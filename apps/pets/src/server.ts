@@ -100,7 +100,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     if (!statSync(paramsRoot).isDirectory()) throw new Error(`--params-root ${paramsRoot} is not a directory`);
   }
 
-  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle' })
+  // pluginTimeout 0: the engine plugin loads the model (and with --profile measures cost tables) before it resolves;
+  // that takes as long as the model and the machine make it, and a worker that fails rejects the start on its own.
+  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle', pluginTimeout: 0 })
     .withTypeProvider<TypeBoxTypeProvider>()
     .setValidatorCompiler(TypeBoxValidatorCompiler);
 

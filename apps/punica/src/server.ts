@@ -91,7 +91,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   }
   const maxBatch = options.maxBatch ?? 32;
 
-  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle' })
+  // pluginTimeout 0: the engine plugin loads the model and the start-up adapters before it resolves; that takes as
+  // long as the model and the machine make it, and a worker that fails rejects the start on its own.
+  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle', pluginTimeout: 0 })
     .withTypeProvider<TypeBoxTypeProvider>()
     .setValidatorCompiler(TypeBoxValidatorCompiler);
 

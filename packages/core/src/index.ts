@@ -1,0 +1,22 @@
+/**
+ * @tessera/core: what every Tessera package shares, with no runtime dependencies of its own. Policy packages
+ * (batcher, adapter-swap, cluster's scheduler, sim, …) depend on this and never on the native addon or the engine.
+ */
+export { type Clock, systemClock } from './clock.js';
+export { type Random, mulberry32, fnv1a32, substream } from './random.js';
+export type { FinishReason } from './finish-reason.js';
+export {
+  TesseraError,
+  type TesseraErrorOptions,
+  type ErrorKind,
+  ERROR_KINDS,
+  type ErrorField,
+  type SerializedError,
+  registerErrors,
+  registeredError,
+  serializeError,
+  deserializeError,
+  errorKind,
+  RemoteError,
+  InvalidArgumentError,
+} from './errors.js';
