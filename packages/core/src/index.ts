@@ -3,7 +3,7 @@
  * (batcher, adapter-swap, cluster's scheduler, sim, …) depend on this and never on the native addon or the engine.
  */
 export { type Clock, systemClock } from './clock.js';
-export { type Random, mulberry32, fnv1a32, substream } from './random.js';
+export { type Random, mulberry32, fnv1a32, substream, checkSeed, streamState, SplitMix32 } from './random.js';
 export type { FinishReason } from './finish-reason.js';
 export {
   TesseraError,

@@ -2,10 +2,11 @@
  * The engine's typed errors. Every bad model file, config or adapter ends in one of these (never a crash and
  * never a half-loaded model): callers can `instanceof`-check, servers map them to 4xx bodies.
  */
-import { TesseraError } from '@tessera/native';
+import { type ErrorKind, registerErrors, TesseraError } from '@tessera/core';
 
 /** A model, adapter or tokenizer file is unreadable or malformed. `path` names the file. */
 export class ModelFormatError extends TesseraError {
+  static override readonly kind: ErrorKind = 'invalid';
   readonly path: string;
   constructor(code: string, path: string, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
@@ -64,6 +65,7 @@ export class ConfigError extends ModelFormatError {
 
 /** The paged KV cache has no free page left. Nothing was allocated; the caller may evict and retry. */
 export class KvCacheExhaustedError extends TesseraError {
+  static override readonly kind: ErrorKind = 'unavailable';
   constructor(message: string) {
     super('TESSERA_KV_EXHAUSTED', message);
   }
@@ -74,9 +76,12 @@ export class KvCacheExhaustedError extends TesseraError {
  * cache does not know. One class for every package, so servers map it to one 404 (never a silent base model).
  */
 export class UnknownAdapterError extends TesseraError {
+  static override readonly kind: ErrorKind = 'not_found';
   readonly adapter: string;
   constructor(adapter: string, message = `unknown adapter ${JSON.stringify(adapter)}`, options?: { cause?: unknown }) {
     super('TESSERA_UNKNOWN_ADAPTER', message, options);
     this.adapter = adapter;
   }
 }
+
+registerErrors(ModelFormatError, TruncatedFileError, BadHeaderError, UnknownDtypeError, TensorShapeError, MissingTensorError, PathOutsideModelError, ConfigError, KvCacheExhaustedError, UnknownAdapterError);

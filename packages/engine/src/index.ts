@@ -66,7 +66,7 @@ export { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from './hooks/lora-
 // KV cache, sampling, generation
 export { type KvBlockTable, type KvCacheShape, type KvCacheStats, type KvLayerTensors, PagedKvCache, type PagedKvCacheOptions, pagesForLength } from './kv/paged-kv-cache.js';
 export { argmax, createSampler, type Sampler, type SamplingParams } from './sampling/sampler.js';
-export { type FinishReason, StopChecker, type StopCheckerOptions, type StopStep } from './sampling/stop.js';
+export { type StopReason, StopChecker, type StopCheckerOptions, type StopStep } from './sampling/stop.js';
 export { type GenerateOptions, type GenerateRequest, type GenerateResult, generateBatch } from './generate.js';
 
 // generator

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { randomFloats, rng } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
 import { argmax, createSampler, type SamplingParams } from '../src/sampling/sampler.js';
-import { type FinishReason, StopChecker, type StopStep } from '../src/sampling/stop.js';
+import { type StopReason, StopChecker, type StopStep } from '../src/sampling/stop.js';
 
 /**
  * The filtered distribution, computed the slow obvious way: full sort (logit desc, id asc), keep k, softmax of
@@ -382,7 +382,7 @@ describe('StopChecker', () => {
         tokens.splice(Math.min(eosAt ?? tokens.length, tokens.length), 0, EOS); // always ends by EOS at the latest
         // Reference: after each token, the text of all bytes so far (an incomplete character dropped unless the
         // limit is reached); the first time a stop string occurs, cut at its earliest occurrence.
-        let want: { text: string; reason: FinishReason } | undefined;
+        let want: { text: string; reason: StopReason } | undefined;
         const bytes: number[] = [];
         for (let k = 1; k <= tokens.length && !want; k++) {
           const token = tokens[k - 1]!;

@@ -3,6 +3,7 @@
  * ShapeMismatchError / InvalidArgumentError; adapter-file problems as @tessera/engine's ConfigError /
  * TensorShapeError (they name the file and the tensor). The two below are specific to serving LoRA with SGMV.
  */
+import { registerErrors } from '@tessera/core';
 import { ConfigError } from '@tessera/engine';
 
 
@@ -16,3 +17,5 @@ export { UnknownAdapterError } from '@tessera/engine';
  * by the engine's `LoraDelta` with the base weights. `path` is the adapter directory.
  */
 export class UnsupportedAdapterError extends ConfigError {}
+
+registerErrors(UnsupportedAdapterError);

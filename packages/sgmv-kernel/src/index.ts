@@ -72,7 +72,6 @@ export {
   identical,
   indptrFromSizes,
   popularity,
-  seededRandom,
   skewed,
   uniform,
   zipf,

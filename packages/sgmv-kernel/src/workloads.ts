@@ -4,6 +4,7 @@
  * ≥ 1, summing to bs); `assignAdapters` turns sizes into a shuffled per-request adapter id list, as the
  * text-generation benchmark does.
  */
+import { mulberry32 } from '@tessera/core';
 import { InvalidArgumentError } from '@tessera/native';
 
 export type PopularityName = 'distinct' | 'uniform' | 'zipf' | 'identical' | 'skewed';
@@ -94,17 +95,6 @@ export function indptrFromSizes(sizes: readonly number[]): Int32Array {
   return indptr;
 }
 
-/** mulberry32: a seeded 32-bit generator of floats in [0, 1) (the same sequence as @tessera/test-utils' rng). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * Request-level assignment: adapter id i repeated sizes[i] times, then shuffled (Fisher–Yates) with a fixed
@@ -116,7 +106,7 @@ export function assignAdapters(sizes: readonly number[], seed = 0): number[] {
     if (!Number.isSafeInteger(s) || s < 0) throw new InvalidArgumentError(`assignAdapters: size ${i} is ${s}, not a non-negative integer`);
     for (let k = 0; k < s; k++) ids.push(i);
   });
-  const next = seededRandom(seed);
+  const next = mulberry32(seed);
   for (let i = ids.length - 1; i > 0; i--) {
     const j = Math.floor(next() * (i + 1));
     [ids[i], ids[j]] = [ids[j]!, ids[i]!];

@@ -13,9 +13,11 @@
  * adds beyond the window's already-emitted prefix, so a step costs O(window) rather than O(all tokens), and
  * tokenizers whose decoding depends on the previous token (SentencePiece's leading space) decode in context.
  */
+import type { FinishReason } from '@tessera/core';
 import { InvalidArgumentError } from '@tessera/native';
 
-export type FinishReason = 'eos' | 'stop' | 'length';
+/** Why a StopChecker ended a sequence: @tessera/core's FinishReason less 'cancelled' (which only a scheduler decides). */
+export type StopReason = Exclude<FinishReason, 'cancelled'>;
 
 export interface StopCheckerOptions {
   /** Token ids that end generation (the model's EOS and any extra stop token ids). */
@@ -38,7 +40,7 @@ export interface StopStep {
   /** Text that became safe to emit with this token (may be empty). */
   text: string;
   /** Why generation ended with this token, or null to go on. */
-  finished: FinishReason | null;
+  finished: StopReason | null;
 }
 
 const REPLACEMENT_CHARACTER = '\uFFFD';
@@ -60,7 +62,7 @@ export class StopChecker {
   private decoded = '';
   /** How many characters of `decoded` have been emitted. */
   private emitted = 0;
-  private reason: FinishReason | null = null;
+  private reason: StopReason | null = null;
   private stopMatched: string | null = null;
 
   constructor(options: StopCheckerOptions) {
@@ -95,7 +97,7 @@ export class StopChecker {
     return this.decoded.slice(0, this.emitted);
   }
 
-  get finishReason(): FinishReason | null {
+  get finishReason(): StopReason | null {
     return this.reason;
   }
 
@@ -132,7 +134,7 @@ export class StopChecker {
   }
 
   /** Ends generation: a stop string found in the flushed text still wins; everything left is emitted. */
-  private finish(reason: FinishReason, start: number): StopStep {
+  private finish(reason: StopReason, start: number): StopStep {
     this.reason = reason !== 'stop' && this.cutAtStop() ? 'stop' : reason;
     this.emitted = this.decoded.length;
     return { text: this.decoded.slice(start), finished: this.reason };

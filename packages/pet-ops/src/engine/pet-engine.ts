@@ -13,6 +13,7 @@
  *      the attention hook hands each prefix-tuned sequence its task's prefix;
  *   5. per mini-batch, its task head on its pooled [CLS] rows; logits and the argmax label per query.
  */
+import { mulberry32 } from '@tessera/core';
 import { type AttentionPrefix, type AttentionSiteCall, type EncoderConfig, type EncoderLinearSite, type EncoderNormSite, type EncoderSequence, type LinearSiteCall, type ModelDelta, type NormSiteCall, SegmentLayout, encoderLinearModules } from '@tessera/engine';
 import { InvalidArgumentError, type PetOp, type PetRows, Tensor, attentionPrefill, deviceInfo, linear, petSiteRun } from '@tessera/native';
 import { SgmvLoraDelta } from '@tessera/sgmv-kernel';
@@ -227,7 +228,7 @@ export class PetEngine {
     checkCount(N, 'PetEngine.runSharedOnly: N');
     checkCount(L, 'PetEngine.runSharedOnly: L');
     if (L > c.maxPositions) throw new InvalidArgumentError(`PetEngine.runSharedOnly: L = ${L} exceeds the model's ${c.maxPositions} positions`);
-    const rng = seeded(N * 131 + L);
+    const rng = mulberry32(N * 131 + L);
     const sequences = Array.from({ length: N }, () => ({ ids: Int32Array.from({ length: L }, () => Math.floor(rng() * c.vocabSize)) }));
     const out = shared.model.forward(sequences, { padTo: L, outputs: { hidden: false, pooled: true, logits: false } });
     out.pooled?.dispose();
@@ -343,7 +344,7 @@ export class PetEngine {
     const H = c.hiddenSize;
     const I = c.intermediateSize;
     const widths: Record<string, number> = { x: H, xi: I, q: H, k: H, v: H, o: H, i: I, f: H, nx: H, pooled: H };
-    const rng = seeded(need);
+    const rng = mulberry32(need);
     const backend = shared.model.backend;
     const tensors = new Map<string, Tensor>();
     for (const [name, w] of Object.entries(widths)) {
@@ -598,18 +599,6 @@ function checkOptions(o: Partial<PetEngineOptions>, what: string): void {
     }
   }
   if (o.now !== undefined && typeof o.now !== 'function') throw new InvalidArgumentError(`${what}: now must be a function returning milliseconds`);
-}
-
-/** A small seeded generator (mulberry32): profiling inputs are reproducible. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0 || 1;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /**

@@ -3,48 +3,14 @@
  * seed's bytes and the name, so a tensor's values depend only on the seed and its own name (adding a tensor never
  * shifts another) and are the same on every machine (32-bit integer math only).
  */
-const FNV_OFFSET = 0x811c9dc5;
-const FNV_PRIME = 0x01000193;
-const utf8 = new TextEncoder();
+import { SplitMix32, streamState } from '@tessera/core';
 
-export function checkSeed(seed: number, what = 'seed'): number {
-  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new RangeError(`${what} must be an integer in [0, 2^32 - 1], got ${seed}`);
-  return seed;
-}
+export { checkSeed } from '@tessera/core';
 
-function fnv1a(bytes: Uint8Array, hash: number): number {
-  let h = hash >>> 0;
-  for (const byte of bytes) h = Math.imul(h ^ byte, FNV_PRIME) >>> 0;
-  return h;
-}
-
-export class PetRng {
-  private state: number;
-
+/** The PET generator's stream for (seed, name): @tessera/core's splitmix32 with a uniform fill. */
+export class PetRng extends SplitMix32 {
   constructor(seed: number, name: string) {
-    checkSeed(seed);
-    const seedBytes = new Uint8Array(4);
-    new DataView(seedBytes.buffer).setUint32(0, seed, true);
-    this.state = fnv1a(utf8.encode(name), fnv1a(seedBytes, FNV_OFFSET));
-  }
-
-  /** The next uniform 32-bit unsigned integer (splitmix32: a Weyl step through the MurmurHash3 finalizer). */
-  nextUint32(): number {
-    this.state = (this.state + 0x9e3779b9) >>> 0;
-    let z = this.state;
-    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-    return (z ^ (z >>> 16)) >>> 0;
-  }
-
-  /** Uniform in [0, 1) with 32 bits of resolution. */
-  nextFloat(): number {
-    return this.nextUint32() / 0x100000000;
-  }
-
-  /** Uniform integer in [0, n), n ≤ 2^32 (a 32-bit fraction times n: each value's probability is off by < n / 2^32). */
-  nextInt(n: number): number {
-    return Math.floor(this.nextFloat() * n);
+    super(streamState(seed, name));
   }
 
   /** Fills `out` with uniform values of standard deviation `std` (bound std·√3), centred on 0. */
