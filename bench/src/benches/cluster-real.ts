@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { connectClusterClient, redisUrlFromEnv, startSchedulerService } from '@tessera/cluster';
 import { readHfConfig } from '@tessera/engine';
 import { buildServer } from '@tessera/punica';
-import { assignAdapters, popularity } from '@tessera/sgmv-kernel';
+import { assignAdapters, popularity } from '@tessera/sgmv-kernel/bench';
 
 import { rng } from '../data.js';
 import { BENCH_MODELS_DIR, miniModelDir } from '../models.js';

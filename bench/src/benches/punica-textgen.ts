@@ -29,15 +29,8 @@ import {
   pagesForLength,
 } from '@tessera/engine';
 import { type BatchPolicy, type BatcherRequest, type BatcherStats, ContinuousBatcher, type FinishedRequest } from '@tessera/batcher';
-import {
-  LoraWeightSet,
-  PAPER_POPULARITIES,
-  type PopularityName,
-  SgmvLoraDelta,
-  assignAdapters,
-  popularity,
-  readLoraForSgmv,
-} from '@tessera/sgmv-kernel';
+import { LoraWeightSet, SgmvLoraDelta, readLoraForSgmv } from '@tessera/sgmv-kernel';
+import { PAPER_POPULARITIES, type PopularityName, assignAdapters, popularity } from '@tessera/sgmv-kernel/bench';
 import { rng } from '../data.js';
 import { BENCH_MODELS_DIR, miniModelDir } from '../models.js';
 import { barChart } from '../svg.js';

@@ -15,12 +15,12 @@
  * float64 reference (and each other) before anything is timed.
  */
 import { type Tensor as TensorT, Tensor, readSumProbe } from '@tessera/native';
+import { addLora, referenceAddLora, rowIndexFromSegments } from '@tessera/sgmv-kernel';
 import {
   type GatheredLoraWeights,
   type LoraWeightTable,
   PAPER_POPULARITIES,
   type PopularityName,
-  addLora,
   addLoraCost,
   bmm,
   gatherBmm,
@@ -28,10 +28,8 @@ import {
   indptrFromSizes,
   loraLoop,
   popularity,
-  referenceAddLora,
-  rowIndexFromSegments,
   tableViews,
-} from '@tessera/sgmv-kernel';
+} from '@tessera/sgmv-kernel/bench';
 
 import { maxRelErr, randomFloats } from '../data.js';
 import { lastLevelCacheMiB } from '../machine.js';

@@ -3,7 +3,13 @@
  * registry holds all seven types; a new type implements PetOperator and registers itself.
  */
 import { UnknownPetTypeError } from './errors.js';
-import { AdapterOperator, BitFitOperator, DiffOperator, LoraOperator, MaskBertOperator, PrefixOperator, StandardOperator } from './operators/index.js';
+import { AdapterOperator } from './operators/adapter.js';
+import { BitFitOperator } from './operators/bitfit.js';
+import { DiffOperator } from './operators/diff.js';
+import { LoraOperator } from './operators/lora.js';
+import { MaskBertOperator } from './operators/maskbert.js';
+import { PrefixOperator } from './operators/prefix.js';
+import { StandardOperator } from './operators/standard.js';
 import { PET_TYPES, type PetOperator, type PetType } from './types.js';
 
 export class PetRegistry {

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateModel } from '@tessera/engine';
-import { type GeneratePetOptions, generatePetParams } from '../src/gen/index.js';
+import { type GeneratePetOptions, generatePetParams } from '../src/gen/generate.js';
 import { PetRng } from '../src/gen/rng.js';
 import { TaskManager } from '../src/tasks/task-manager.js';
 import type { PetParams, PetType, SharedModel } from '../src/types.js';

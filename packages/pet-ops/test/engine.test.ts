@@ -6,7 +6,7 @@ import { InvalidArgumentError, allocatorStats } from '@tessera/native';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TaskStateError, UnknownSharedModelError, UnknownTaskError } from '../src/errors.js';
 import { PetEngine, type PetQuery } from '../src/engine/pet-engine.js';
-import { generatePetParams } from '../src/gen/index.js';
+import { generatePetParams } from '../src/gen/generate.js';
 import { type EngineFixture, TAG, engineFixture, queriesFor } from './engine-fixture.js';
 
 let fx: EngineFixture;

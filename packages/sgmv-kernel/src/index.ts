@@ -3,14 +3,16 @@
  * segments by adapter, each projection's LoRA add-on done by two kernel launches (shrink, expand) for the whole
  * batch, on the native kernels of @tessera/native.
  *
- *   ops.ts        sgmvShrink / sgmvExpand / bgmvShrink / bgmvExpand over a SegmentLayout or indptr; addLora
+ *   ops.ts        sgmvShrinkSegments / sgmvExpandSegments / bgmvShrinkRows / bgmvExpandRows over a SegmentLayout,
+ *                 a host indptr or a tensor; addLora
  *   delta.ts      SgmvLoraDelta: the engine ModelDelta that applies LoRA at every hook site with SGMV
  *   weights.ts    PEFT adapter → SGMV layout (A [L, r, in], B [L, r, out] with the scale folded in), upload
  *   source.ts     loraAdapterSource: the disk → host → device source for an adapter cache
  *   reference.ts  float64 reference of shrink, expand, addLora and BGMV (the test oracle)
- *   baselines.ts  Loop, Gather-BMM, Gather and BMM: the paper's operator baselines, for benchmarks
- *   workloads.ts  the popularity generators (distinct, uniform, zipf, identical, skewed) and request assignment
- *   roofline.ts   FLOP / bytes / arithmetic intensity of SGMV, the LoRA add-on and Gather-BMM
+ *   bench.ts      the `@tessera/sgmv-kernel/bench` entry: what benchmarks need and servers do not —
+ *     baselines.ts  Loop, Gather-BMM, Gather and BMM: the paper's operator baselines
+ *     workloads.ts  the popularity generators (distinct, uniform, zipf, identical, skewed) and request assignment
+ *     roofline.ts   FLOP / bytes / arithmetic intensity of SGMV, the LoRA add-on and Gather-BMM
  *   errors.ts     UnknownAdapterError, UnsupportedAdapterError
  */
 export { UnknownAdapterError, UnsupportedAdapterError } from './errors.js';
@@ -21,12 +23,12 @@ export {
   type Segments,
   addLora,
   addLoraBgmv,
-  bgmvExpand,
-  bgmvShrink,
+  bgmvExpandRows,
+  bgmvShrinkRows,
   hostIndptr,
   rowIndexFromSegments,
-  sgmvExpand,
-  sgmvShrink,
+  sgmvExpandSegments,
+  sgmvShrinkSegments,
   zeroFill,
 } from './ops.js';
 export { SgmvLoraDelta, type SgmvLoraDeltaOptions } from './delta.js';
@@ -51,29 +53,3 @@ export {
   referenceExpand,
   referenceShrink,
 } from './reference.js';
-export {
-  type BmmOptions,
-  type GatheredLoraWeights,
-  type LoopOptions,
-  type LoraWeightTable,
-  bmm,
-  gatherBmm,
-  gatherLoraWeights,
-  loraLoop,
-  stackLoraWeights,
-  tableViews,
-} from './baselines.js';
-export {
-  DEFAULT_ZIPF_ALPHA,
-  PAPER_POPULARITIES,
-  type PopularityName,
-  assignAdapters,
-  distinct,
-  identical,
-  indptrFromSizes,
-  popularity,
-  skewed,
-  uniform,
-  zipf,
-} from './workloads.js';
-export { type KernelCost, type SgmvCostInput, addLoraCost, gatherBmmCost, gatherBmmExtraElements, rooflineBound, sgmvCost } from './roofline.js';

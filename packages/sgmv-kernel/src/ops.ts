@@ -1,5 +1,6 @@
 /**
- * The SGMV and BGMV kernels of @tessera/native with a friendlier surface: segments as an engine SegmentLayout,
+ * The SGMV and BGMV kernels of @tessera/native with a friendlier surface (their own names: the native ops take only
+ * an i32 tensor, these any Segments form): segments as an engine SegmentLayout,
  * a host Int32Array indptr or an i32 tensor; and `addLora`, the LoRA add-on as Punica runs it (punica.md §3.1,
  * §9.2): shrink into a zeroed rank-wide f32 intermediate, then expand into y with an optional per-segment scale.
  *
@@ -61,23 +62,23 @@ function withTensor<T>(held: { tensor: Tensor; owned: boolean }, fn: (t: Tensor)
 }
 
 /** SGMV shrink: y[rows_i, 0:r_i] += x[rows_i, :] · W_i[layer]ᵀ, W_i f32 [L, r_i, h_in]; a null weight skips its segment. */
-export function sgmvShrink(y: Tensor, x: Tensor, weights: readonly (Tensor | null)[], segments: Segments, layer: number, options: SgmvOptions = {}): void {
-  withTensor(indptrOn(segments, sameBackend('sgmvShrink', y, x)), (indptr) => nativeSgmvShrink(y, x, weights, indptr, layer, options));
+export function sgmvShrinkSegments(y: Tensor, x: Tensor, weights: readonly (Tensor | null)[], segments: Segments, layer: number, options: SgmvOptions = {}): void {
+  withTensor(indptrOn(segments, sameBackend('sgmvShrinkSegments', y, x)), (indptr) => nativeSgmvShrink(y, x, weights, indptr, layer, options));
 }
 
 /** SGMV expand: y[rows_i, :] += scale_i · v[rows_i, 0:r_i] · W_i[layer], W_i f32 [L, r_i, h_out]. */
-export function sgmvExpand(y: Tensor, v: Tensor, weights: readonly (Tensor | null)[], segments: Segments, layer: number, options: ExpandOptions = {}): void {
-  withTensor(indptrOn(segments, sameBackend('sgmvExpand', y, v)), (indptr) => nativeSgmvExpand(y, v, weights, indptr, layer, options));
+export function sgmvExpandSegments(y: Tensor, v: Tensor, weights: readonly (Tensor | null)[], segments: Segments, layer: number, options: ExpandOptions = {}): void {
+  withTensor(indptrOn(segments, sameBackend('sgmvExpandSegments', y, v)), (indptr) => nativeSgmvExpand(y, v, weights, indptr, layer, options));
 }
 
 /** BGMV shrink: per row, y[row, 0:r] += x[row, :] · W_{idx[row]}[layer]ᵀ (−1: nothing). */
-export function bgmvShrink(y: Tensor, x: Tensor, weights: readonly (Tensor | null)[], rowIndex: RowIndex, layer: number, options: SgmvOptions = {}): void {
-  withTensor(rowIndexOn(rowIndex, sameBackend('bgmvShrink', y, x)), (idx) => nativeBgmvShrink(y, x, weights, idx, layer, options));
+export function bgmvShrinkRows(y: Tensor, x: Tensor, weights: readonly (Tensor | null)[], rowIndex: RowIndex, layer: number, options: SgmvOptions = {}): void {
+  withTensor(rowIndexOn(rowIndex, sameBackend('bgmvShrinkRows', y, x)), (idx) => nativeBgmvShrink(y, x, weights, idx, layer, options));
 }
 
 /** BGMV expand: per row, y[row, :] += scale_j · v[row, 0:r_j] · W_j[layer] with j = idx[row] (−1: nothing). */
-export function bgmvExpand(y: Tensor, v: Tensor, weights: readonly (Tensor | null)[], rowIndex: RowIndex, layer: number, options: ExpandOptions = {}): void {
-  withTensor(rowIndexOn(rowIndex, sameBackend('bgmvExpand', y, v)), (idx) => nativeBgmvExpand(y, v, weights, idx, layer, options));
+export function bgmvExpandRows(y: Tensor, v: Tensor, weights: readonly (Tensor | null)[], rowIndex: RowIndex, layer: number, options: ExpandOptions = {}): void {
+  withTensor(rowIndexOn(rowIndex, sameBackend('bgmvExpandRows', y, v)), (idx) => nativeBgmvExpand(y, v, weights, idx, layer, options));
 }
 
 // ─── zeroing ───────────────────────────────────────────────────────────────────────────────────────────────

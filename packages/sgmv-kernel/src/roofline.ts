@@ -4,7 +4,7 @@
  * kernel call on a roofline. `elementBytes` is the storage size of one element: 2 for the paper's fp16, 4 for
  * our f32 kernels.
  */
-import { InvalidArgumentError } from '@tessera/native';
+import { InvalidArgumentError } from '@tessera/core';
 
 export interface SgmvCostInput {
   /** Rows per segment (segment sizes). Empty segments read no weight. */

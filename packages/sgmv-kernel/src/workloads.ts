@@ -5,7 +5,7 @@
  * text-generation benchmark does.
  */
 import { mulberry32 } from '@tessera/core';
-import { InvalidArgumentError } from '@tessera/native';
+import { InvalidArgumentError } from '@tessera/core';
 
 export type PopularityName = 'distinct' | 'uniform' | 'zipf' | 'identical' | 'skewed';
 

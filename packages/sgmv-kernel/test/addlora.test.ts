@@ -6,20 +6,17 @@ import { SegmentLayout } from '@tessera/engine';
 import { InvalidArgumentError, ShapeMismatchError, Tensor, add, gemm, linear } from '@tessera/native';
 import { randomFloats } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
+import { addLora, addLoraBgmv, referenceAddLora, rowIndexFromSegments } from '../src/index.js';
 import {
-  addLora,
-  addLoraBgmv,
   bmm,
   gatherBmm,
   gatherLoraWeights,
   indptrFromSizes,
   loraLoop,
   popularity,
-  referenceAddLora,
-  rowIndexFromSegments,
   stackLoraWeights,
   tableViews,
-} from '../src/index.js';
+} from '../src/bench.js';
 import { TOL, disposeAll, normwiseError, randomMat, randomStack, readF32, sameBits } from './support.js';
 
 const L = 2;

@@ -7,7 +7,6 @@ import { randomFloats } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
 import {
   type HostWeightStack,
-  indptrFromSizes,
   referenceAddLora,
   referenceBgmvExpand,
   referenceBgmvShrink,
@@ -15,6 +14,7 @@ import {
   referenceShrink,
   rowIndexFromSegments,
 } from '../src/index.js';
+import { indptrFromSizes } from '../src/bench.js';
 
 function stack(layers: number, rank: number, features: number, seed: number): HostWeightStack {
   return { data: randomFloats(layers * rank * features, seed), layers, rank, features };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { addLoraCost, distinct, gatherBmmCost, gatherBmmExtraElements, identical, rooflineBound, sgmvCost, uniform, zipf } from '../src/index.js';
+import { addLoraCost, distinct, gatherBmmCost, gatherBmmExtraElements, identical, rooflineBound, sgmvCost, uniform, zipf } from '../src/bench.js';
 
 // The paper's case study (punica.md §3.3): an expand with h_i = 16, h_o = 4096 in 16-bit floats.
 const hIn = 16;

@@ -9,19 +9,17 @@ import { type Isa, InvalidArgumentError, ShapeMismatchError, Tensor, deviceInfo,
 import { randomFloats, randomInts } from '@tessera/test-utils';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
-  type PopularityName,
-  bgmvExpand,
-  bgmvShrink,
-  indptrFromSizes,
-  popularity,
+  bgmvExpandRows,
+  bgmvShrinkRows,
   referenceBgmvExpand,
   referenceBgmvShrink,
   referenceExpand,
   referenceShrink,
   rowIndexFromSegments,
-  sgmvExpand,
-  sgmvShrink,
+  sgmvExpandSegments,
+  sgmvShrinkSegments,
 } from '../src/index.js';
+import { type PopularityName, indptrFromSizes, popularity } from '../src/bench.js';
 import { type Stack, TOL, disposeAll, normwiseError, randomMat, randomStack, readF32, sameBits } from './support.js';
 
 const POPULARITIES: PopularityName[] = ['distinct', 'uniform', 'zipf', 'identical', 'skewed'];
@@ -67,14 +65,14 @@ function checkCase(c: Case, options: { reference?: boolean } = {}): { shrink: nu
   try {
     const shrinkWant = { data: Float64Array.from(v.host.data), rows, cols: c.rank };
     referenceShrink(shrinkWant, x.host, a.map((s) => s.host), indptr, c.layer);
-    sgmvShrink(v.t, x.t, a.map((s) => s.t), indptr, c.layer, options);
+    sgmvShrinkSegments(v.t, x.t, a.map((s) => s.t), indptr, c.layer, options);
     const shrink = normwiseError(readF32(v.t), shrinkWant.data);
 
     // Expand from the (now updated) intermediate, like the LoRA op.
     const vNow = { data: readF32(v.t), rows, cols: c.rank };
     const expandWant = { data: Float64Array.from(y.host.data), rows, cols: c.hOut };
     referenceExpand(expandWant, vNow, b.map((s) => s.host), indptr, c.layer);
-    sgmvExpand(y.t, v.t, b.map((s) => s.t), indptr, c.layer, options);
+    sgmvExpandSegments(y.t, v.t, b.map((s) => s.t), indptr, c.layer, options);
     const expand = normwiseError(readF32(y.t), expandWant.data);
     return { shrink, expand };
   } finally {
@@ -168,7 +166,7 @@ describe('SGMV vs the float64 reference (T1)', () => {
     try {
       const vWant = { data: Float64Array.from(v.host.data), rows, cols: 20 };
       referenceShrink(vWant, x.host, a.map((s) => s?.host ?? null), indptr, 1);
-      sgmvShrink(v.t, x.t, a.map((s) => s?.t ?? null), indptr, 1);
+      sgmvShrinkSegments(v.t, x.t, a.map((s) => s?.t ?? null), indptr, 1);
       const vGot = readF32(v.t);
       expect(normwiseError(vGot, vWant.data)).toBeLessThanOrEqual(TOL);
       // Columns past a segment's rank and the null segment's rows are untouched (bitwise).
@@ -179,7 +177,7 @@ describe('SGMV vs the float64 reference (T1)', () => {
       }
       const yWant = { data: Float64Array.from(y.host.data), rows, cols: hOut };
       referenceExpand(yWant, { data: vGot, rows, cols: 20 }, b.map((s) => s?.host ?? null), indptr, 1, [0.5, 9, -2, 1, 3]);
-      sgmvExpand(y.t, v.t, b.map((s) => s?.t ?? null), indptr, 1, { scales: [0.5, 9, -2, 1, 3] });
+      sgmvExpandSegments(y.t, v.t, b.map((s) => s?.t ?? null), indptr, 1, { scales: [0.5, 9, -2, 1, 3] });
       expect(normwiseError(readF32(y.t), yWant.data)).toBeLessThanOrEqual(TOL);
     } finally {
       disposeAll(a, b, x, v, y);
@@ -202,8 +200,8 @@ describe('SGMV semantics (T2, T3, T5, T6, T7)', () => {
       const want = { data: Float64Array.from(y.host.data), rows: 16, cols: rank };
       referenceShrink(want, x.host, a.map((s) => s.host), indptr, 0);
       referenceShrink(want, x.host, a.map((s) => s.host), indptr, 0);
-      sgmvShrink(y.t, x.t, a.map((s) => s.t), indptr, 0);
-      sgmvShrink(y.t, x.t, a.map((s) => s.t), indptr, 0);
+      sgmvShrinkSegments(y.t, x.t, a.map((s) => s.t), indptr, 0);
+      sgmvShrinkSegments(y.t, x.t, a.map((s) => s.t), indptr, 0);
       expect(normwiseError(readF32(y.t), want.data)).toBeLessThanOrEqual(TOL);
     } finally {
       disposeAll(x, y);
@@ -219,7 +217,7 @@ describe('SGMV semantics (T2, T3, T5, T6, T7)', () => {
     const x = Tensor.empty([0, hIn]);
     const y = Tensor.empty([0, rank]);
     try {
-      sgmvShrink(y, x, [pool(rank, hIn)[0]!.t, null], new Int32Array([0, 0, 0]), 0);
+      sgmvShrinkSegments(y, x, [pool(rank, hIn)[0]!.t, null], new Int32Array([0, 0, 0]), 0);
     } finally {
       disposeAll(x, y);
     }
@@ -235,10 +233,10 @@ describe('SGMV semantics (T2, T3, T5, T6, T7)', () => {
     const aLayer = Tensor.from((wa.host.data as Float32Array).subarray(2 * rank * hIn, 3 * rank * hIn), [rank, hIn]);
     const bLayer = Tensor.from((wb.host.data as Float32Array).subarray(2 * rank * hOut, 3 * rank * hOut), [rank, hOut]);
     try {
-      sgmvShrink(v, x.t, [wa.t], SegmentLayout.uniform(rows, 'one'), 2);
+      sgmvShrinkSegments(v, x.t, [wa.t], SegmentLayout.uniform(rows, 'one'), 2);
       const vGemm = gemm(x.t, aLayer, { transB: true });
       expect(normwiseError(readF32(v), readF32(vGemm))).toBeLessThanOrEqual(TOL);
-      sgmvExpand(y, v, [wb.t], new Int32Array([0, rows]), 2);
+      sgmvExpandSegments(y, v, [wb.t], new Int32Array([0, rows]), 2);
       const yGemm = gemm(v, bLayer);
       expect(normwiseError(readF32(y), readF32(yGemm))).toBeLessThanOrEqual(TOL);
       disposeAll(vGemm, yGemm);
@@ -254,9 +252,9 @@ describe('SGMV semantics (T2, T3, T5, T6, T7)', () => {
     const v = randomMat(6, rank, 5);
     const y = randomMat(6, hOut, 6);
     try {
-      sgmvShrink(v.t, x.t, [zeroA, null], new Int32Array([0, 4, 6]), 1);
+      sgmvShrinkSegments(v.t, x.t, [zeroA, null], new Int32Array([0, 4, 6]), 1);
       expect(sameBits(readF32(v.t), v.host.data)).toBe(true);
-      sgmvExpand(y.t, v.t, [null, zeroB], new Int32Array([0, 4, 6]), 1);
+      sgmvExpandSegments(y.t, v.t, [null, zeroB], new Int32Array([0, 4, 6]), 1);
       expect(sameBits(readF32(y.t), y.host.data)).toBe(true);
     } finally {
       disposeAll(zeroA, zeroB, x, v, y);
@@ -272,16 +270,16 @@ describe('SGMV semantics (T2, T3, T5, T6, T7)', () => {
     const v = Tensor.zeros([16, rank]);
     const y = Tensor.zeros([16, hOut]);
     try {
-      sgmvShrink(v, x.t, [wa[0]!.t, wa[1]!.t, wa[2]!.t, wa[3]!.t], indptr, 0);
-      sgmvExpand(y, v, [wb[0]!.t, wb[1]!.t, wb[2]!.t, wb[3]!.t], indptr, 0);
+      sgmvShrinkSegments(v, x.t, [wa[0]!.t, wa[1]!.t, wa[2]!.t, wa[3]!.t], indptr, 0);
+      sgmvExpandSegments(y, v, [wb[0]!.t, wb[1]!.t, wb[2]!.t, wb[3]!.t], indptr, 0);
       const vAll = readF32(v);
       const yAll = readF32(y);
       // Row 5 (segment 1) alone, in a batch of one.
       const x1 = x.t.rows(5, 1);
       const v1 = Tensor.zeros([1, rank]);
       const y1 = Tensor.zeros([1, hOut]);
-      sgmvShrink(v1, x1, [wa[1]!.t], new Int32Array([0, 1]), 0);
-      sgmvExpand(y1, v1, [wb[1]!.t], new Int32Array([0, 1]), 0);
+      sgmvShrinkSegments(v1, x1, [wa[1]!.t], new Int32Array([0, 1]), 0);
+      sgmvExpandSegments(y1, v1, [wb[1]!.t], new Int32Array([0, 1]), 0);
       expect(sameBits(readF32(v1), vAll.subarray(5 * rank, 6 * rank))).toBe(true);
       expect(sameBits(readF32(y1), yAll.subarray(5 * hOut, 6 * hOut))).toBe(true);
       disposeAll(x1, v1, y1);
@@ -300,8 +298,8 @@ describe('SGMV semantics (T2, T3, T5, T6, T7)', () => {
       const v = Tensor.zeros([64, rank]);
       const y = Tensor.zeros([64, hOut]);
       try {
-        sgmvShrink(v, x.t, a, indptr, 1);
-        sgmvExpand(y, v, b, indptr, 1);
+        sgmvShrinkSegments(v, x.t, a, indptr, 1);
+        sgmvExpandSegments(y, v, b, indptr, 1);
         return [readF32(v), readF32(y)];
       } finally {
         disposeAll(v, y);
@@ -341,12 +339,12 @@ describe('BGMV (T8)', () => {
     const v = Tensor.zeros([rows, rank]);
     const y = randomMat(rows, hOut, 13);
     try {
-      bgmvShrink(v, x.t, weightsA.map((s) => s.t), idx, 2);
+      bgmvShrinkRows(v, x.t, weightsA.map((s) => s.t), idx, 2);
       const vWant = { data: new Float64Array(rows * rank), rows, cols: rank };
       referenceBgmvShrink(vWant, x.host, weightsA.map((s) => s.host), idx, 2);
       const vGot = readF32(v);
       expect(normwiseError(vGot, vWant.data)).toBeLessThanOrEqual(TOL);
-      bgmvExpand(y.t, v, weightsB.map((s) => s.t), Tensor.from(idx, [rows]), 2, { scales });
+      bgmvExpandRows(y.t, v, weightsB.map((s) => s.t), Tensor.from(idx, [rows]), 2, { scales });
       const yWant = { data: Float64Array.from(y.host.data), rows, cols: hOut };
       referenceBgmvExpand(yWant, { data: vGot, rows, cols: rank }, weightsB.map((s) => s.host), idx, 2, scales);
       const yGot = readF32(y.t);
@@ -367,8 +365,8 @@ describe('BGMV (T8)', () => {
       const vsT = Tensor.zeros([rows, rank]);
       const ysT = Tensor.from(ys, [rows, hOut]);
       const pick = <T>(list: T[]) => segWeight.map((j) => (j < 0 ? null : list[j]!));
-      sgmvShrink(vsT, xsT, pick(weightsA.map((s) => s.t)), layout, 2);
-      sgmvExpand(ysT, vsT, pick(weightsB.map((s) => s.t)), layout, 2, { scales: segWeight.map((j) => (j < 0 ? 1 : scales[j]!)) });
+      sgmvShrinkSegments(vsT, xsT, pick(weightsA.map((s) => s.t)), layout, 2);
+      sgmvExpandSegments(ysT, vsT, pick(weightsB.map((s) => s.t)), layout, 2, { scales: segWeight.map((j) => (j < 0 ? 1 : scales[j]!)) });
       const vs = readF32(vsT);
       const ysGot = readF32(ysT);
       const vBack = new Float32Array(rows * rank);
@@ -395,13 +393,13 @@ describe('argument checking', () => {
     const v = Tensor.zeros([4, 16]);
     const narrow = Tensor.zeros([4, 8]);
     try {
-      expect(() => sgmvShrink(v, x.t, [a], new Int32Array([0, 3]), 0)).toThrow(InvalidArgumentError);
-      expect(() => sgmvShrink(v, x.t, [a, a, a], new Int32Array([0, 3, 2, 4]), 0)).toThrow(/non-decreasing/);
-      expect(() => sgmvShrink(v, x.t, [a], new Int32Array([0, 4]), LAYERS)).toThrow(InvalidArgumentError);
-      expect(() => sgmvShrink(narrow, x.t, [a], new Int32Array([0, 4]), 0)).toThrow(ShapeMismatchError);
-      expect(() => sgmvShrink(v, x.t, [a, a], new Int32Array([0, 4]), 0)).toThrow(ShapeMismatchError);
-      expect(() => bgmvShrink(v, x.t, [a], new Int32Array([0, 1, 0, 0]), 0)).toThrow(InvalidArgumentError);
-      expect(() => sgmvShrink(v, x.t, [a], SegmentLayout.uniform(3), 0)).toThrow(InvalidArgumentError);
+      expect(() => sgmvShrinkSegments(v, x.t, [a], new Int32Array([0, 3]), 0)).toThrow(InvalidArgumentError);
+      expect(() => sgmvShrinkSegments(v, x.t, [a, a, a], new Int32Array([0, 3, 2, 4]), 0)).toThrow(/non-decreasing/);
+      expect(() => sgmvShrinkSegments(v, x.t, [a], new Int32Array([0, 4]), LAYERS)).toThrow(InvalidArgumentError);
+      expect(() => sgmvShrinkSegments(narrow, x.t, [a], new Int32Array([0, 4]), 0)).toThrow(ShapeMismatchError);
+      expect(() => sgmvShrinkSegments(v, x.t, [a, a], new Int32Array([0, 4]), 0)).toThrow(ShapeMismatchError);
+      expect(() => bgmvShrinkRows(v, x.t, [a], new Int32Array([0, 1, 0, 0]), 0)).toThrow(InvalidArgumentError);
+      expect(() => sgmvShrinkSegments(v, x.t, [a], SegmentLayout.uniform(3), 0)).toThrow(InvalidArgumentError);
     } finally {
       disposeAll(x, v, narrow);
     }

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '@tessera/native';
 import { describe, expect, it } from 'vitest';
-import { PAPER_POPULARITIES, assignAdapters, distinct, identical, indptrFromSizes, popularity, skewed, uniform, zipf } from '../src/index.js';
+import { PAPER_POPULARITIES, assignAdapters, distinct, identical, indptrFromSizes, popularity, skewed, uniform, zipf } from '../src/bench.js';
 
 const BATCHES = [1, 2, 3, 4, 7, 10, 16, 32, 64, 133, 1000];
 

@@ -8,7 +8,7 @@
  * Arrivals of a non-homogeneous Poisson process come from thinning (Lewis & Shedler): candidates from a
  * homogeneous process at the profile's maximum rate, each kept with probability rate(t) / max.
  */
-import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel';
+import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel/bench';
 import { SimArgumentError } from './errors.js';
 import { type Random, exponential, standardNormal, substream, uniformInt } from './random.js';
 

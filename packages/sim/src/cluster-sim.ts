@@ -14,7 +14,7 @@
  */
 import type { ClientStream, FinishedResult } from '@tessera/cluster';
 import { PAGE_SIZE } from '@tessera/native';
-import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel';
+import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel/bench';
 import { SimArgumentError } from './errors.js';
 import {
   DEFAULT_LENGTHS,
