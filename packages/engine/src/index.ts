@@ -2,7 +2,7 @@
  * @tessera/engine: the layer every Tessera app runs its models through.
  *
  *   formats/   safetensors, HF config.json, tokenizer.json, PEFT adapters (read and write)
- *   models/    the encoder and decoder families on @tessera/native, weights, loading
+ *   models/    the encoder and decoder families on @tessera/native (stages: prepare, embed, layers, head), weights, loading
  *   hooks/     SegmentLayout and the hook-site interface multi-tenant deltas implement (LoRA included)
  *   kv/        the paged KV cache
  *   sampling/  samplers and stop conditions; generate.ts runs a batch of requests to completion
@@ -42,8 +42,25 @@ export { type DecodeOptions, type EncodeOptions, type SpecialTokenIds, TextToken
 export { type LoraModuleWeights, loraAlphaFor, loraRankFor, loraScaling, writeLoraAdapter } from './formats/peft-writer.js';
 
 // models
-export { type DecoderForwardOptions, DecoderModel, type DecoderOutput, type DecoderSequence, type SequenceId } from './models/decoder.js';
-export { type EncoderForwardOptions, EncoderModel, type EncoderOutput, type EncoderSequence, unpadBatch } from './models/encoder.js';
+export {
+  type DecoderForwardOptions,
+  DecoderModel,
+  type DecoderOutput,
+  type DecoderSequence,
+  DecoderStepContext,
+  type DecoderStepOptions,
+  type SequenceId,
+} from './models/decoder.js';
+export {
+  EncoderBatchContext,
+  type EncoderBatchOptions,
+  type EncoderForwardOptions,
+  type EncoderHeadOutput,
+  EncoderModel,
+  type EncoderOutput,
+  type EncoderSequence,
+  unpadBatch,
+} from './models/encoder.js';
 export { ModelWeights, type TensorSource } from './models/weights.js';
 export { type LoadOptions, loadDecoder, loadEncoder, loadModel } from './models/load.js';
 
@@ -56,6 +73,7 @@ export type {
   DecoderNormSite,
   EncoderLinearSite,
   EncoderNormSite,
+  LayerBoundaryCall,
   LinearSiteCall,
   ModelDelta,
   NormSiteCall,

@@ -65,19 +65,23 @@ describe('EncoderModel', () => {
     expect(a).not.toEqual(b);
   });
 
-  it('substitutes a supplied hidden state for the lower layers', () => {
+  it('runs the upper layers on a supplied hidden state: layers(N, L, hidden) then head equals the whole forward', () => {
     const lowerConfig = { ...config, numLayers: 2 };
     const lower = new EncoderModel(lowerConfig, model.weights);
     const batch = seqs.map((ids) => ({ ids }));
     const lowerHidden = lower.forward(batch, { outputs: { hidden: true, pooled: false, logits: false } }).hidden!;
     const full = model.forward(batch);
-    const substituted = model.forward(batch, { lowerStack: { layers: 2, hidden: lowerHidden } });
-    expect(substituted.logits!.toArray()).toEqual(full.logits!.toArray());
-    expect(substituted.hidden!.toArray()).toEqual(full.hidden!.toArray());
-    // The caller's tensor is not written.
-    expect(lowerHidden.toArray()).toEqual(lower.forward(batch, { outputs: { hidden: true, pooled: false, logits: false } }).hidden!.toArray());
-    expect(() => model.forward(batch, { lowerStack: { layers: 2, hidden: Tensor.zeros([3, config.hiddenSize]) } })).toThrow(/lowerStack.hidden is \[3, 48\], expected \[30, 48\]/);
-    expect(() => model.forward(batch, { lowerStack: { layers: 9, hidden: lowerHidden } })).toThrow(/not in \[0, 3\]/);
+    const ctx = model.prepare(batch);
+    try {
+      model.layers(2, config.numLayers, lowerHidden, ctx);
+      const { logits } = model.head(lowerHidden, ctx, { pooled: false });
+      expect(logits!.toArray()).toEqual(full.logits!.toArray());
+      expect(lowerHidden.toArray()).toEqual(full.hidden!.toArray());
+      expect(() => model.layers(2, 3, Tensor.zeros([3, config.hiddenSize]), ctx)).toThrow(/hidden is f32 \[3, 48\], expected f32 \[30, 48\]/);
+      expect(() => model.layers(2, 9, lowerHidden, ctx)).toThrow(/\[2, 9\) is not a range of layers within \[0, 3\)/);
+    } finally {
+      ctx.dispose();
+    }
   });
 
   it('calls every hook site in order with its HF module names and one layout', () => {

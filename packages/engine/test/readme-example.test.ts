@@ -75,6 +75,33 @@ class AttnOutBias implements ModelDelta {
 }
 // #endregion readme-custom-delta
 
+// #region readme-stages
+import type { LayerBoundaryCall } from '@tessera/engine'; // ModelDelta: imported above
+
+// One decoder step in stages, its layers in two pieces: the same bits as one forward.
+const staged = loadDecoder(dir('decoder'));
+const kv = PagedKvCache.create({ ...staged.kvShape, numPages: 16 });
+const step = staged.prepare([{ id: 'r1', tokens: prompt }], { cache: kv }); // checks, reserves KV pages
+const hidden = staged.embed(step); // f32 [rows, hidden], the caller's
+staged.layers(0, 1, hidden, step); // layer 0 …
+staged.layers(1, staged.config.numLayers, hidden, step); // … then the rest
+step.commit(); // the new tokens' K/V may now be read by later steps
+const lastLogits = staged.head(hidden, step); // [1, vocab]: the last token's
+step.dispose(); // frees the scratch (an uncommitted step would give its pages back)
+
+/** Waits before each layer until that layer's adapters are resident (HMI's layer-wise staging). */
+class LayerStaging implements ModelDelta {
+  constructor(readonly resident: (layer: number) => Promise<void>) {}
+  beforeLayer(call: LayerBoundaryCall): Promise<void> {
+    return this.resident(call.layer);
+  }
+}
+const waited: number[] = [];
+const staging = new LayerStaging(async (layer) => void waited.push(layer));
+const again = await staged.forwardAsync([{ id: 'r2', tokens: prompt }], { cache: kv, deltas: [staging] });
+// waited is [0, 1]; again.logits equals lastLogits bit for bit.
+// #endregion readme-stages
+
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe('README examples', () => {
@@ -83,7 +110,7 @@ describe('README examples', () => {
     const source = readFileSync(new URL(import.meta.url), 'utf8');
     const blocks = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
     const regions = [...source.matchAll(/^\/\/ #region (readme-[\w-]+)\n([\s\S]*?)^\/\/ #endregion \1$/gm)].map((m) => m[2]);
-    expect(regions).toHaveLength(2);
+    expect(regions).toHaveLength(3);
     expect(blocks).toEqual(regions);
   });
 
@@ -121,6 +148,15 @@ describe('README examples', () => {
     expect(() => cache.layer(0)).toThrow(/disposed/);
     expect([...adapter.modules.values()].every((m) => m.a.disposed && m.b.disposed)).toBe(true);
     for (const model of [decoder, encoder]) expect([...model.weights.tensors.values()].every((t) => t.disposed)).toBe(true);
+  });
+
+  it('stages: two pieces of layers give the forward\'s bits; forwardAsync awaits each layer boundary in order', () => {
+    expect(waited).toEqual([0, 1]);
+    expect(again.logits!.toArray()).toEqual(lastLogits.toArray());
+    const whole = staged.forward([{ id: 'r3', tokens: prompt }], { cache: kv });
+    expect(whole.logits!.toArray()).toEqual(lastLogits.toArray());
+    expect(kv.length('r1')).toBe(prompt.length);
+    for (const owner of [whole.logits!, again.logits!, lastLogits, hidden, kv, staged]) owner.dispose();
   });
 
   it('custom delta: changes only the rows of the tenant it has a bias for', () => {

@@ -68,11 +68,27 @@ export interface AttentionPrefix {
 }
 
 /**
+ * The boundary before one layer: the engine calls every delta's `beforeLayer` here, before any work of `layer`.
+ * HMI waits there until the layer's adapters are on the device; BlockLLM hands the hidden state on to the next block.
+ */
+export interface LayerBoundaryCall {
+  readonly family: 'encoder' | 'decoder';
+  /** The layer about to run (global index, whatever range `layers(from, to)` was asked for). */
+  readonly layer: number;
+  /** f32 [rows, hidden]: the layer's input. Read only (the engine updates it in place once the layer runs). */
+  readonly hidden: Tensor;
+  readonly layout: SegmentLayout;
+}
+
+/**
  * What a multi-tenant delta implements. All methods are optional; `linear` and `norm` mutate `y` in place for
- * their segments, `attentionPrefix` returns the extra keys/values one sequence attends to (or null for none).
+ * their segments, `attentionPrefix` returns the extra keys/values one sequence attends to (or null for none),
+ * `beforeLayer` may return a Promise the engine awaits before the layer (only on the async path: `forwardAsync`,
+ * `layersAsync`; the synchronous path throws if it gets one).
  */
 export interface ModelDelta {
   linear?(call: LinearSiteCall): void;
   norm?(call: NormSiteCall): void;
   attentionPrefix?(call: AttentionSiteCall): AttentionPrefix | null;
+  beforeLayer?(call: LayerBoundaryCall): void | Promise<void>;
 }

@@ -7,6 +7,10 @@
  * rows written into the cache pages → attention (causal prefill kernel for fresh prompts, the paged decode
  * kernel for every other row) → o [site o] → residual → RMSNorm [site post_attn_norm] → gate, up [sites] →
  * SiLU(gate)·up → down [site down] → residual. Then the final RMSNorm and the LM head on the rows asked for.
+ *
+ * The forward is a composition of stages: `prepare` (validate, reserve KV pages, scratch) → `embed` →
+ * `layers(0, L)` → `commit` → `head`. Each stage is public, so a caller can run the layers in pieces (BlockLLM's
+ * blocks, each with a KV cache of its own layer range) or wait at a layer boundary (`layersAsync`).
  */
 import {
   type Backend,
@@ -30,9 +34,9 @@ import { KvCacheExhaustedError } from '../errors.js';
 import { SegmentLayout } from '../hooks/segment-layout.js';
 import type { DecoderLinearSite, ModelDelta } from '../hooks/sites.js';
 import type { PagedKvCache } from '../kv/paged-kv-cache.js';
-import { runLinearHooks, runNormHooks } from './hook-runner.js';
+import { runBeforeLayerHooks, runBeforeLayerHooksAsync, runLinearHooks, runNormHooks } from './hook-runner.js';
 import { decoderLinearModules, decoderNormModules, decoderTensorShapes, decoderTopModules } from './names.js';
-import { Scope } from './scope.js';
+import { Scope, withScope } from './scope.js';
 import { ModelWeights, type TensorSource } from './weights.js';
 
 import type { SequenceId } from '../kv/paged-kv-cache.js';
@@ -47,13 +51,18 @@ export interface DecoderSequence {
   key?: string | null;
 }
 
-export interface DecoderForwardOptions {
+/** What one step of the decoder runs on: the cache its new K/V go into, the deltas, the layout. */
+export interface DecoderStepOptions {
+  /** The KV cache of the layers this step runs: every layer (`kvShape`), or one block's range (see `layers`). */
   cache: PagedKvCache;
   deltas?: readonly ModelDelta[];
-  /** 'last' (default): logits of each sequence's last new token, [batch, vocab]; 'all': [totalRows, vocab]; 'none'. */
-  logits?: 'last' | 'all' | 'none';
   /** Use this layout instead of grouping the sequences' keys. */
   layout?: SegmentLayout;
+}
+
+export interface DecoderForwardOptions extends DecoderStepOptions {
+  /** 'last' (default): logits of each sequence's last new token, [batch, vocab]; 'all': [totalRows, vocab]; 'none'. */
+  logits?: 'last' | 'all' | 'none';
 }
 
 export interface DecoderOutput {
@@ -61,6 +70,119 @@ export interface DecoderOutput {
   /** Row offset of each sequence's new tokens (length batch + 1). */
   offsets: Int32Array;
   layout: SegmentLayout;
+}
+
+/**
+ * The layers a KV cache holds, [first, end). A per-block cache (created with `firstLayer: a`, `numLayers: b - a`)
+ * holds [a, b) and answers `layer(j)` for the global index j; a cache without `firstLayer` holds [0, numLayers).
+ */
+function cacheLayerRange(cache: PagedKvCache): { first: number; end: number } {
+  const first = (cache as PagedKvCache & { readonly firstLayer?: number }).firstLayer ?? 0;
+  return { first, end: first + cache.numLayers };
+}
+
+/** Paged-decode attention inputs (see DecoderModel.pagedAttentionInputs). */
+type PagedInputs = NonNullable<ReturnType<DecoderModel['pagedAttentionInputs']>>;
+
+/** Scratch and row metadata of one step, reused by every layer. */
+interface DecoderStepWork {
+  readonly scope: Scope;
+  readonly starts: readonly number[];
+  readonly tokenIds: Tensor;
+  readonly positions: Tensor;
+  readonly slots: Tensor;
+  readonly x: Tensor;
+  readonly q: Tensor;
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly q3: Tensor;
+  readonly k3: Tensor;
+  readonly attn: Tensor;
+  readonly o: Tensor;
+  readonly gate: Tensor;
+  readonly up: Tensor;
+  readonly down: Tensor;
+  readonly prefill: readonly { q: Tensor; k: Tensor; v: Tensor; ctx: Tensor }[];
+  readonly paged: PagedInputs | null;
+  /** The deltas that define beforeLayer (empty: no boundary calls, the common case). */
+  readonly boundaryDeltas: readonly ModelDelta[];
+}
+
+/**
+ * One decoder step, prepared once (`DecoderModel.prepare`) and run by `embed`, `layers` (in one piece or several)
+ * and `head`. Its KV pages are reserved in `cache`; `commit()` makes the new tokens readable by later steps, and
+ * `dispose()` frees the scratch and, if the step was not committed, gives the reserved pages back. `layout` stays
+ * the caller's (as `DecoderOutput.layout` does).
+ */
+export class DecoderStepContext {
+  readonly sequences: readonly DecoderSequence[];
+  /** Row offset of each sequence's new tokens (length batch + 1). */
+  readonly offsets: Int32Array;
+  /** Rows of the step (new tokens of all sequences). */
+  readonly rows: number;
+  readonly layout: SegmentLayout;
+  readonly deltas: readonly ModelDelta[];
+  readonly cache: PagedKvCache;
+  /** @internal */
+  readonly model: DecoderModel;
+  /** @internal */
+  readonly work: DecoderStepWork;
+  /** Global layers run in this step: commit checks every layer of the cache got its K/V. */
+  private readonly ran: Uint8Array;
+  private readonly rollback: () => void;
+  private state: 'open' | 'committed' | 'disposed' = 'open';
+
+  /** @internal Built by DecoderModel.prepare. */
+  constructor(init: {
+    model: DecoderModel; sequences: readonly DecoderSequence[]; offsets: Int32Array; layout: SegmentLayout;
+    deltas: readonly ModelDelta[]; cache: PagedKvCache; work: DecoderStepWork; rollback: () => void;
+  }) {
+    this.model = init.model;
+    this.sequences = init.sequences;
+    this.offsets = init.offsets;
+    this.rows = init.offsets[init.sequences.length]!;
+    this.layout = init.layout;
+    this.deltas = init.deltas;
+    this.cache = init.cache;
+    this.work = init.work;
+    this.rollback = init.rollback;
+    this.ran = new Uint8Array(init.model.config.numLayers);
+  }
+
+  get disposed(): boolean {
+    return this.state === 'disposed';
+  }
+
+  /** @internal */
+  markRan(layer: number): void {
+    this.ran[layer] = 1;
+  }
+
+  /**
+   * Marks the step's new tokens written in `cache` (their K/V may now be read by later steps). Every layer the
+   * cache holds must have run in this step. Idempotent.
+   */
+  commit(): void {
+    if (this.state === 'committed') return;
+    if (this.state === 'disposed') throw new InvalidArgumentError('DecoderStepContext.commit: the step was disposed');
+    const { first, end } = cacheLayerRange(this.cache);
+    for (let j = first; j < end; j++) {
+      if (!this.ran[j]) {
+        throw new InvalidArgumentError(
+          `DecoderStepContext.commit: layer ${j} of the KV cache (layers [${first}, ${end})) did not run in this step, so its K/V for the new tokens are missing`);
+      }
+    }
+    this.sequences.forEach((s, b) => this.cache.commit(s.id, this.work.starts[b]! + s.tokens.length));
+    this.state = 'committed';
+  }
+
+  /** Frees the scratch; an uncommitted step gives its reserved pages back, leaving the cache as it was. Idempotent. */
+  dispose(): void {
+    if (this.state === 'disposed') return;
+    if (this.state === 'open') this.rollback();
+    this.state = 'disposed';
+    this.work.scope.dispose();
+  }
 }
 
 export class DecoderModel {
@@ -90,7 +212,42 @@ export class DecoderModel {
     return this.weights.get(name);
   }
 
+  /** One whole step: prepare → embed → layers(0, L) → commit → head. Synchronous; see forwardAsync. */
   forward(sequences: readonly DecoderSequence[], options: DecoderForwardOptions): DecoderOutput {
+    const ctx = this.prepare(sequences, options);
+    try {
+      const h = ctx.work.scope.keep(this.embed(ctx));
+      this.layers(0, this.config.numLayers, h, ctx);
+      return this.finish(h, ctx, options.logits ?? 'last');
+    } finally {
+      ctx.dispose();
+    }
+  }
+
+  /** forward, awaiting every delta's beforeLayer(j) (e.g. until layer j's adapters are resident). */
+  async forwardAsync(sequences: readonly DecoderSequence[], options: DecoderForwardOptions): Promise<DecoderOutput> {
+    const ctx = this.prepare(sequences, options);
+    try {
+      const h = ctx.work.scope.keep(this.embed(ctx));
+      await this.layersAsync(0, this.config.numLayers, h, ctx);
+      return this.finish(h, ctx, options.logits ?? 'last');
+    } finally {
+      ctx.dispose();
+    }
+  }
+
+  private finish(h: Tensor, ctx: DecoderStepContext, mode: 'last' | 'all' | 'none'): DecoderOutput {
+    ctx.commit();
+    const result: DecoderOutput = { offsets: ctx.offsets, layout: ctx.layout };
+    if (mode !== 'none') result.logits = this.head(h, ctx, mode);
+    return result;
+  }
+
+  /**
+   * Validates a step (token ids, positions, KV room, layout), reserves its KV pages in `options.cache` and
+   * allocates its scratch. Nothing is reserved when it throws. The caller disposes the context.
+   */
+  prepare(sequences: readonly DecoderSequence[], options: DecoderStepOptions): DecoderStepContext {
     const c = this.config;
     const { cache } = options;
     const deltas = options.deltas ?? [];
@@ -98,8 +255,12 @@ export class DecoderModel {
     const hd = c.headDim;
     const qDim = c.numHeads * hd;
     const kvDim = c.numKvHeads * hd;
-    const kv = cache.layer(0).k.shape;
-    if (cache.layer(0).k.backend.binding !== this.backend.binding || kv[2] !== c.numKvHeads || kv[3] !== hd || cache.numLayers !== c.numLayers) {
+    const range = cacheLayerRange(cache);
+    if (range.first < 0 || range.end > c.numLayers) {
+      throw new InvalidArgumentError(`DecoderModel: the KV cache holds layers [${range.first}, ${range.end}), outside this model's [0, ${c.numLayers})`);
+    }
+    const kv = cache.layer(range.first).k.shape;
+    if (cache.layer(range.first).k.backend.binding !== this.backend.binding || kv[2] !== c.numKvHeads || kv[3] !== hd) {
       throw new InvalidArgumentError(`DecoderModel: the KV cache ([${kv.join(', ')}] per layer) does not fit this model (${c.numLayers} layers, ${c.numKvHeads} kv heads of ${hd})`);
     }
 
@@ -136,7 +297,7 @@ export class DecoderModel {
     const layout = options.layout ?? SegmentLayout.fromRowKeys(sequences.flatMap((s) => Array<string | null>(s.tokens.length).fill(s.key ?? null)));
     if (layout.rows !== T) throw new InvalidArgumentError(`DecoderModel: layout covers ${layout.rows} rows but the batch has ${T} tokens`);
 
-    // What this forward reserves, so a failure before the commit (a hook that throws, a native error) gives the
+    // What this step reserves, so a failure before the commit (a hook that throws, a native error) gives the
     // pages back and leaves the cache exactly as it was.
     const pagesBefore = sequences.map((s) => (cache.hasSequence(s.id) ? cache.pages(s.id).length : -1));
     const rollback = () =>
@@ -145,122 +306,206 @@ export class DecoderModel {
         if (pagesBefore[b] === -1) cache.release(s.id);
         else cache.shrinkPages(s.id, pagesBefore[b]!);
       });
-    sequences.forEach((s, b) => {
-      if (!cache.hasSequence(s.id)) cache.addSequence(s.id);
-      cache.reserve(s.id, starts[b]! + s.tokens.length);
-    });
-    let committed = false;
-
-    // Host-side row metadata: token ids, positions, cache slots; which rows use which attention kernel.
-    const tokenIds = new Int32Array(T);
-    const positions = new Int32Array(T);
-    const slots = new Int32Array(T);
-    const prefill: { offset: number; len: number }[] = [];
-    const pagedRows: number[] = [];
-    sequences.forEach((s, b) => {
-      const o = offsets[b]!;
-      const start = starts[b]!;
-      for (let i = 0; i < s.tokens.length; i++) {
-        tokenIds[o + i] = s.tokens[i]!;
-        positions[o + i] = start + i;
-      }
-      slots.set(cache.slotsFor(s.id, start, s.tokens.length), o);
-      // A fresh prompt attends only to itself: the tiled causal kernel. Everything else reads the paged cache.
-      if (start === 0 && s.tokens.length > 1) prefill.push({ offset: o, len: s.tokens.length });
-      else for (let i = 0; i < s.tokens.length; i++) pagedRows.push(o + i);
-    });
-
     const scope = new Scope();
-    const be = this.backend;
-    const result: DecoderOutput = { offsets, layout };
     try {
-      const h = scope.keep(Tensor.empty([T, H], 'f32', be));
+      sequences.forEach((s, b) => {
+        if (!cache.hasSequence(s.id)) cache.addSequence(s.id);
+        cache.reserve(s.id, starts[b]! + s.tokens.length);
+      });
+
+      // Host-side row metadata: token ids, positions, cache slots; which rows use which attention kernel.
+      const tokenIds = new Int32Array(T);
+      const positions = new Int32Array(T);
+      const slots = new Int32Array(T);
+      const prefill: { offset: number; len: number }[] = [];
+      const pagedRows: number[] = [];
+      sequences.forEach((s, b) => {
+        const o = offsets[b]!;
+        const start = starts[b]!;
+        for (let i = 0; i < s.tokens.length; i++) {
+          tokenIds[o + i] = s.tokens[i]!;
+          positions[o + i] = start + i;
+        }
+        slots.set(cache.slotsFor(s.id, start, s.tokens.length), o);
+        // A fresh prompt attends only to itself: the tiled causal kernel. Everything else reads the paged cache.
+        if (start === 0 && s.tokens.length > 1) prefill.push({ offset: o, len: s.tokens.length });
+        else for (let i = 0; i < s.tokens.length; i++) pagedRows.push(o + i);
+      });
+
+      const be = this.backend;
       const x = scope.keep(Tensor.empty([T, H], 'f32', be));
       const q = scope.keep(Tensor.empty([T, qDim], 'f32', be));
       const k = scope.keep(Tensor.empty([T, kvDim], 'f32', be));
       const v = scope.keep(Tensor.empty([T, kvDim], 'f32', be));
-      const ctx = scope.keep(Tensor.empty([T, qDim], 'f32', be));
-      const o = scope.keep(Tensor.empty([T, H], 'f32', be));
-      const gate = scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be));
-      const up = scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be));
-      const down = scope.keep(Tensor.empty([T, H], 'f32', be));
-      const q3 = scope.reshape(q, [T, c.numHeads, hd]);
-      const k3 = scope.reshape(k, [T, c.numKvHeads, hd]);
-      const posT = scope.keep(Tensor.from(positions, [T], { backend: be }));
-      const slotsT = scope.keep(Tensor.from(slots, [T], { backend: be }));
-
-      embedding(this.w(`${decoderTopModules.embedTokens}.weight`), scope.keep(Tensor.from(tokenIds, [T], { backend: be })), { out: h });
-
-      const prefillViews = prefill.map(({ offset, len }) => {
-        const view = (t: Tensor, heads: number) => scope.reshape(scope.rows(t, offset, len), [1, len, heads, hd]);
-        return { q: view(q, c.numHeads), k: view(k, c.numKvHeads), v: view(v, c.numKvHeads), ctx: view(ctx, c.numHeads) };
-      });
-      const paged = this.pagedAttentionInputs(pagedRows, sequences, starts, offsets, cache, ctx, scope);
-
-      for (let l = 0; l < c.numLayers; l++) {
-        const lin = decoderLinearModules(l);
-        const norm = decoderNormModules(l);
-        const site = (name: DecoderLinearSite, input: Tensor, y: Tensor) =>
-          runLinearHooks(deltas, { family: 'decoder', site: name, layer: l, x: input, outputs: [{ slice: name, module: lin[name], y }], layout });
-
-        rmsNorm(h, this.w(`${norm.input_norm}.weight`), { eps: c.rmsNormEps, out: x });
-        runNormHooks(deltas, { family: 'decoder', site: 'input_norm', layer: l, module: norm.input_norm, x: h, y: x, layout });
-        linear(x, this.w(`${lin.q}.weight`), undefined, { out: q });
-        site('q', x, q);
-        linear(x, this.w(`${lin.k}.weight`), undefined, { out: k });
-        site('k', x, k);
-        linear(x, this.w(`${lin.v}.weight`), undefined, { out: v });
-        site('v', x, v);
-        rope(q3, posT, { base: c.ropeTheta });
-        rope(k3, posT, { base: c.ropeTheta });
-
-        const cacheRows = cache.layerRows(l);
-        scatterRows(k, slotsT, cacheRows.k);
-        scatterRows(v, slotsT, cacheRows.v);
-        for (const pv of prefillViews) attentionPrefill(pv.q, pv.k, pv.v, { causal: true, out: pv.ctx });
-        if (paged) {
-          const layerCache = cache.layer(l);
-          if (paged.rowIdx && paged.q) gatherRows(q, paged.rowIdx, { out: paged.q });
-          attentionDecode(paged.q3 ?? q3, layerCache.k, layerCache.v, paged.table, paged.lens, { out: paged.ctx3 });
-          if (paged.rowIdx) scatterRows(paged.ctx, paged.rowIdx, ctx);
-        }
-
-        linear(ctx, this.w(`${lin.o}.weight`), undefined, { out: o });
-        site('o', ctx, o);
-        add(h, o, { out: h });
-        rmsNorm(h, this.w(`${norm.post_attn_norm}.weight`), { eps: c.rmsNormEps, out: x });
-        runNormHooks(deltas, { family: 'decoder', site: 'post_attn_norm', layer: l, module: norm.post_attn_norm, x: h, y: x, layout });
-        linear(x, this.w(`${lin.gate}.weight`), undefined, { out: gate });
-        site('gate', x, gate);
-        linear(x, this.w(`${lin.up}.weight`), undefined, { out: up });
-        site('up', x, up);
-        siluMul(gate, up, { out: gate });
-        linear(gate, this.w(`${lin.down}.weight`), undefined, { out: down });
-        site('down', gate, down);
-        add(h, down, { out: h });
-      }
-
-      sequences.forEach((s, b) => cache.commit(s.id, starts[b]! + s.tokens.length));
-      committed = true;
-
-      const mode = options.logits ?? 'last';
-      if (mode !== 'none') {
-        let rows = h;
-        if (mode === 'last') {
-          const last = Int32Array.from(sequences, (_, b) => offsets[b + 1]! - 1);
-          rows = scope.keep(gatherRows(h, scope.keep(Tensor.from(last, [last.length], { backend: be }))));
-        }
-        const normed = scope.keep(rmsNorm(rows, this.w(`${decoderTopModules.finalNorm}.weight`), { eps: c.rmsNormEps }));
-        const head = c.tieWordEmbeddings ? `${decoderTopModules.embedTokens}.weight` : `${decoderTopModules.lmHead}.weight`;
-        result.logits = linear(normed, this.w(head));
-      }
-      return result;
+      const attn = scope.keep(Tensor.empty([T, qDim], 'f32', be));
+      const work: DecoderStepWork = {
+        scope,
+        starts,
+        tokenIds: scope.keep(Tensor.from(tokenIds, [T], { backend: be })),
+        positions: scope.keep(Tensor.from(positions, [T], { backend: be })),
+        slots: scope.keep(Tensor.from(slots, [T], { backend: be })),
+        x,
+        q,
+        k,
+        v,
+        q3: scope.reshape(q, [T, c.numHeads, hd]),
+        k3: scope.reshape(k, [T, c.numKvHeads, hd]),
+        attn,
+        o: scope.keep(Tensor.empty([T, H], 'f32', be)),
+        gate: scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be)),
+        up: scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be)),
+        down: scope.keep(Tensor.empty([T, H], 'f32', be)),
+        prefill: prefill.map(({ offset, len }) => {
+          const view = (t: Tensor, heads: number) => scope.reshape(scope.rows(t, offset, len), [1, len, heads, hd]);
+          return { q: view(q, c.numHeads), k: view(k, c.numKvHeads), v: view(v, c.numKvHeads), ctx: view(attn, c.numHeads) };
+        }),
+        paged: this.pagedAttentionInputs(pagedRows, sequences, starts, offsets, cache, attn, scope),
+        boundaryDeltas: deltas.filter((d) => d.beforeLayer),
+      };
+      return new DecoderStepContext({ model: this, sequences, offsets, layout, deltas, cache, work, rollback });
     } catch (err) {
-      if (!committed) rollback();
-      throw err;
-    } finally {
+      rollback();
       scope.dispose();
+      throw err;
     }
+  }
+
+  /** The token embeddings of the step's rows: a new f32 [rows, hidden] tensor, the caller's to dispose. */
+  embed(ctx: DecoderStepContext): Tensor {
+    this.checkContext(ctx, 'embed');
+    const h = Tensor.empty([ctx.rows, this.config.hiddenSize], 'f32', this.backend);
+    try {
+      embedding(this.w(`${decoderTopModules.embedTokens}.weight`), ctx.work.tokenIds, { out: h });
+    } catch (err) {
+      h.dispose();
+      throw err;
+    }
+    return h;
+  }
+
+  /**
+   * Runs layers [from, to) on `hidden` (f32 [rows, hidden], updated in place; returned), writing their K/V for the
+   * new tokens into `ctx.cache`, which must hold those layers. Call it once for the whole stack or piece by piece
+   * in order. Each delta's `beforeLayer(j)` is called before layer j; one that returns a Promise is an error here
+   * (use `layersAsync`).
+   */
+  layers(from: number, to: number, hidden: Tensor, ctx: DecoderStepContext): Tensor {
+    this.checkLayers(from, to, hidden, ctx);
+    const hooks = ctx.work.boundaryDeltas;
+    for (let l = from; l < to; l++) {
+      if (hooks.length > 0) runBeforeLayerHooks(hooks, { family: 'decoder', layer: l, hidden, layout: ctx.layout }, 'DecoderModel');
+      this.runLayer(l, hidden, ctx);
+    }
+    return hidden;
+  }
+
+  /** `layers`, awaiting each delta's `beforeLayer(j)` before layer j. */
+  async layersAsync(from: number, to: number, hidden: Tensor, ctx: DecoderStepContext): Promise<Tensor> {
+    this.checkLayers(from, to, hidden, ctx);
+    const hooks = ctx.work.boundaryDeltas;
+    for (let l = from; l < to; l++) {
+      if (hooks.length > 0) {
+        await runBeforeLayerHooksAsync(hooks, { family: 'decoder', layer: l, hidden, layout: ctx.layout });
+        this.checkContext(ctx, 'layersAsync'); // disposed while we waited?
+      }
+      this.runLayer(l, hidden, ctx);
+    }
+    return hidden;
+  }
+
+  /**
+   * The final RMSNorm and the LM head: a new f32 tensor of logits, [batch, vocab] for each sequence's last new
+   * token ('last', default) or [rows, vocab] for every row ('all').
+   */
+  head(hidden: Tensor, ctx: DecoderStepContext, rows: 'last' | 'all' = 'last'): Tensor {
+    this.checkContext(ctx, 'head');
+    this.checkHidden(hidden, ctx);
+    const c = this.config;
+    const be = this.backend;
+    return withScope((scope) => {
+      let x = hidden;
+      if (rows === 'last') {
+        const last = Int32Array.from(ctx.sequences, (_, b) => ctx.offsets[b + 1]! - 1);
+        x = scope.keep(gatherRows(hidden, scope.keep(Tensor.from(last, [last.length], { backend: be }))));
+      }
+      const normed = scope.keep(rmsNorm(x, this.w(`${decoderTopModules.finalNorm}.weight`), { eps: c.rmsNormEps }));
+      const head = c.tieWordEmbeddings ? `${decoderTopModules.embedTokens}.weight` : `${decoderTopModules.lmHead}.weight`;
+      return linear(normed, this.w(head));
+    });
+  }
+
+  private checkContext(ctx: DecoderStepContext, what: string): void {
+    if (ctx.model !== this) throw new InvalidArgumentError(`DecoderModel.${what}: the step was prepared by another model`);
+    if (ctx.disposed) throw new InvalidArgumentError(`DecoderModel.${what}: the step was disposed`);
+  }
+
+  private checkHidden(hidden: Tensor, ctx: DecoderStepContext): void {
+    const s = hidden.shape;
+    if (hidden.dtype !== 'f32' || s.length !== 2 || s[0] !== ctx.rows || s[1] !== this.config.hiddenSize || hidden.backend.binding !== this.backend.binding) {
+      throw new InvalidArgumentError(
+        `DecoderModel: hidden is ${hidden.dtype} [${s.join(', ')}], expected f32 [${ctx.rows}, ${this.config.hiddenSize}] (rows, hidden) on the model's backend`);
+    }
+  }
+
+  private checkLayers(from: number, to: number, hidden: Tensor, ctx: DecoderStepContext): void {
+    this.checkContext(ctx, 'layers');
+    const L = this.config.numLayers;
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || from > to || to > L) {
+      throw new InvalidArgumentError(`DecoderModel.layers: [${from}, ${to}) is not a range of layers within [0, ${L})`);
+    }
+    const { first, end } = cacheLayerRange(ctx.cache);
+    if (from < to && (from < first || to > end)) {
+      throw new InvalidArgumentError(`DecoderModel.layers: layers [${from}, ${to}) are not all in the step's KV cache, which holds layers [${first}, ${end})`);
+    }
+    this.checkHidden(hidden, ctx);
+  }
+
+  /** One decoder layer on `h`, in place. The only copy of the layer body: both `layers` paths call it. */
+  private runLayer(l: number, h: Tensor, ctx: DecoderStepContext): void {
+    const c = this.config;
+    const { deltas, layout, cache } = ctx;
+    const { x, q, k, v, q3, k3, attn, o, gate, up, down, positions, slots, prefill, paged } = ctx.work;
+    const lin = decoderLinearModules(l);
+    const norm = decoderNormModules(l);
+    const site = (name: DecoderLinearSite, input: Tensor, y: Tensor) =>
+      runLinearHooks(deltas, { family: 'decoder', site: name, layer: l, x: input, outputs: [{ slice: name, module: lin[name], y }], layout });
+
+    rmsNorm(h, this.w(`${norm.input_norm}.weight`), { eps: c.rmsNormEps, out: x });
+    runNormHooks(deltas, { family: 'decoder', site: 'input_norm', layer: l, module: norm.input_norm, x: h, y: x, layout });
+    linear(x, this.w(`${lin.q}.weight`), undefined, { out: q });
+    site('q', x, q);
+    linear(x, this.w(`${lin.k}.weight`), undefined, { out: k });
+    site('k', x, k);
+    linear(x, this.w(`${lin.v}.weight`), undefined, { out: v });
+    site('v', x, v);
+    rope(q3, positions, { base: c.ropeTheta });
+    rope(k3, positions, { base: c.ropeTheta });
+
+    const cacheRows = cache.layerRows(l);
+    scatterRows(k, slots, cacheRows.k);
+    scatterRows(v, slots, cacheRows.v);
+    ctx.markRan(l);
+    for (const pv of prefill) attentionPrefill(pv.q, pv.k, pv.v, { causal: true, out: pv.ctx });
+    if (paged) {
+      const layerCache = cache.layer(l);
+      if (paged.rowIdx && paged.q) gatherRows(q, paged.rowIdx, { out: paged.q });
+      attentionDecode(paged.q3 ?? q3, layerCache.k, layerCache.v, paged.table, paged.lens, { out: paged.ctx3 });
+      if (paged.rowIdx) scatterRows(paged.ctx, paged.rowIdx, attn);
+    }
+
+    linear(attn, this.w(`${lin.o}.weight`), undefined, { out: o });
+    site('o', attn, o);
+    add(h, o, { out: h });
+    rmsNorm(h, this.w(`${norm.post_attn_norm}.weight`), { eps: c.rmsNormEps, out: x });
+    runNormHooks(deltas, { family: 'decoder', site: 'post_attn_norm', layer: l, module: norm.post_attn_norm, x: h, y: x, layout });
+    linear(x, this.w(`${lin.gate}.weight`), undefined, { out: gate });
+    site('gate', x, gate);
+    linear(x, this.w(`${lin.up}.weight`), undefined, { out: up });
+    site('up', x, up);
+    siluMul(gate, up, { out: gate });
+    linear(gate, this.w(`${lin.down}.weight`), undefined, { out: down });
+    site('down', gate, down);
+    add(h, down, { out: h });
   }
 
   /**

@@ -6,14 +6,18 @@
  * → attention per sequence → attention.output.dense [site attn_out] → residual + LayerNorm [site attn_ln] →
  * intermediate.dense [site ffn_in] → GELU → output.dense [site ffn_out] → residual + LayerNorm [site ffn_ln] →
  * pooler (tanh(dense(CLS row))) → classifier.
+ *
+ * The forward is a composition of stages: `prepare` (validate, lay out rows, scratch) → `embed` → `layers(0, L)` →
+ * `head` (pooler and classifier). Each stage is public: HMI supplies a looked-up hidden state and runs only
+ * `layers(N, L)`, and a delta may wait at a layer boundary (`layersAsync`).
  */
 import { type Backend, InvalidArgumentError, Tensor, add, cast, attentionPrefill, embedding, gatherRows, geluErf, geluTanh, getBackend, layerNorm, linear } from '@tessera/native';
 import type { EncoderConfig } from '../config.js';
 import { SegmentLayout } from '../hooks/segment-layout.js';
 import type { AttentionPrefix, ModelDelta, SiteOutput } from '../hooks/sites.js';
-import { runLinearHooks, runNormHooks } from './hook-runner.js';
+import { runBeforeLayerHooks, runBeforeLayerHooksAsync, runLinearHooks, runNormHooks } from './hook-runner.js';
 import { encoderLinearModules, encoderNormModules, encoderTensorShapes, encoderTopModules } from './names.js';
-import { Scope } from './scope.js';
+import { Scope, withScope } from './scope.js';
 import { ModelWeights, type TensorSource } from './weights.js';
 
 export interface EncoderSequence {
@@ -25,17 +29,10 @@ export interface EncoderSequence {
   key?: string | null;
 }
 
-export interface EncoderForwardOptions {
+/** How one batch is laid out and which deltas it runs with. */
+export interface EncoderBatchOptions {
   /** Multi-tenant deltas called at every hook site, in order. */
   deltas?: readonly ModelDelta[];
-  /**
-   * Lower-stack substitution (HMI's PLOT): `hidden` f32 [totalTokens, hidden] replaces the output of the
-   * embeddings and the first `layers` layers; the forward starts at layer `layers`. Rows are the sequences'
-   * tokens packed in order, exactly as the forward would have produced them.
-   */
-  lowerStack?: { layers: number; hidden: Tensor };
-  /** Which results to return; default: hidden states and, for a classification model, pooled output and logits. */
-  outputs?: { hidden?: boolean; pooled?: boolean; logits?: boolean };
   /** Use this layout instead of grouping the sequences' keys (a batcher that already built one passes it). */
   layout?: SegmentLayout;
   /**
@@ -45,6 +42,98 @@ export interface EncoderForwardOptions {
    * packed (each sequence occupies exactly its tokens).
    */
   padTo?: number;
+}
+
+export interface EncoderForwardOptions extends EncoderBatchOptions {
+  /** Which results to return; default: hidden states and, for a classification model, pooled output and logits. */
+  outputs?: { hidden?: boolean; pooled?: boolean; logits?: boolean };
+}
+
+/** What `head` computes: the pooled [CLS] rows and/or the classifier's logits. */
+export interface EncoderHeadOutput {
+  /** f32 [batch, hidden]: tanh(pooler(CLS row)). */
+  pooled?: Tensor;
+  /** f32 [batch, numLabels]. */
+  logits?: Tensor;
+}
+
+/** Scratch of one batch, reused by every layer. */
+interface EncoderBatchWork {
+  readonly scope: Scope;
+  readonly q: Tensor;
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly qkvOut: Tensor;
+  /** qkvOut viewed as [3·rows, hidden]: row 3t is token t's q, 3t + 1 its k, 3t + 2 its v. */
+  readonly qkvRows: Tensor;
+  readonly split: { readonly q: Tensor; readonly k: Tensor; readonly v: Tensor };
+  readonly attn: Tensor;
+  readonly attnOut: Tensor;
+  readonly inter: Tensor;
+  readonly ffn: Tensor;
+  readonly sum: Tensor;
+  /** Per-sequence views for attention: its own tokens only, never pad rows. */
+  readonly seqViews: readonly SequenceViews[];
+  readonly prefixDeltas: readonly ModelDelta[];
+  /** The deltas that define beforeLayer (empty: no boundary calls, the common case). */
+  readonly boundaryDeltas: readonly ModelDelta[];
+}
+
+interface SequenceViews {
+  readonly b: number;
+  readonly o: number;
+  readonly len: number;
+  readonly q: Tensor;
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly ctx: Tensor;
+  readonly rows: { readonly q: Tensor; readonly k: Tensor; readonly v: Tensor; readonly ctx: Tensor };
+}
+
+/**
+ * One encoder batch, prepared once (`EncoderModel.prepare`) and run by `embed`, `layers` (whole, in pieces, or
+ * from layer N on a supplied hidden state) and `head`. `dispose()` frees its scratch; `layout` stays the caller's.
+ */
+export class EncoderBatchContext {
+  readonly sequences: readonly EncoderSequence[];
+  /** Row offset of each sequence (length batch + 1); with `padTo`, sequence b starts at b · padTo. */
+  readonly offsets: Int32Array;
+  /** Rows of the batch (tokens, or batch · padTo when padded). */
+  readonly rows: number;
+  readonly padTo: number | undefined;
+  readonly layout: SegmentLayout;
+  readonly deltas: readonly ModelDelta[];
+  /** @internal */
+  readonly model: EncoderModel;
+  /** @internal */
+  readonly work: EncoderBatchWork;
+  private isDisposed = false;
+
+  /** @internal Built by EncoderModel.prepare. */
+  constructor(init: {
+    model: EncoderModel; sequences: readonly EncoderSequence[]; offsets: Int32Array; padTo: number | undefined;
+    layout: SegmentLayout; deltas: readonly ModelDelta[]; work: EncoderBatchWork;
+  }) {
+    this.model = init.model;
+    this.sequences = init.sequences;
+    this.offsets = init.offsets;
+    this.rows = init.offsets[init.sequences.length]!;
+    this.padTo = init.padTo;
+    this.layout = init.layout;
+    this.deltas = init.deltas;
+    this.work = init.work;
+  }
+
+  get disposed(): boolean {
+    return this.isDisposed;
+  }
+
+  /** Frees the scratch. Idempotent. */
+  dispose(): void {
+    if (this.isDisposed) return;
+    this.isDisposed = true;
+    this.work.scope.dispose();
+  }
 }
 
 export interface EncoderOutput {
@@ -135,12 +224,34 @@ export class EncoderModel {
     return entry;
   }
 
+  /** One whole batch: prepare → embed → layers(0, L) → head. Synchronous; see forwardAsync. */
   forward(sequences: readonly EncoderSequence[], options: EncoderForwardOptions = {}): EncoderOutput {
+    const want = this.wanted(options);
+    const ctx = this.prepare(sequences, options);
+    try {
+      const h = ctx.work.scope.keep(this.embed(ctx));
+      this.layers(0, this.config.numLayers, h, ctx);
+      return this.finish(h, ctx, want);
+    } finally {
+      ctx.dispose();
+    }
+  }
+
+  /** forward, awaiting every delta's beforeLayer(j) (e.g. until layer j's adapters are resident). */
+  async forwardAsync(sequences: readonly EncoderSequence[], options: EncoderForwardOptions = {}): Promise<EncoderOutput> {
+    const want = this.wanted(options);
+    const ctx = this.prepare(sequences, options);
+    try {
+      const h = ctx.work.scope.keep(this.embed(ctx));
+      await this.layersAsync(0, this.config.numLayers, h, ctx);
+      return this.finish(h, ctx, want);
+    } finally {
+      ctx.dispose();
+    }
+  }
+
+  private wanted(options: EncoderForwardOptions): { hidden: boolean; pooled: boolean; logits: boolean } {
     const c = this.config;
-    const H = c.hiddenSize;
-    const nh = c.numHeads;
-    const hd = H / nh;
-    const deltas = options.deltas ?? [];
     const isClassifier = c.architecture === 'BertForSequenceClassification';
     const want = {
       hidden: options.outputs?.hidden ?? true,
@@ -150,6 +261,28 @@ export class EncoderModel {
     if ((want.pooled || want.logits) && !isClassifier) {
       throw new InvalidArgumentError(`EncoderModel: a ${c.architecture} has no pooler or classifier; ask for hidden states only`);
     }
+    return want;
+  }
+
+  /** `h` is in the batch's scope: released to the caller only when hidden states are asked for. */
+  private finish(h: Tensor, ctx: EncoderBatchContext, want: { hidden: boolean; pooled: boolean; logits: boolean }): EncoderOutput {
+    const result: EncoderOutput = { offsets: ctx.offsets, layout: ctx.layout };
+    if (want.pooled || want.logits) {
+      const { pooled, logits } = this.head(h, ctx, { pooled: want.pooled, logits: want.logits });
+      if (pooled) result.pooled = pooled;
+      if (logits) result.logits = logits;
+    }
+    if (want.hidden) result.hidden = ctx.work.scope.release(h);
+    return result;
+  }
+
+  /** Validates a batch (ids, lengths, padTo, layout), lays its rows out and allocates its scratch. The caller disposes it. */
+  prepare(sequences: readonly EncoderSequence[], options: EncoderBatchOptions = {}): EncoderBatchContext {
+    const c = this.config;
+    const H = c.hiddenSize;
+    const nh = c.numHeads;
+    const hd = H / nh;
+    const deltas = options.deltas ?? [];
 
     // Pack the sequences' rows and check ids before any native work.
     const padTo = options.padTo;
@@ -174,147 +307,229 @@ export class EncoderModel {
     const layout =
       options.layout ?? SegmentLayout.fromRowKeys(sequences.flatMap((s, b) => Array<string | null>(offsets[b + 1]! - offsets[b]!).fill(s.key ?? null)));
     if (layout.rows !== T) throw new InvalidArgumentError(`EncoderModel: layout covers ${layout.rows} rows but the batch has ${T} tokens`);
-    const lower = options.lowerStack;
-    if (lower) {
-      if (!Number.isInteger(lower.layers) || lower.layers < 0 || lower.layers > c.numLayers) {
-        throw new InvalidArgumentError(`EncoderModel: lowerStack.layers = ${lower.layers} is not in [0, ${c.numLayers}]`);
-      }
-      const s = lower.hidden.shape;
-      if (s.length !== 2 || s[0] !== T || s[1] !== H) {
-        throw new InvalidArgumentError(`EncoderModel: lowerStack.hidden is [${s.join(', ')}], expected [${T}, ${H}] (tokens, hidden)`);
-      }
-    }
 
     const scope = new Scope();
     const be = this.backend;
-    const top = encoderTopModules(c);
-    const result: EncoderOutput = { offsets, layout };
     try {
-      // Workspace reused by every layer.
-      const h = scope.keep(Tensor.empty([T, H], 'f32', be));
       const q = scope.keep(Tensor.empty([T, H], 'f32', be));
       const k = scope.keep(Tensor.empty([T, H], 'f32', be));
       const v = scope.keep(Tensor.empty([T, H], 'f32', be));
       const qkvOut = scope.keep(Tensor.empty([T, 3 * H], 'f32', be));
-      const qkvRows = scope.reshape(qkvOut, [3 * T, H]);
       const splitIdx = (part: number) => scope.keep(Tensor.from(Int32Array.from({ length: T }, (_, t) => 3 * t + part), [T], { backend: be }));
-      const split = { q: splitIdx(0), k: splitIdx(1), v: splitIdx(2) };
-      const ctx = scope.keep(Tensor.empty([T, H], 'f32', be));
       const attn = scope.keep(Tensor.empty([T, H], 'f32', be));
-      const inter = scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be));
-      const ffn = scope.keep(Tensor.empty([T, H], 'f32', be));
-      const sum = scope.keep(Tensor.empty([T, H], 'f32', be));
       // Pad rows are never written by attention; zeros keep them finite through the layers. Only they are written.
       if (padTo !== undefined) {
-        const zeros = new Float32Array(Math.max(0, ...sequences.map((q) => padTo - q.ids.length)) * H);
-        sequences.forEach((q, b) => {
-          const pad = padTo - q.ids.length;
-          if (pad > 0) scope.rows(ctx, offsets[b]! + q.ids.length, pad).write(zeros.subarray(0, pad * H));
-        });
-      }
-
-      let firstLayer = 0;
-      if (lower) {
-        firstLayer = lower.layers;
-        // Work on a copy so the caller's tensor is never written.
-        cast(lower.hidden, 'f32', { out: h });
-      } else {
-        const ids = new Int32Array(T);
-        const positions = new Int32Array(T);
-        const types = new Int32Array(T);
+        const zeros = new Float32Array(Math.max(0, ...sequences.map((s) => padTo - s.ids.length)) * H);
         sequences.forEach((s, b) => {
-          const o = offsets[b]!;
-          for (let i = 0; i < s.ids.length; i++) {
-            ids[o + i] = s.ids[i]!;
-            positions[o + i] = i;
-            types[o + i] = s.tokenTypes?.[i] ?? 0;
-          }
-          for (let i = s.ids.length; i < offsets[b + 1]! - o; i++) {
-            ids[o + i] = c.padTokenId;
-            positions[o + i] = i;
-          }
+          const pad = padTo - s.ids.length;
+          if (pad > 0) scope.rows(attn, offsets[b]! + s.ids.length, pad).write(zeros.subarray(0, pad * H));
         });
-        const idsT = scope.keep(Tensor.from(ids, [T], { backend: be }));
-        const posT = scope.keep(Tensor.from(positions, [T], { backend: be }));
-        const typesT = scope.keep(Tensor.from(types, [T], { backend: be }));
-        embedding(this.w(`${top.wordEmbeddings}.weight`), idsT, { out: h });
-        embedding(this.w(`${top.positionEmbeddings}.weight`), posT, { out: sum });
-        add(h, sum, { out: h });
-        embedding(this.w(`${top.tokenTypeEmbeddings}.weight`), typesT, { out: sum });
-        add(h, sum, { out: h });
-        layerNorm(h, this.w(`${top.embeddingsNorm}.weight`), this.w(`${top.embeddingsNorm}.bias`), { eps: c.layerNormEps, out: h });
       }
-
-      // Per-sequence views for attention (its own tokens only, never pad rows), made once.
-      const seqViews = sequences.map((s, b) => {
-        const o = offsets[b]!;
-        const len = s.ids.length;
-        const rows = (t: Tensor) => scope.rows(t, o, len);
-        const view = (t: Tensor) => scope.reshape(rows(t), [1, len, nh, hd]);
-        return { b, o, len, q: view(q), k: view(k), v: view(v), ctx: view(ctx), rows: { q: rows(q), k: rows(k), v: rows(v), ctx: rows(ctx) } };
-      });
-      const prefixDeltas = deltas.filter((d) => d.attentionPrefix);
-      const gelu = c.hiddenAct === 'gelu' ? geluErf : geluTanh;
-
-      for (let l = firstLayer; l < c.numLayers; l++) {
-        const lin = encoderLinearModules(c, l);
-        const ln = encoderNormModules(c, l);
-        const wb = (m: string) => [this.w(`${m}.weight`), this.w(`${m}.bias`)] as const;
-
-        // One GEMM for q, k and v (n = 3·hidden keeps the GEMM efficient at BERT sizes), then split: viewed as
-        // [3·tokens, hidden] rows, row 3t is token t's q, 3t + 1 its k, 3t + 2 its v.
-        const fused = this.fusedQkv(l);
-        linear(h, fused.weight, fused.bias, { out: qkvOut });
-        gatherRows(qkvRows, split.q, { out: q });
-        gatherRows(qkvRows, split.k, { out: k });
-        gatherRows(qkvRows, split.v, { out: v });
-        const qkv: SiteOutput[] = [
-          { slice: 'query', module: lin.query, y: q },
-          { slice: 'key', module: lin.key, y: k },
-          { slice: 'value', module: lin.value, y: v },
-        ];
-        runLinearHooks(deltas, { family: 'encoder', site: 'qkv', layer: l, x: h, outputs: qkv, layout });
-
-        for (const sv of seqViews) {
-          const prefix = prefixDeltas.length === 0 ? null : this.attentionPrefixFor(prefixDeltas, l, sv.b, layout.keyOf(sv.o));
-          if (prefix) this.prefixedAttention(sv, prefix);
-          else attentionPrefill(sv.q, sv.k, sv.v, { out: sv.ctx });
-        }
-
-        linear(ctx, ...wb(lin.attn_out), { out: attn });
-        runLinearHooks(deltas, { family: 'encoder', site: 'attn_out', layer: l, x: ctx, outputs: [{ slice: 'attn_out', module: lin.attn_out, y: attn }], layout });
-        add(attn, h, { out: sum });
-        layerNorm(sum, ...wb(ln.attn_ln), { eps: c.layerNormEps, out: h });
-        runNormHooks(deltas, { family: 'encoder', site: 'attn_ln', layer: l, module: ln.attn_ln, x: sum, y: h, layout });
-
-        linear(h, ...wb(lin.ffn_in), { out: inter });
-        runLinearHooks(deltas, { family: 'encoder', site: 'ffn_in', layer: l, x: h, outputs: [{ slice: 'ffn_in', module: lin.ffn_in, y: inter }], layout });
-        gelu(inter, { out: inter });
-        linear(inter, ...wb(lin.ffn_out), { out: ffn });
-        runLinearHooks(deltas, { family: 'encoder', site: 'ffn_out', layer: l, x: inter, outputs: [{ slice: 'ffn_out', module: lin.ffn_out, y: ffn }], layout });
-        add(ffn, h, { out: sum });
-        layerNorm(sum, ...wb(ln.ffn_ln), { eps: c.layerNormEps, out: h });
-        runNormHooks(deltas, { family: 'encoder', site: 'ffn_ln', layer: l, module: ln.ffn_ln, x: sum, y: h, layout });
-      }
-
-      if (want.pooled || want.logits) {
-        const clsRows = scope.keep(Tensor.from(offsets.subarray(0, sequences.length), [sequences.length], { backend: be }));
-        const cls = scope.keep(gatherRows(h, clsRows));
-        const pooled = linear(cls, this.w(`${top.pooler}.weight`), this.w(`${top.pooler}.bias`));
-        tanhInPlace(pooled);
-        if (want.logits) result.logits = linear(pooled, this.w(`${top.classifier}.weight`), this.w(`${top.classifier}.bias`));
-        if (want.pooled) result.pooled = pooled;
-        else pooled.dispose();
-      }
-      if (want.hidden) result.hidden = scope.release(h);
-      return result;
+      const work: EncoderBatchWork = {
+        scope,
+        q,
+        k,
+        v,
+        qkvOut,
+        qkvRows: scope.reshape(qkvOut, [3 * T, H]),
+        split: { q: splitIdx(0), k: splitIdx(1), v: splitIdx(2) },
+        attn,
+        attnOut: scope.keep(Tensor.empty([T, H], 'f32', be)),
+        inter: scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be)),
+        ffn: scope.keep(Tensor.empty([T, H], 'f32', be)),
+        sum: scope.keep(Tensor.empty([T, H], 'f32', be)),
+        seqViews: sequences.map((s, b) => {
+          const o = offsets[b]!;
+          const len = s.ids.length;
+          const rows = (t: Tensor) => scope.rows(t, o, len);
+          const view = (t: Tensor) => scope.reshape(rows(t), [1, len, nh, hd]);
+          return { b, o, len, q: view(q), k: view(k), v: view(v), ctx: view(attn), rows: { q: rows(q), k: rows(k), v: rows(v), ctx: rows(attn) } };
+        }),
+        prefixDeltas: deltas.filter((d) => d.attentionPrefix),
+        boundaryDeltas: deltas.filter((d) => d.beforeLayer),
+      };
+      return new EncoderBatchContext({ model: this, sequences, offsets, padTo, layout, deltas, work });
     } catch (err) {
-      result.pooled?.dispose();
-      result.logits?.dispose();
+      scope.dispose();
+      throw err;
+    }
+  }
+
+  /**
+   * The embeddings (word + position + token type, LayerNorm) of the batch's rows, pad rows included: a new f32
+   * [rows, hidden] tensor, the caller's to dispose.
+   */
+  embed(ctx: EncoderBatchContext): Tensor {
+    this.checkContext(ctx, 'embed');
+    const c = this.config;
+    const T = ctx.rows;
+    const be = this.backend;
+    const top = encoderTopModules(c);
+    const ids = new Int32Array(T);
+    const positions = new Int32Array(T);
+    const types = new Int32Array(T);
+    const { sequences, offsets } = ctx;
+    sequences.forEach((s, b) => {
+      const o = offsets[b]!;
+      for (let i = 0; i < s.ids.length; i++) {
+        ids[o + i] = s.ids[i]!;
+        positions[o + i] = i;
+        types[o + i] = s.tokenTypes?.[i] ?? 0;
+      }
+      for (let i = s.ids.length; i < offsets[b + 1]! - o; i++) {
+        ids[o + i] = c.padTokenId;
+        positions[o + i] = i;
+      }
+    });
+    const h = Tensor.empty([T, c.hiddenSize], 'f32', be);
+    const scope = new Scope();
+    try {
+      const sum = ctx.work.sum;
+      embedding(this.w(`${top.wordEmbeddings}.weight`), scope.keep(Tensor.from(ids, [T], { backend: be })), { out: h });
+      embedding(this.w(`${top.positionEmbeddings}.weight`), scope.keep(Tensor.from(positions, [T], { backend: be })), { out: sum });
+      add(h, sum, { out: h });
+      embedding(this.w(`${top.tokenTypeEmbeddings}.weight`), scope.keep(Tensor.from(types, [T], { backend: be })), { out: sum });
+      add(h, sum, { out: h });
+      layerNorm(h, this.w(`${top.embeddingsNorm}.weight`), this.w(`${top.embeddingsNorm}.bias`), { eps: c.layerNormEps, out: h });
+      return h;
+    } catch (err) {
+      h.dispose();
       throw err;
     } finally {
       scope.dispose();
     }
+  }
+
+  /**
+   * Runs layers [from, to) on `hidden` (f32 [rows, hidden], the batch's rows in its layout; updated in place and
+   * returned). `layers(0, L)` after `embed` is the whole stack; `layers(N, L, suppliedHidden)` starts from a hidden
+   * state looked up elsewhere (HMI's PLOT). Each delta's `beforeLayer(j)` is called before layer j; one that returns
+   * a Promise is an error here (use `layersAsync`).
+   */
+  layers(from: number, to: number, hidden: Tensor, ctx: EncoderBatchContext): Tensor {
+    this.checkLayers(from, to, hidden, ctx);
+    const hooks = ctx.work.boundaryDeltas;
+    for (let l = from; l < to; l++) {
+      if (hooks.length > 0) runBeforeLayerHooks(hooks, { family: 'encoder', layer: l, hidden, layout: ctx.layout }, 'EncoderModel');
+      this.runLayer(l, hidden, ctx);
+    }
+    return hidden;
+  }
+
+  /** `layers`, awaiting each delta's `beforeLayer(j)` before layer j. */
+  async layersAsync(from: number, to: number, hidden: Tensor, ctx: EncoderBatchContext): Promise<Tensor> {
+    this.checkLayers(from, to, hidden, ctx);
+    const hooks = ctx.work.boundaryDeltas;
+    for (let l = from; l < to; l++) {
+      if (hooks.length > 0) {
+        await runBeforeLayerHooksAsync(hooks, { family: 'encoder', layer: l, hidden, layout: ctx.layout });
+        this.checkContext(ctx, 'layersAsync'); // disposed while we waited?
+      }
+      this.runLayer(l, hidden, ctx);
+    }
+    return hidden;
+  }
+
+  /**
+   * The pooler (tanh(dense(CLS row))) and the classifier of a BertForSequenceClassification: new tensors, the
+   * caller's to dispose. Default: both.
+   */
+  head(hidden: Tensor, ctx: EncoderBatchContext, outputs: { pooled?: boolean; logits?: boolean } = {}): EncoderHeadOutput {
+    this.checkContext(ctx, 'head');
+    this.checkHidden(hidden, ctx);
+    const c = this.config;
+    if (c.architecture !== 'BertForSequenceClassification') {
+      throw new InvalidArgumentError(`EncoderModel: a ${c.architecture} has no pooler or classifier; ask for hidden states only`);
+    }
+    const wantPooled = outputs.pooled ?? true;
+    const wantLogits = outputs.logits ?? true;
+    const result: EncoderHeadOutput = {};
+    if (!wantPooled && !wantLogits) return result;
+    const top = encoderTopModules(c);
+    const n = ctx.sequences.length;
+    return withScope((scope) => {
+      const clsRows = scope.keep(Tensor.from(ctx.offsets.subarray(0, n), [n], { backend: this.backend }));
+      const cls = scope.keep(gatherRows(hidden, clsRows));
+      const pooled = linear(cls, this.w(`${top.pooler}.weight`), this.w(`${top.pooler}.bias`));
+      try {
+        tanhInPlace(pooled);
+        if (wantLogits) result.logits = linear(pooled, this.w(`${top.classifier}.weight`), this.w(`${top.classifier}.bias`));
+      } catch (err) {
+        pooled.dispose();
+        throw err;
+      }
+      if (wantPooled) result.pooled = pooled;
+      else pooled.dispose();
+      return result;
+    });
+  }
+
+  private checkContext(ctx: EncoderBatchContext, what: string): void {
+    if (ctx.model !== this) throw new InvalidArgumentError(`EncoderModel.${what}: the batch was prepared by another model`);
+    if (ctx.disposed) throw new InvalidArgumentError(`EncoderModel.${what}: the batch was disposed`);
+  }
+
+  private checkHidden(hidden: Tensor, ctx: EncoderBatchContext): void {
+    const s = hidden.shape;
+    if (hidden.dtype !== 'f32' || s.length !== 2 || s[0] !== ctx.rows || s[1] !== this.config.hiddenSize || hidden.backend.binding !== this.backend.binding) {
+      throw new InvalidArgumentError(
+        `EncoderModel: hidden is ${hidden.dtype} [${s.join(', ')}], expected f32 [${ctx.rows}, ${this.config.hiddenSize}] (rows, hidden) on the model's backend`);
+    }
+  }
+
+  private checkLayers(from: number, to: number, hidden: Tensor, ctx: EncoderBatchContext): void {
+    this.checkContext(ctx, 'layers');
+    const L = this.config.numLayers;
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || from > to || to > L) {
+      throw new InvalidArgumentError(`EncoderModel.layers: [${from}, ${to}) is not a range of layers within [0, ${L})`);
+    }
+    this.checkHidden(hidden, ctx);
+  }
+
+  /** One encoder layer on `h`, in place. The only copy of the layer body: both `layers` paths call it. */
+  private runLayer(l: number, h: Tensor, ctx: EncoderBatchContext): void {
+    const c = this.config;
+    const { deltas, layout } = ctx;
+    const { q, k, v, qkvOut, qkvRows, split, attn, attnOut, inter, ffn, sum, seqViews, prefixDeltas } = ctx.work;
+    const lin = encoderLinearModules(c, l);
+    const ln = encoderNormModules(c, l);
+    const wb = (m: string) => [this.w(`${m}.weight`), this.w(`${m}.bias`)] as const;
+    const gelu = c.hiddenAct === 'gelu' ? geluErf : geluTanh;
+
+    // One GEMM for q, k and v (n = 3·hidden keeps the GEMM efficient at BERT sizes), then split: viewed as
+    // [3·tokens, hidden] rows, row 3t is token t's q, 3t + 1 its k, 3t + 2 its v.
+    const fused = this.fusedQkv(l);
+    linear(h, fused.weight, fused.bias, { out: qkvOut });
+    gatherRows(qkvRows, split.q, { out: q });
+    gatherRows(qkvRows, split.k, { out: k });
+    gatherRows(qkvRows, split.v, { out: v });
+    const qkv: SiteOutput[] = [
+      { slice: 'query', module: lin.query, y: q },
+      { slice: 'key', module: lin.key, y: k },
+      { slice: 'value', module: lin.value, y: v },
+    ];
+    runLinearHooks(deltas, { family: 'encoder', site: 'qkv', layer: l, x: h, outputs: qkv, layout });
+
+    for (const sv of seqViews) {
+      const prefix = prefixDeltas.length === 0 ? null : this.attentionPrefixFor(prefixDeltas, l, sv.b, layout.keyOf(sv.o));
+      if (prefix) this.prefixedAttention(sv, prefix);
+      else attentionPrefill(sv.q, sv.k, sv.v, { out: sv.ctx });
+    }
+
+    linear(attn, ...wb(lin.attn_out), { out: attnOut });
+    runLinearHooks(deltas, { family: 'encoder', site: 'attn_out', layer: l, x: attn, outputs: [{ slice: 'attn_out', module: lin.attn_out, y: attnOut }], layout });
+    add(attnOut, h, { out: sum });
+    layerNorm(sum, ...wb(ln.attn_ln), { eps: c.layerNormEps, out: h });
+    runNormHooks(deltas, { family: 'encoder', site: 'attn_ln', layer: l, module: ln.attn_ln, x: sum, y: h, layout });
+
+    linear(h, ...wb(lin.ffn_in), { out: inter });
+    runLinearHooks(deltas, { family: 'encoder', site: 'ffn_in', layer: l, x: h, outputs: [{ slice: 'ffn_in', module: lin.ffn_in, y: inter }], layout });
+    gelu(inter, { out: inter });
+    linear(inter, ...wb(lin.ffn_out), { out: ffn });
+    runLinearHooks(deltas, { family: 'encoder', site: 'ffn_out', layer: l, x: inter, outputs: [{ slice: 'ffn_out', module: lin.ffn_out, y: ffn }], layout });
+    add(ffn, h, { out: sum });
+    layerNorm(sum, ...wb(ln.ffn_ln), { eps: c.layerNormEps, out: h });
+    runNormHooks(deltas, { family: 'encoder', site: 'ffn_ln', layer: l, module: ln.ffn_ln, x: sum, y: h, layout });
   }
 
   /** The first non-null prefix any delta returns for this sequence and layer (one PET per task). */
@@ -331,7 +546,7 @@ export class EncoderModel {
    * keys, so the p prefix positions get zero query rows whose outputs are dropped: p extra rows of work, which
    * keeps one attention kernel for every PET type.
    */
-  private prefixedAttention(sv: { len: number; rows: { q: Tensor; k: Tensor; v: Tensor; ctx: Tensor } }, prefix: AttentionPrefix): void {
+  private prefixedAttention(sv: SequenceViews, prefix: AttentionPrefix): void {
     const H = this.config.hiddenSize;
     const nh = this.config.numHeads;
     const p = prefix.key.shape[0]!;
