@@ -4,7 +4,8 @@
 //   1. install   pnpm (the exact version in package.json#packageManager, through npx when pnpm is absent)
 //                installs the workspace when node_modules is missing or older than the lockfile;
 //   2. native    builds @tessera/native (cmake-js; incremental, seconds when nothing changed);
-//   3. the task  start: the main job (the Punica server); test: typecheck + every test + the docs build; bench: pnpm bench <args>.
+//   3. the task  start: the main job (the Punica server); test: typecheck + build + publint + every test + the docs
+//                build; bench: pnpm bench <args>.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -50,6 +51,10 @@ switch (task) {
   case 'test':
     console.log('[tessera] typecheck');
     p('exec', 'turbo', 'run', 'typecheck', '--concurrency=2', '--output-logs=errors-only');
+    // Every publishable package built as it ships (tsup → dist/) and linted with publint (strict).
+    console.log('[tessera] build the publishable packages + publint');
+    p('exec', 'turbo', 'run', 'build', "--filter=./packages/*", '--filter=@tessera/native', '--concurrency=2', '--output-logs=errors-only');
+    run(process.execPath, [join(root, 'scripts', 'publint.mjs')]);
     console.log('[tessera] tests');
     p('exec', 'vitest', 'run', ...rest);
     console.log('[tessera] docs site build');
