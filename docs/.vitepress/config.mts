@@ -31,6 +31,7 @@ export default defineConfig({
       {
         text: 'Packages',
         items: [
+          { text: '@tessera/core', link: '/packages/core' },
           { text: '@tessera/native', link: '/packages/native' },
           { text: '@tessera/engine', link: '/packages/engine' },
           { text: '@tessera/sgmv-kernel', link: '/packages/sgmv-kernel' },
