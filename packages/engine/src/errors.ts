@@ -63,6 +63,14 @@ export class ConfigError extends ModelFormatError {
   }
 }
 
+/**
+ * An adapter carries something a hook-site delta cannot apply: LoRA or a trained bias on a module that is not a
+ * per-layer hook site (the LM head, the pooler, the embeddings), `modules_to_save` (full replacement tensors), or
+ * (for SGMV) trained biases at all. Serve such an adapter by merging it (`mergeLoraIntoWeights`). Never skipped
+ * silently. `path` is the adapter directory, or its name when it was not loaded from one.
+ */
+export class UnsupportedAdapterError extends ConfigError {}
+
 /** The paged KV cache has no free page left. Nothing was allocated; the caller may evict and retry. */
 export class KvCacheExhaustedError extends TesseraError {
   static override readonly kind: ErrorKind = 'unavailable';
@@ -84,4 +92,4 @@ export class UnknownAdapterError extends TesseraError {
   }
 }
 
-registerErrors(ModelFormatError, TruncatedFileError, BadHeaderError, UnknownDtypeError, TensorShapeError, MissingTensorError, PathOutsideModelError, ConfigError, KvCacheExhaustedError, UnknownAdapterError);
+registerErrors(ModelFormatError, TruncatedFileError, BadHeaderError, UnknownDtypeError, TensorShapeError, MissingTensorError, PathOutsideModelError, ConfigError, UnsupportedAdapterError, KvCacheExhaustedError, UnknownAdapterError);

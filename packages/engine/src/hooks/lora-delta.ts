@@ -5,12 +5,16 @@
  * Trained biases (PEFT `bias: "all" | "lora_only"`) apply as (b_adapter − b_base) added to the segment's rows.
  */
 import { InvalidArgumentError, type Tensor, add, cast, gemm, scale } from '@tessera/native';
+import { UnsupportedAdapterError } from '../errors.js';
+import { hookSiteOfModule } from '../models/names.js';
 import type { LinearSiteCall, ModelDelta, NormSiteCall } from './sites.js';
 import type { ModelWeights } from '../models/weights.js';
 
 /** What LoraDelta needs of a loaded adapter (`loadLoraAdapter` returns a superset). */
 export interface LoraWeights {
   readonly name: string;
+  /** The adapter directory, when it was loaded from one (named in errors). */
+  readonly dir?: string;
   readonly modules: ReadonlyMap<string, { readonly a: Tensor; readonly b: Tensor; readonly scale: number }>;
   /** Trained biases by HF tensor name (e.g. 'model.layers.0.self_attn.q_proj.bias'), when the adapter saved any. */
   readonly biases?: ReadonlyMap<string, Tensor>;
@@ -29,10 +33,12 @@ export class LoraDelta implements ModelDelta {
    */
   constructor(adapters: ReadonlyMap<string, LoraWeights>, base?: ModelWeights) {
     this.adapters = adapters;
+    for (const adapter of adapters.values()) refuseUnreachableModules(adapter);
     for (const adapter of adapters.values()) {
       // A per-tenant head is not a hook site: applying the adapter without it would silently give wrong outputs.
       if (adapter.savedModules && adapter.savedModules.size > 0) {
-        throw new InvalidArgumentError(
+        throw new UnsupportedAdapterError(
+          adapter.dir ?? adapter.name,
           `LoraDelta: adapter ${adapter.name} replaces whole modules (${[...adapter.savedModules.keys()].join(', ')}); ` +
             'hook sites cannot apply modules_to_save, merge the adapter into a copy of the base instead (mergeLoraIntoWeights)');
       }
@@ -114,6 +120,32 @@ export class LoraDelta implements ModelDelta {
   }
 }
 
+
+/**
+ * Throws UnsupportedAdapterError naming the module when the adapter adapts a module that has no hook site (LoRA on
+ * the LM head or the pooler, a trained bias of the embeddings' LayerNorm, …): hook sites never call a delta for
+ * such a module, so serving the adapter would silently drop part of it.
+ */
+function refuseUnreachableModules(adapter: LoraWeights): void {
+  const where = adapter.dir ?? adapter.name;
+  for (const module of adapter.modules.keys()) {
+    if (hookSiteOfModule(module)?.kind === 'linear') continue;
+    throw new UnsupportedAdapterError(
+      where,
+      `adapter ${adapter.name}: LoRA on ${module}, which is not a per-layer hook site (hook-site deltas cannot reach it); ` +
+        'merge the adapter into a copy of the base instead (mergeLoraIntoWeights)',
+    );
+  }
+  for (const tensorName of adapter.biases?.keys() ?? []) {
+    const module = tensorName.endsWith('.bias') ? tensorName.slice(0, -'.bias'.length) : tensorName;
+    if (hookSiteOfModule(module) !== null) continue;
+    throw new UnsupportedAdapterError(
+      where,
+      `adapter ${adapter.name}: trained bias ${tensorName} belongs to ${module}, which is not a per-layer hook site; ` +
+        'merge the adapter into a copy of the base instead (mergeLoraIntoWeights)',
+    );
+  }
+}
 
 /**
  * Merges a LoRA adapter into the base weights in place: W += scale · B A for every module it targets (W becomes

@@ -130,3 +130,40 @@ export const PEFT_PREFIX = 'base_model.model.';
 export function peftLoraTensorNames(module: string): { a: string; b: string } {
   return { a: `${PEFT_PREFIX}${module}.lora_A.weight`, b: `${PEFT_PREFIX}${module}.lora_B.weight` };
 }
+
+/** Where a module sits in a model's hook sites, read from its name alone (either family). */
+export interface ModuleHookSite {
+  family: 'encoder' | 'decoder';
+  layer: number;
+  /** 'linear': a per-layer Linear with a hook site; 'norm': a per-layer LayerNorm / RMSNorm with a norm site. */
+  kind: 'linear' | 'norm';
+}
+
+// Built from the spellings above (layer index as a capture), so the two cannot drift apart.
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+function moduleRegex(names: (i: number) => Record<string, string>, prefixes: readonly string[]): RegExp {
+  const marker = 987654321;
+  const alternatives = Object.values(names(marker)).map((n) => escape(n).replace(String(marker), '(\\d+)'));
+  const prefix = prefixes.length > 0 ? `(?:${prefixes.map(escape).join('|')})?` : '';
+  return new RegExp(`^${prefix}(?:${alternatives.join('|')})$`);
+}
+const HOOK_SITE_PATTERNS: readonly { family: 'encoder' | 'decoder'; kind: 'linear' | 'norm'; re: RegExp }[] = [
+  { family: 'encoder', kind: 'linear', re: moduleRegex((i) => encoderLinearModules({ architecture: 'BertModel' }, i), ['bert.']) },
+  { family: 'encoder', kind: 'norm', re: moduleRegex((i) => encoderNormModules({ architecture: 'BertModel' }, i), ['bert.']) },
+  { family: 'decoder', kind: 'linear', re: moduleRegex(decoderLinearModules, []) },
+  { family: 'decoder', kind: 'norm', re: moduleRegex(decoderNormModules, []) },
+];
+
+/**
+ * The hook site of a module, or null for a module no delta can reach at a hook site (embeddings, the pooler, the
+ * LM head, a classifier): an adapter that changes such a module must be merged, or refused by name.
+ */
+export function hookSiteOfModule(module: string): ModuleHookSite | null {
+  for (const { family, kind, re } of HOOK_SITE_PATTERNS) {
+    const m = re.exec(module);
+    if (!m) continue;
+    const index = m.slice(1).find((g) => g !== undefined);
+    return { family, kind, layer: Number(index) };
+  }
+  return null;
+}
