@@ -59,6 +59,21 @@ describe('EncoderModel', () => {
     expect(() => unpadBatch([[1, 2]], [[1]])).toThrow(/2 ids but 1 mask/);
   });
 
+  it('keeps the token types of padded sentence pairs (token_type_ids)', () => {
+    const types = seqs.slice(0, 2).map((ids) => ids.map((_, i) => (i >= ids.length >> 1 ? 1 : 0)));
+    const padded = [[...seqs[0]!, 0, 0], [...seqs[1]!, 0, 0, 0, 0, 0]];
+    const mask = [[...seqs[0]!.map(() => 1), 0, 0], [...seqs[1]!.map(() => 1), 0, 0, 0, 0, 0]];
+    const paddedTypes = [[...types[0]!, 0, 0], [...types[1]!, 0, 0, 0, 0, 0]];
+    const unpadded = unpadBatch(padded, mask, paddedTypes);
+    expect(unpadded.map((s) => Array.from(s.tokenTypes!))).toEqual(types);
+    const ragged = model.forward([{ ids: seqs[0]!, tokenTypes: types[0]! }, { ids: seqs[1]!, tokenTypes: types[1]! }]);
+    expect(model.forward(unpadded).logits!.toArray()).toEqual(ragged.logits!.toArray());
+    // Dropping them changes the answer: the reason they must be carried.
+    expect(model.forward(unpadBatch(padded, mask)).logits!.toArray()).not.toEqual(ragged.logits!.toArray());
+    expect(() => unpadBatch(padded, mask, [paddedTypes[0]!])).toThrow(/2 rows of input_ids but 1 rows of token_type_ids/);
+    expect(() => unpadBatch([[1, 2]], [[1, 1]], [[0]])).toThrow(/row 0 has 2 ids but 1 token type ids/);
+  });
+
   it('token types change the output', () => {
     const a = model.forward([{ ids: seqs[0]! }]).logits!.toArray();
     const b = model.forward([{ ids: seqs[0]!, tokenTypes: seqs[0]!.map((_, i) => (i > 4 ? 1 : 0)) }]).logits!.toArray();

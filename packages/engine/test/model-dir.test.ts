@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -6,6 +6,7 @@ import { randomFloats } from '@tessera/test-utils';
 import { BadHeaderError, ConfigError, MissingTensorError, PathOutsideModelError, TensorShapeError } from '../src/errors.js';
 import { MODEL_SAFETENSORS, MODEL_SAFETENSORS_INDEX, ModelTensors, resolveInside } from '../src/formats/model-dir.js';
 import { writeSafetensors } from '../src/formats/safetensors.js';
+import { PagedKvCache, generateModel, loadDecoder } from '../src/index.js';
 
 const base = mkdtempSync(join(tmpdir(), 'tessera-model-dir-'));
 afterAll(() => rmSync(base, { recursive: true, force: true }));
@@ -243,5 +244,56 @@ describe('ModelTensors', () => {
     const before = openFds();
     expect(() => ModelTensors.open(dir)).toThrow(BadHeaderError);
     expect(openFds()).toBe(before);
+  });
+});
+
+describe('tensors of dtypes the engine does not read', () => {
+  /** Appends raw tensors (any safetensors dtype name) to an existing safetensors file. */
+  function appendRaw(path: string, extra: Record<string, { dtype: string; shape: number[]; bytes: Uint8Array }>): void {
+    const file = readFileSync(path);
+    const n = Number(file.readBigUInt64LE(0));
+    const header = JSON.parse(file.subarray(8, 8 + n).toString('utf8')) as Record<string, unknown>;
+    let data = Buffer.from(file.subarray(8 + n));
+    for (const [name, t] of Object.entries(extra)) {
+      header[name] = { dtype: t.dtype, shape: t.shape, data_offsets: [data.length, data.length + t.bytes.length] };
+      data = Buffer.concat([data, Buffer.from(t.bytes)]);
+    }
+    const json = Buffer.from(JSON.stringify(header));
+    const prefix = Buffer.alloc(8);
+    prefix.writeBigUInt64LE(BigInt(json.length));
+    writeFileSync(path, Buffer.concat([prefix, json, data]));
+  }
+
+  it('loads a model whose checkpoint carries unused F64, I8 and BOOL tensors, and refuses a used one by name', () => {
+    const dir = freshDir('extras');
+    generateModel(dir, { family: 'decoder', size: 'tiny', seed: 3 });
+    const reference = loadDecoder(dir);
+    const referenceLogits = reference.forward([{ id: 's', tokens: [1, 2, 3] }], { cache: PagedKvCache.create({ ...reference.kvShape, numPages: 4 }) }).logits!.toArray();
+    appendRaw(join(dir, MODEL_SAFETENSORS), {
+      'model.rotary_emb.inv_freq_f64': { dtype: 'F64', shape: [2], bytes: new Uint8Array(16) },
+      'quant.scales': { dtype: 'I8', shape: [4], bytes: new Uint8Array(4) },
+      'attention.mask': { dtype: 'BOOL', shape: [3], bytes: new Uint8Array([1, 0, 1]) },
+    });
+    const model = loadDecoder(dir);
+    const logits = model.forward([{ id: 's', tokens: [1, 2, 3] }], { cache: PagedKvCache.create({ ...model.kvShape, numPages: 4 }) }).logits!.toArray();
+    expect(logits).toEqual(referenceLogits);
+    model.dispose();
+    reference.dispose();
+
+    // The same dtype on a tensor the config uses is refused, naming it.
+    const used = freshDir('used-f64');
+    generateModel(used, { family: 'decoder', size: 'tiny', seed: 3 });
+    const path = join(used, MODEL_SAFETENSORS);
+    const file = readFileSync(path);
+    const n = Number(file.readBigUInt64LE(0));
+    const header = JSON.parse(file.subarray(8, 8 + n).toString('utf8')) as Record<string, { dtype: string; shape: number[]; data_offsets: number[] }>;
+    const norm = header['model.norm.weight']!;
+    const [begin, end] = norm.data_offsets as [number, number];
+    header['model.norm.weight'] = { dtype: 'I8', shape: [end - begin], data_offsets: [begin, end] };
+    const json = Buffer.from(JSON.stringify(header));
+    const prefix = Buffer.alloc(8);
+    prefix.writeBigUInt64LE(BigInt(json.length));
+    writeFileSync(path, Buffer.concat([prefix, json, file.subarray(8 + n)]));
+    expect(() => loadDecoder(used)).toThrow(/model\.norm\.weight has dtype I8, which this engine does not read/);
   });
 });

@@ -1,6 +1,7 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BudgetExceededError, DTypeMismatchError, Tensor, allocatorStats, fromHalfBits, setBudget, toHalfBits } from '@tessera/native';
 import { randomFloats, randomInts } from '@tessera/test-utils';
@@ -191,19 +192,52 @@ describe('SafetensorsFile: bad files are typed errors at open', () => {
     expect(() => SafetensorsFile.open(p)).toThrow(/not valid UTF-8 JSON/);
   });
 
-  it('rejects an unknown dtype, naming the tensor and the dtype', () => {
+  it('skips tensors of dtypes it does not read, and refuses them by name when asked for', () => {
     const p = tmpFile('f64.safetensors');
-    writeRaw(p, { 'layer.weight': { dtype: 'F64', shape: [2], data_offsets: [0, 16] } }, new Uint8Array(16));
-    let caught: unknown;
+    writeRaw(
+      p,
+      {
+        'mask.bool': { dtype: 'BOOL', shape: [3], data_offsets: [0, 3] },
+        'scale.f64': { dtype: 'F64', shape: [2], data_offsets: [8, 24] },
+        'q.i8': { dtype: 'I8', shape: [2, 2], data_offsets: [24, 28] },
+        'layer.weight': { dtype: 'F32', shape: [2], data_offsets: [28, 36] },
+      },
+      new Uint8Array(36),
+    );
+    const file = SafetensorsFile.open(p);
     try {
-      SafetensorsFile.open(p);
-    } catch (e) {
-      caught = e;
+      expect(file.names()).toEqual(['mask.bool', 'scale.f64', 'q.i8', 'layer.weight']);
+      expect(file.has('scale.f64')).toBe(true);
+      expect(file.read('layer.weight').toArray()).toEqual(new Float32Array(2));
+      let caught: unknown;
+      try {
+        file.read('scale.f64');
+      } catch (e) {
+        caught = e;
+      }
+      expect(caught).toBeInstanceOf(UnknownDtypeError);
+      expect((caught as Error).message).toMatch(/scale\.f64 has dtype F64, which this engine does not read/);
+      expect(() => file.info('q.i8')).toThrow(/q\.i8 has dtype I8/);
+      expect(() => file.readHost('mask.bool')).toThrow(UnknownDtypeError);
+    } finally {
+      file.close();
     }
-    expect(caught).toBeInstanceOf(UnknownDtypeError);
-    expect((caught as Error).message).toMatch(/layer\.weight has dtype F64/);
+    // They are validated all the same: a size that disagrees with the dtype, an overlap, a run past the end.
+    writeRaw(p, { x: { dtype: 'F64', shape: [2], data_offsets: [0, 12] } }, new Uint8Array(16));
+    expect(() => SafetensorsFile.open(p)).toThrow(/x: data_offsets \[0, 12\] span 12 bytes but \[2\] F64 needs 16/);
+    writeRaw(p, { x: { dtype: 'I8', shape: [8], data_offsets: [0, 8] }, y: { dtype: 'F32', shape: [2], data_offsets: [4, 12] } }, new Uint8Array(16));
+    expect(() => SafetensorsFile.open(p)).toThrow(/overlap/);
+    writeRaw(p, { x: { dtype: 'F4', shape: [8], data_offsets: [0, 64] } }, new Uint8Array(16));
+    expect(() => SafetensorsFile.open(p)).toThrow(TruncatedFileError);
     writeRaw(p, { t: { dtype: 7, shape: [2], data_offsets: [0, 16] } }, new Uint8Array(16));
     expect(() => SafetensorsFile.open(p)).toThrow(BadHeaderError);
+  });
+
+  it('refuses a path that is not a regular file before opening it (a FIFO would block forever)', () => {
+    const fifo = tmpFile('model.fifo');
+    execFileSync('mkfifo', [fifo]);
+    expect(() => SafetensorsFile.open(fifo)).toThrow(/not a regular file/);
+    expect(() => SafetensorsFile.open(dirname(fifo))).toThrow(/not a regular file/);
   });
 
   it('rejects offsets that disagree with shape × dtype size, naming the tensor', () => {

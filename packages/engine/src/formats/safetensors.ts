@@ -3,7 +3,7 @@
  * JSON `{ name: { dtype, shape, data_offsets: [begin, end] }, "__metadata__": { … } }`, then the raw
  * little-endian tensor bytes (offsets are relative to the end of the header).
  */
-import { closeSync, fstatSync, fsyncSync, openSync, read, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, openSync, read, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import {
   type AnyTypedArray,
   type Backend,
@@ -25,6 +25,16 @@ export const SAFETENSORS_DTYPES: Readonly<Record<string, DType>> = {
   I32: 'i32',
   I64: 'i64',
   U8: 'u8',
+};
+
+/**
+ * Element sizes of the safetensors dtypes the engine does not read. A file may carry such tensors (an F64 buffer, an
+ * I8 or BOOL mask the model never uses): they are validated like any other (offsets, size, overlaps) and skipped;
+ * reading one, or asking its info, throws UnknownDtypeError naming it. Sub-byte packed dtypes (F4, F6_*) and names
+ * this table lacks are checked for bounds only.
+ */
+const UNREAD_DTYPE_BYTES: Readonly<Record<string, number>> = {
+  F64: 8, I8: 1, I16: 2, U16: 2, U32: 4, U64: 8, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1, F8_E8M0: 1, C64: 8,
 };
 
 export function safetensorsDtypeName(dtype: DType): string {
@@ -170,7 +180,7 @@ function hostView(dtype: DType, bytes: Buffer): AnyTypedArray {
  * the data region (file size − 8 − header length). Gaps between tensors and trailing bytes are allowed; overlaps
  * are not.
  */
-function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { tensors: Map<string, SafetensorsTensorInfo>; metadata: Record<string, string> } {
+function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { tensors: Map<string, SafetensorsTensorInfo>; unread: Map<string, UnreadTensor>; metadata: Record<string, string> } {
   let json: unknown;
   try {
     json = JSON.parse(utf8Strict.decode(headerBytes));
@@ -181,6 +191,7 @@ function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { te
   const headerEnd = 8 + headerBytes.length;
   const metadata: Record<string, string> = {};
   const tensors = new Map<string, SafetensorsTensorInfo>();
+  const unread = new Map<string, UnreadTensor>();
   const ranges: { name: string; begin: number; end: number }[] = [];
   for (const [name, entry] of Object.entries(json)) {
     if (name === '__metadata__') {
@@ -196,9 +207,6 @@ function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { te
     const { dtype: dtypeName, shape, data_offsets: offsets } = entry;
     if (typeof dtypeName !== 'string') throw new BadHeaderError(path, `${path}: tensor ${name}: dtype must be a string, got ${JSON.stringify(dtypeName)}`);
     const dtype = Object.hasOwn(SAFETENSORS_DTYPES, dtypeName) ? SAFETENSORS_DTYPES[dtypeName] : undefined;
-    if (dtype === undefined) {
-      throw new UnknownDtypeError(path, `${path}: tensor ${name} has dtype ${dtypeName}, which this engine does not read (known: ${Object.keys(SAFETENSORS_DTYPES).join(', ')})`);
-    }
     if (!Array.isArray(shape) || !shape.every(isNonNegativeSafeInteger)) {
       throw new BadHeaderError(path, `${path}: tensor ${name}: shape must be a list of non-negative integers, got ${JSON.stringify(shape)}`);
     }
@@ -207,15 +215,20 @@ function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { te
     }
     const [begin, end] = offsets as [number, number];
     const numel = (shape as number[]).reduce((a, b) => a * b, 1);
-    const expected = numel * dtypeSize(dtype);
+    const elementBytes = dtype !== undefined ? dtypeSize(dtype) : Object.hasOwn(UNREAD_DTYPE_BYTES, dtypeName) ? UNREAD_DTYPE_BYTES[dtypeName]! : null;
+    const expected = elementBytes === null ? end - begin : numel * elementBytes;
     if (!Number.isSafeInteger(expected) || end < begin || end - begin !== expected) {
       throw new BadHeaderError(path, `${path}: tensor ${name}: data_offsets [${begin}, ${end}] span ${end - begin} bytes but ${shapeString(shape as number[])} ${dtypeName} needs ${expected}`);
     }
     if (end > dataBytes) {
       throw new TruncatedFileError(path, `${path}: tensor ${name} ends at data byte ${end} but the file holds only ${dataBytes} data bytes (truncated?)`);
     }
-    tensors.set(name, { dtype, shape: [...(shape as number[])], byteOffset: headerEnd + begin, byteLength: expected });
     ranges.push({ name, begin, end });
+    if (dtype === undefined) {
+      unread.set(name, { dtypeName, byteOffset: headerEnd + begin });
+      continue;
+    }
+    tensors.set(name, { dtype, shape: [...(shape as number[])], byteOffset: headerEnd + begin, byteLength: expected });
   }
   // Overlap check over non-empty ranges (empty tensors may share any offset, as in the Rust crate).
   const nonEmpty = ranges.filter((r) => r.end > r.begin).sort((a, b) => a.begin - b.begin || a.end - b.end);
@@ -226,7 +239,13 @@ function parseHeader(path: string, headerBytes: Buffer, dataBytes: number): { te
       throw new BadHeaderError(path, `${path}: tensors ${prev.name} [${prev.begin}, ${prev.end}) and ${cur.name} [${cur.begin}, ${cur.end}) overlap`);
     }
   }
-  return { tensors, metadata };
+  return { tensors, unread, metadata };
+}
+
+/** A tensor of a dtype the engine does not read: kept only to name it when something asks for it. */
+interface UnreadTensor {
+  dtypeName: string;
+  byteOffset: number;
 }
 
 /** Closes the descriptor of a file that was garbage-collected without close(). */
@@ -251,16 +270,20 @@ export class SafetensorsFile {
   /** File size in bytes at open time. */
   readonly fileSize: number;
   private readonly tensors: Map<string, SafetensorsTensorInfo>;
+  /** Tensors of dtypes the engine does not read (F64, I8, BOOL, …): listed, skipped, refused by name when asked for. */
+  private readonly unread: Map<string, UnreadTensor>;
   private fd: number | null;
   /** Asynchronous reads in flight: close() defers closing the descriptor until they settle. */
   private pending = 0;
   private closeRequested = false;
 
-  private constructor(path: string, fd: number, fileSize: number, tensors: Map<string, SafetensorsTensorInfo>, metadata: Record<string, string>) {
+  private constructor(path: string, fd: number, fileSize: number, parsed: { tensors: Map<string, SafetensorsTensorInfo>; unread: Map<string, UnreadTensor>; metadata: Record<string, string> }) {
+    const { tensors, unread, metadata } = parsed;
     this.path = path;
     this.fd = fd;
     this.fileSize = fileSize;
     this.tensors = tensors;
+    this.unread = unread;
     this.metadata = Object.freeze(metadata);
     leakedFiles.register(this, fd, this);
   }
@@ -268,6 +291,14 @@ export class SafetensorsFile {
   /** Opens `path` and reads and validates its header. Throws a {@link ModelFormatError} subclass for a bad file. */
   static open(path: string): SafetensorsFile {
     assertLittleEndianHost();
+    // Checked before the open: opening a FIFO for reading blocks until a writer appears, i.e. possibly forever.
+    let isFile = false;
+    try {
+      isFile = statSync(path).isFile();
+    } catch (cause) {
+      throw new ModelFormatError('TESSERA_FILE_UNREADABLE', path, `${path}: cannot open safetensors file (${(cause as Error).message})`, { cause });
+    }
+    if (!isFile) throw new ModelFormatError('TESSERA_FILE_UNREADABLE', path, `${path}: not a regular file`);
     let fd: number;
     try {
       fd = openSync(path, 'r');
@@ -289,23 +320,22 @@ export class SafetensorsFile {
       if (n > size - 8) throw new TruncatedFileError(path, `${path}: header length ${n} runs past the end of the ${size}-byte file (truncated?)`);
       const headerBytes = Buffer.allocUnsafe(n);
       readFully(fd, path, headerBytes, 8, 'the header');
-      const { tensors, metadata } = parseHeader(path, headerBytes, size - 8 - n);
-      return new SafetensorsFile(path, fd, size, tensors, metadata);
+      return new SafetensorsFile(path, fd, size, parseHeader(path, headerBytes, size - 8 - n));
     } catch (err) {
       closeSync(fd);
       throw err;
     }
   }
 
-  /** Tensor names in file order (by byte offset, then name). */
+  /** Tensor names in file order (by byte offset, then name), those of unread dtypes included. */
   names(): string[] {
-    return [...this.tensors.entries()]
+    return [...this.tensors.entries(), ...this.unread.entries()]
       .sort(([na, a], [nb, b]) => a.byteOffset - b.byteOffset || (na < nb ? -1 : na > nb ? 1 : 0))
       .map(([name]) => name);
   }
 
   has(name: string): boolean {
-    return this.tensors.has(name);
+    return this.tensors.has(name) || this.unread.has(name);
   }
 
   /** Dtype, shape and absolute byte range of `name`. Throws MissingTensorError for an unknown name. */
@@ -379,8 +409,12 @@ export class SafetensorsFile {
 
   private lookup(name: string): SafetensorsTensorInfo {
     const info = this.tensors.get(name);
-    if (!info) throw new MissingTensorError(this.path, `${this.path}: no tensor named ${name}`);
-    return info;
+    if (info) return info;
+    const unread = this.unread.get(name);
+    if (unread) {
+      throw new UnknownDtypeError(this.path, `${this.path}: tensor ${name} has dtype ${unread.dtypeName}, which this engine does not read (known: ${Object.keys(SAFETENSORS_DTYPES).join(', ')})`);
+    }
+    throw new MissingTensorError(this.path, `${this.path}: no tensor named ${name}`);
   }
 
   /** Exactly the tensor's bytes, in a Buffer that owns its ArrayBuffer (so typed views are aligned). */

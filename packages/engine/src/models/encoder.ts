@@ -149,17 +149,36 @@ export interface EncoderOutput {
   layout: SegmentLayout;
 }
 
-/** Padded, HF-style input (input_ids + attention_mask) turned into ragged sequences: mask-0 positions are dropped. */
-export function unpadBatch(inputIds: readonly ArrayLike<number>[], attentionMask: readonly ArrayLike<number>[]): EncoderSequence[] {
+/**
+ * Padded, HF-style input (input_ids + attention_mask, and token_type_ids for sentence pairs) turned into ragged
+ * sequences: mask-0 positions are dropped from every row given.
+ */
+export function unpadBatch(
+  inputIds: readonly ArrayLike<number>[],
+  attentionMask: readonly ArrayLike<number>[],
+  tokenTypeIds?: readonly ArrayLike<number>[],
+): EncoderSequence[] {
   if (inputIds.length !== attentionMask.length) {
     throw new InvalidArgumentError(`unpadBatch: ${inputIds.length} rows of input_ids but ${attentionMask.length} rows of attention_mask`);
+  }
+  if (tokenTypeIds !== undefined && tokenTypeIds.length !== inputIds.length) {
+    throw new InvalidArgumentError(`unpadBatch: ${inputIds.length} rows of input_ids but ${tokenTypeIds.length} rows of token_type_ids`);
   }
   return inputIds.map((ids, b) => {
     const mask = attentionMask[b]!;
     if (mask.length !== ids.length) throw new InvalidArgumentError(`unpadBatch: row ${b} has ${ids.length} ids but ${mask.length} mask entries`);
+    const types = tokenTypeIds?.[b];
+    if (types !== undefined && types.length !== ids.length) {
+      throw new InvalidArgumentError(`unpadBatch: row ${b} has ${ids.length} ids but ${types.length} token type ids`);
+    }
     const kept: number[] = [];
-    for (let i = 0; i < ids.length; i++) if (mask[i]) kept.push(ids[i]!);
-    return { ids: kept };
+    const keptTypes: number[] = [];
+    for (let i = 0; i < ids.length; i++) {
+      if (!mask[i]) continue;
+      kept.push(ids[i]!);
+      if (types !== undefined) keptTypes.push(types[i]!);
+    }
+    return types === undefined ? { ids: kept } : { ids: kept, tokenTypes: keptTypes };
   });
 }
 
