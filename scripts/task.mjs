@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The root entry points: `npm start` / `pnpm start`, `npm test` / `pnpm test`, `pnpm bench <name>`.
 // They work on a fresh machine with only Node 20 and a C++ toolchain: each step runs only when needed.
-//   1. install   pnpm (the exact version in package.json#packageManager, through npx when pnpm is absent)
+//   1. install   pnpm (an installed pnpm 10, else the version in package.json#packageManager through npx)
 //                installs the workspace when node_modules is missing or older than the lockfile;
 //   2. native    builds @tessera/native (cmake-js; incremental, seconds when nothing changed);
 //   3. the task  start: the main job (the Punica server); test: typecheck + build + publint + every test + the docs
@@ -26,8 +26,11 @@ function pnpmCommand() {
   // Inside `pnpm <script>`, npm_execpath is pnpm itself; otherwise look for a matching pnpm on PATH, else npx.
   const exec = process.env.npm_execpath ?? '';
   if (/pnpm/.test(exec)) return { cmd: process.execPath, pre: [exec] };
+  // Any installed pnpm of the same major runs the workspace (pnpm-workspace.yaml turns off its switch to the exact
+  // packageManager version); with none, or another major, npx fetches the pinned one.
   const probe = spawnSync('pnpm', ['--version'], { encoding: 'utf8' });
-  if (probe.status === 0 && probe.stdout.trim() === pnpmVersion) return { cmd: 'pnpm', pre: [] };
+  const major = (v) => v.split('.')[0];
+  if (probe.status === 0 && major(probe.stdout.trim()) === major(pnpmVersion)) return { cmd: 'pnpm', pre: [] };
   return { cmd: 'npx', pre: ['--yes', `pnpm@${pnpmVersion}`] };
 }
 
