@@ -62,7 +62,7 @@ __global__ void attention_bwd_rows_kernel(PrefillAttentionBwdArgs a, T* lse, T* 
     if (visible(j)) dsum += exp(dot<T>(q, krow(j), D) * scale - l) * dot<T>(dout, vrow(j), D);
   lse[row] = l;
   delta[row] = dsum;
-  if (sizeof(T) == sizeof(float)) {
+  if constexpr (sizeof(T) == sizeof(float)) {
     // Fast: accumulate straight into dq (f32).
     for (int64_t j = 0; j < nk; ++j) {
       if (!visible(j)) continue;
@@ -98,7 +98,7 @@ __global__ void attention_bwd_keys_kernel(PrefillAttentionBwdArgs a, const T* ls
   for (int64_t c = 0; c < D; ++c) dk[c] = dv[c] = 0.0f;
   if (a.key_mask != nullptr && a.key_mask[b * S + j] == 0) return;
   const T scale = a.scale;
-  if (sizeof(T) == sizeof(float)) {
+  if constexpr (sizeof(T) == sizeof(float)) {
     for (int64_t i = a.causal ? j : 0; i < S; ++i) {
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         const int64_t row = (b * S + i) * H + h;
@@ -113,22 +113,22 @@ __global__ void attention_bwd_keys_kernel(PrefillAttentionBwdArgs a, const T* ls
         }
       }
     }
-    return;
-  }
-  for (int64_t c = 0; c < D; ++c) {
-    T ak = 0, av = 0;
-    for (int64_t i = a.causal ? j : 0; i < S; ++i) {
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const int64_t row = (b * S + i) * H + h;
-        const float* q = a.q + row * D;
-        const float* dout = a.dout + row * D;
-        const T p = exp(dot<T>(q, kj, D) * scale - lse[row]);
-        av += p * static_cast<T>(dout[c]);
-        ak += p * (dot<T>(dout, vj, D) - delta[row]) * scale * static_cast<T>(q[c]);
+  } else {
+    for (int64_t c = 0; c < D; ++c) {
+      T ak = 0, av = 0;
+      for (int64_t i = a.causal ? j : 0; i < S; ++i) {
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const int64_t row = (b * S + i) * H + h;
+          const float* q = a.q + row * D;
+          const float* dout = a.dout + row * D;
+          const T p = exp(dot<T>(q, kj, D) * scale - lse[row]);
+          av += p * static_cast<T>(dout[c]);
+          ak += p * (dot<T>(dout, vj, D) - delta[row]) * scale * static_cast<T>(q[c]);
+        }
       }
+      dk[c] = static_cast<float>(ak);
+      dv[c] = static_cast<float>(av);
     }
-    dk[c] = static_cast<float>(ak);
-    dv[c] = static_cast<float>(av);
   }
 }
 

@@ -27,11 +27,11 @@ void expect_f32_like(const std::string& op, const Tensor& t, const char* name, c
                                        shape_str(like.shape));
 }
 
-// An output must not share memory with any listed tensor (null entries are skipped).
+// An output must not share memory with any listed tensor (null entries are skipped), itself included.
 void expect_out_disjoint(const std::string& op, const Tensor* out, const char* out_name, std::initializer_list<Named> others) {
   if (!out) return;
   for (const auto& [t, name] : others)
-    if (t && t != out) expect_disjoint(op, *out, out_name, *t, name);
+    if (t) expect_disjoint(op, *out, out_name, *t, name);
 }
 
 void expect_param(const std::string& op, const Tensor* p, const char* name, int64_t dim, const Tensor& x) {
