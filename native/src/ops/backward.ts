@@ -62,11 +62,11 @@ export interface LayerNormBackwardOptions extends ParamGradOptions {
   /** As in the forward (default 1e-5). */
   eps?: number;
   /** dL/dx: written here (may be `dy` itself), allocated when absent, skipped when null. */
-  dx?: Tensor | null;
+  dx?: Tensor | null | undefined;
   /** dL/dgamma [dim]: allocated when absent and gamma is given, skipped when null. */
-  dgamma?: Tensor | null;
+  dgamma?: Tensor | null | undefined;
   /** dL/dbeta [dim]: allocated when absent and gamma is given (an affine LayerNorm), skipped when null. */
-  dbeta?: Tensor | null;
+  dbeta?: Tensor | null | undefined;
 }
 
 export interface LayerNormGrads {
@@ -101,9 +101,9 @@ export interface RmsNormBackwardOptions extends ParamGradOptions {
   /** As in the forward (default 1e-6). */
   eps?: number;
   /** dL/dx: written here (may be `dy` itself), allocated when absent, skipped when null. */
-  dx?: Tensor | null;
+  dx?: Tensor | null | undefined;
   /** dL/dgamma [dim]: allocated when absent and gamma is given, skipped when null. */
-  dgamma?: Tensor | null;
+  dgamma?: Tensor | null | undefined;
 }
 
 /** Backward of {@link rmsNorm}: dx = rstd (g·dy - x̂ mean(g·dy x̂)) with x̂ = x·rstd, dgamma = Σ_rows dy x̂. */
@@ -314,11 +314,11 @@ export function columnSum(x: Tensor, options: ColumnSumOptions = {}): Tensor {
 
 export interface LinearBackwardOptions extends ParamGradOptions {
   /** dL/dx [..., in]: allocated when absent, skipped when null. Needs an f32/f16/bf16 weight. */
-  dx?: Tensor | null;
+  dx?: Tensor | null | undefined;
   /** dL/dweight [out, in]: allocated when absent, skipped when null. */
-  dWeight?: Tensor | null;
+  dWeight?: Tensor | null | undefined;
   /** dL/dbias [out]: computed when given or when `bias` is set. */
-  dBias?: Tensor | null;
+  dBias?: Tensor | null | undefined;
   /** The layer has a bias: allocate dBias (default false unless dBias is given). */
   bias?: boolean;
 }
