@@ -102,7 +102,7 @@ export interface NativeBinding {
   layerNorm(x: NativeTensor, gamma: NativeTensor | null, beta: NativeTensor | null, out: NativeTensor, opts: RefOption & { eps: number }): void;
   rmsNorm(x: NativeTensor, gamma: NativeTensor | null, out: NativeTensor, opts: RefOption & { eps: number }): void;
   softmax(x: NativeTensor, out: NativeTensor, opts: RefOption & { scale: number }): void;
-  rope(x: NativeTensor, positions: NativeTensor, opts: RefOption & { rotDim: number; base: number }): void;
+  rope(x: NativeTensor, positions: NativeTensor, opts: RefOption & { rotDim: number; base: number; inverse?: boolean }): void;
   attentionPrefill(q: NativeTensor, k: NativeTensor, v: NativeTensor, out: NativeTensor,
     opts: RefOption & { causal: boolean; scale: number; keyMask: NativeTensor | null }): void;
   attentionDecode(q: NativeTensor, kCache: NativeTensor, vCache: NativeTensor, blockTable: NativeTensor,
@@ -119,6 +119,25 @@ export interface NativeBinding {
   /** sgmvExpand with a per-row adapter index; scales are one per weight. */
   bgmvExpand(y: NativeTensor, v: NativeTensor, weights: readonly (NativeTensor | null)[], rowIndex: NativeTensor,
     opts: RefOption & { layer: number; scales?: readonly number[] | null }): void;
+
+  // ---- training (f32): backward kernels, loss, optimiser
+  layerNormBackward(x: NativeTensor, gamma: NativeTensor | null, dy: NativeTensor, dx: NativeTensor | null, dgamma: NativeTensor | null,
+    dbeta: NativeTensor | null, opts: RefOption & { eps: number; accumulate: boolean }): void;
+  rmsNormBackward(x: NativeTensor, gamma: NativeTensor | null, dy: NativeTensor, dx: NativeTensor | null, dgamma: NativeTensor | null,
+    opts: RefOption & { eps: number; accumulate: boolean }): void;
+  softmaxBackward(y: NativeTensor, dy: NativeTensor, dx: NativeTensor, opts: RefOption & { scale: number }): void;
+  activationBackward(act: ActivationName, x: NativeTensor, dy: NativeTensor, dx: NativeTensor, opts: RefOption): void;
+  siluMulBackward(gate: NativeTensor, up: NativeTensor, dy: NativeTensor, dgate: NativeTensor, dup: NativeTensor, opts: RefOption): void;
+  crossEntropy(logits: NativeTensor, targets: NativeTensor, loss: NativeTensor, dlogits: NativeTensor | null,
+    opts: RefOption & { ignoreIndex: number; labelSmoothing: number; gradScale: number }): void;
+  columnSum(x: NativeTensor, out: NativeTensor, opts: RefOption & { accumulate: boolean }): void;
+  embeddingBackward(dy: NativeTensor, ids: NativeTensor, dtable: NativeTensor, opts: RefOption & { accumulate: boolean }): void;
+  attentionPrefillBackward(q: NativeTensor, k: NativeTensor, v: NativeTensor, dout: NativeTensor, dq: NativeTensor, dk: NativeTensor,
+    dv: NativeTensor, opts: RefOption & { causal: boolean; scale: number; keyMask: NativeTensor | null }): void;
+  adamw(param: NativeTensor, grad: NativeTensor, m: NativeTensor, v: NativeTensor, opts: RefOption & {
+    lr: number; beta1: number; beta2: number; eps: number; weightDecay: number; step: number; gradScale: number }): void;
+  /** Sum of the squared elements, accumulated in double in a fixed order. */
+  sumSquares(x: NativeTensor, opts: RefOption): number;
 
   // ---- machine probes (CPU; bench roofline)
   streamTriad?(a: NativeTensor, b: NativeTensor, c: NativeTensor, s: number): void;

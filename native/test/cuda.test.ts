@@ -51,6 +51,8 @@ const contractOps = [
   'empty', 'allocatorStats', 'setBudget', 'resetPeak', 'synchronize', 'info', 'copy', 'gemm', 'gemmBatched', 'embedding',
   'gatherRows', 'scatterRows', 'convert', 'binary', 'scale', 'activation', 'siluMul', 'layerNorm', 'rmsNorm', 'softmax',
   'rope', 'attentionPrefill', 'attentionDecode', 'sgmvShrink', 'sgmvExpand', 'bgmvShrink', 'bgmvExpand', 'petSiteRun', 'cudaDeviceCount',
+  'layerNormBackward', 'rmsNormBackward', 'softmaxBackward', 'activationBackward', 'siluMulBackward', 'crossEntropy', 'columnSum',
+  'embeddingBackward', 'attentionPrefillBackward', 'adamw', 'sumSquares',
 ] as const;
 
 describe('CUDA addon loading (runs everywhere)', () => {

@@ -53,7 +53,8 @@ void rms_norm(const Tensor& x, const Tensor* gamma, float eps, Tensor& out, bool
 void softmax(const Tensor& x, float scale, Tensor& out, bool reference);
 
 // ---------------------------------------------------------------- RoPE (in place): x f32 [tokens, heads, head_dim]
-void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool reference);
+// inverse: rotate by -angle instead (ropeBackward: the rotation is orthogonal, its transpose is its inverse).
+void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool inverse, bool reference);
 
 // ---------------------------------------------------------------- gathers, copies
 // table [vocab, dim] f32/f16/bf16, ids i32 (in range), out f32 [...ids.shape, dim].
@@ -89,6 +90,28 @@ void attention_decode(const DecodeAttentionArgs& args, bool reference);
 // args.row_ids are host memory (a backend copies what its kernels need).
 void sgmv_shrink(const SgmvArgs& args, bool reference);
 void sgmv_expand(const SgmvArgs& args, bool reference);
+
+// ---------------------------------------------------------------- training (f32; bind_train.cc)
+// Backward kernels, the fused cross-entropy, column sums, embedding scatter-add, AdamW and the sum of squares. Filled
+// and checked by binding/ops/bind_train.cc (shapes, dtypes, aliasing, target and id ranges). Optional outputs are
+// null when not wanted; `accumulate` adds parameter gradients to the existing values instead of overwriting them.
+void layer_norm_bwd(const Tensor& x, const Tensor* gamma, const Tensor& dy, float eps, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
+                    bool accumulate, bool reference);
+void rms_norm_bwd(const Tensor& x, const Tensor* gamma, const Tensor& dy, float eps, Tensor* dx, Tensor* dgamma, bool accumulate,
+                  bool reference);
+void softmax_bwd(const Tensor& y, const Tensor& dy, float scale, Tensor& dx, bool reference);
+void activation_bwd(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx, bool reference);
+void silu_mul_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup, bool reference);
+// args.rows / vocab / pointers filled; targets already checked against [0, vocab) and the ignore index.
+void cross_entropy(const CrossEntropyArgs& args, bool reference);
+// out [cols] (+)= sum over the rows of x [rows, cols].
+void column_sum(const Tensor& x, Tensor& out, bool accumulate, bool reference);
+// dtable [vocab, dim] (+)= scatter of dy [n, dim] rows by ids (checked against vocab).
+void embedding_bwd(const Tensor& dy, const Tensor& ids, Tensor& dtable, bool accumulate, bool reference);
+void attention_prefill_bwd(const PrefillAttentionBwdArgs& args, bool reference);
+void adamw(const AdamWArgs& args, bool reference);
+// Sum of squares of x's elements (double): fixed chunks of kSumSquaresChunk summed in double, then in chunk order.
+double sum_squares(const Tensor& x, bool reference);
 
 // ---------------------------------------------------------------- PET operators (f32; PetSiteArgs: cpu/pet_args.h)
 // Filled and checked by binding/ops/bind_pet.cc: shapes, rows within the tensors, CSR index contents, aliasing, and

@@ -90,4 +90,49 @@ struct SgmvArgs {
   const int32_t* row_ids = nullptr;  // null: every group is a contiguous row range
 };
 
+// ---------------------------------------------------------------- training (f32; cpu/train.cc, cuda/train.cu)
+// Prefill attention backward over the forward's layout (PrefillAttentionArgs): given dout = dL/d(out), writes dq
+// [batch, seq, n_heads, d] and dk, dv [batch, seq, n_kv_heads, d] (overwritten, not accumulated). The softmax
+// probabilities are recomputed from q and k. A padding key (key_mask 0) gets dk = dv = 0; a query with no visible
+// key gets dq = 0. dk / dv of a kv head sum over the query heads of its GQA group and the queries in a fixed order
+// (query position, then head), so the result does not depend on the thread count.
+// row_lse / row_delta: scratch of batch * seq * n_heads floats each, used by the CUDA fast kernel (device memory);
+// the CPU allocates its own and ignores them.
+struct PrefillAttentionBwdArgs {
+  const float* q = nullptr; const float* k = nullptr; const float* v = nullptr; const float* dout = nullptr;
+  float* dq = nullptr; float* dk = nullptr; float* dv = nullptr;
+  int64_t batch = 0, seq = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const uint8_t* key_mask = nullptr;
+  bool causal = false;
+  float scale = 1.0f;
+  float* row_lse = nullptr; float* row_delta = nullptr;
+};
+
+// Fused AdamW step, in place over n elements (PyTorch's torch.optim.AdamW, decoupled weight decay):
+//   g = grad * grad_scale;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+//   param = param * decay - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
+// with decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^t), inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t),
+// computed once on the host in double (the binding) so every backend uses the same constants.
+struct AdamWArgs {
+  float* param = nullptr; const float* grad = nullptr; float* m = nullptr; float* v = nullptr;
+  int64_t n = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, grad_scale = 1.0;
+  double decay = 1.0, step_size = 0.0, inv_sqrt_bc2 = 1.0;
+};
+
+// Fused cross-entropy over [rows, vocab] logits with i32 targets (in [0, vocab) or ignore_index):
+//   loss[r] = (1 - s) (lse - x[t]) + s (lse - mean(x))          (s = label smoothing, lse = log sum exp x)
+//   dlogits[r, j] = grad_scale (softmax(x)[j] - s / vocab - (1 - s) [j == t])
+// An ignored row gets loss 0 and dlogits 0. dlogits may be null (loss only) or logits itself (in place).
+struct CrossEntropyArgs {
+  const float* logits = nullptr; const int32_t* targets = nullptr;
+  float* loss = nullptr; float* dlogits = nullptr;
+  int64_t rows = 0, vocab = 0;
+  int32_t ignore_index = -100;
+  float smoothing = 0.0f, grad_scale = 1.0f;
+};
+
+// Elements per partial of sum_squares: each chunk is summed in double, then the partials in chunk order.
+constexpr int64_t kSumSquaresChunk = 16384;
+
 }  // namespace tessera

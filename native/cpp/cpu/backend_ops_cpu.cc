@@ -41,8 +41,8 @@ void softmax(const Tensor& x, float scale, Tensor& out, bool reference) {
   (reference ? cpu::softmax_ref : cpu::softmax)(x.data<float>(), r.rows, r.dim, scale, out.data<float>());
 }
 
-void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool reference) {
-  (reference ? cpu::rope_ref : cpu::rope)(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), rot_dim, positions.data<int32_t>(), base);
+void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool inverse, bool reference) {
+  (reference ? cpu::rope_ref : cpu::rope)(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), rot_dim, positions.data<int32_t>(), base, inverse);
 }
 
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out, bool reference) {
@@ -85,6 +85,63 @@ void sgmv_shrink(const SgmvArgs& args, bool reference) { (reference ? cpu::sgmv_
 void sgmv_expand(const SgmvArgs& args, bool reference) { (reference ? cpu::sgmv_expand_ref : cpu::sgmv_expand)(args); }
 
 void pet_site(const PetSiteArgs& args, bool reference) { (reference ? cpu::pet_site_ref : cpu::pet_site)(args); }
+
+// ---------------------------------------------------------------- training
+
+namespace {
+float* f32_mut_or_null(Tensor* t) { return t ? t->data<float>() : nullptr; }
+}  // namespace
+
+void layer_norm_bwd(const Tensor& x, const Tensor* gamma, const Tensor& dy, float eps, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
+                    bool accumulate, bool reference) {
+  const RowSplit r = row_split(x);
+  (reference ? cpu::layer_norm_bwd_ref : cpu::layer_norm_bwd)(x.data<float>(), dy.data<float>(), r.rows, r.dim, f32_or_null(gamma), eps,
+                                                              f32_mut_or_null(dx), f32_mut_or_null(dgamma), f32_mut_or_null(dbeta),
+                                                              accumulate);
+}
+
+void rms_norm_bwd(const Tensor& x, const Tensor* gamma, const Tensor& dy, float eps, Tensor* dx, Tensor* dgamma, bool accumulate,
+                  bool reference) {
+  const RowSplit r = row_split(x);
+  (reference ? cpu::rms_norm_bwd_ref : cpu::rms_norm_bwd)(x.data<float>(), dy.data<float>(), r.rows, r.dim, f32_or_null(gamma), eps,
+                                                          f32_mut_or_null(dx), f32_mut_or_null(dgamma), accumulate);
+}
+
+void softmax_bwd(const Tensor& y, const Tensor& dy, float scale, Tensor& dx, bool reference) {
+  const RowSplit r = row_split(y);
+  (reference ? cpu::softmax_bwd_ref : cpu::softmax_bwd)(y.data<float>(), dy.data<float>(), r.rows, r.dim, scale, dx.data<float>());
+}
+
+void activation_bwd(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx, bool reference) {
+  (reference ? cpu::activation_bwd_ref : cpu::activation_bwd)(act, x.data<float>(), dy.data<float>(), x.numel(), dx.data<float>());
+}
+
+void silu_mul_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup, bool reference) {
+  (reference ? cpu::silu_mul_bwd_ref : cpu::silu_mul_bwd)(gate.data<float>(), up.data<float>(), dy.data<float>(), gate.numel(),
+                                                          dgate.data<float>(), dup.data<float>());
+}
+
+void cross_entropy(const CrossEntropyArgs& args, bool reference) { (reference ? cpu::cross_entropy_ref : cpu::cross_entropy)(args); }
+
+void column_sum(const Tensor& x, Tensor& out, bool accumulate, bool reference) {
+  const RowSplit r = row_split(x);
+  (reference ? cpu::column_sum_ref : cpu::column_sum)(x.data<float>(), r.rows, out.numel(), out.data<float>(), accumulate);
+}
+
+void embedding_bwd(const Tensor& dy, const Tensor& ids, Tensor& dtable, bool accumulate, bool reference) {
+  (reference ? cpu::embedding_bwd_ref : cpu::embedding_bwd)(dy.data<float>(), ids.data<int32_t>(), ids.numel(), dtable.dim(1),
+                                                            dtable.dim(0), dtable.data<float>(), accumulate);
+}
+
+void attention_prefill_bwd(const PrefillAttentionBwdArgs& args, bool reference) {
+  (reference ? cpu::attention_prefill_bwd_ref : cpu::attention_prefill_bwd)(args);
+}
+
+void adamw(const AdamWArgs& args, bool reference) { (reference ? cpu::adamw_ref : cpu::adamw)(args); }
+
+double sum_squares(const Tensor& x, bool reference) {
+  return (reference ? cpu::sum_squares_ref : cpu::sum_squares)(x.data<float>(), x.numel());
+}
 
 // CPU tensors are host memory: the binding reads index tensors in place.
 const int32_t* host_i32(const Tensor& t, std::vector<int32_t>& /*scratch*/) { return t.data<int32_t>(); }

@@ -65,8 +65,11 @@ void softmax(const float* x, int64_t rows, int64_t dim, float scale, float* out)
 // ---------------------------------------------------------------- RoPE (in place)
 // x is [tokens, heads, head_dim]; positions[tokens]. Rotates the first rot_dim dims of each head in the
 // "rotate_half" (GPT-NeoX / HF Llama) layout: pairs (i, i + rot_dim/2), inv_freq_i = base^(-2i/rot_dim).
-void rope_ref(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base);
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base);
+// inverse: rotate by -angle instead (the backward of rope: the rotation is orthogonal, so dx = R(-angle) dy).
+void rope_ref(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base,
+              bool inverse = false);
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base,
+          bool inverse = false);
 
 // ---------------------------------------------------------------- attention (f32; the args: core/op_args.h)
 void attention_prefill_ref(const PrefillAttentionArgs& a);
@@ -89,6 +92,54 @@ void sgmv_expand(const SgmvArgs& args);
 // pet_site_ref runs every op in list order, accumulating in double.
 void pet_site_ref(const PetSiteArgs& args);
 void pet_site(const PetSiteArgs& args);
+
+// ---------------------------------------------------------------- training: backward kernels, loss, optimiser
+// train.cc (row-wise, elementwise, reductions; SIMD bodies in train_avx2.cc / train_avx512.cc) and
+// attention_bwd.cc. Every `_ref` accumulates in double and rounds each output once. Parameter gradients
+// (dgamma, dbeta, column sums, embedding rows) are column reductions over rows: the fast paths give each task a
+// block of columns and sum rows sequentially, so the result does not depend on the thread count. With
+// `accumulate` they add to the existing gradient (out = out + sum), otherwise they overwrite it.
+
+// LayerNorm backward over [rows, dim] (statistics recomputed from x as in layer_norm). dx, dgamma, dbeta may each be
+// null (not wanted); gamma may be null (1). dx may alias dy.
+void layer_norm_bwd_ref(const float* x, const float* dy, int64_t rows, int64_t dim, const float* gamma, float eps, float* dx,
+                        float* dgamma, float* dbeta, bool accumulate);
+void layer_norm_bwd(const float* x, const float* dy, int64_t rows, int64_t dim, const float* gamma, float eps, float* dx,
+                    float* dgamma, float* dbeta, bool accumulate);
+// RMSNorm backward; as above.
+void rms_norm_bwd_ref(const float* x, const float* dy, int64_t rows, int64_t dim, const float* gamma, float eps, float* dx,
+                      float* dgamma, bool accumulate);
+void rms_norm_bwd(const float* x, const float* dy, int64_t rows, int64_t dim, const float* gamma, float eps, float* dx,
+                  float* dgamma, bool accumulate);
+// softmax(x * scale) backward from its output y: dx = scale * y * (dy - sum(y * dy)). dx may alias dy.
+void softmax_bwd_ref(const float* y, const float* dy, int64_t rows, int64_t dim, float scale, float* dx);
+void softmax_bwd(const float* y, const float* dy, int64_t rows, int64_t dim, float scale, float* dx);
+// dx = dy * act'(x). dx may alias dy or x.
+void activation_bwd_ref(Activation act, const float* x, const float* dy, int64_t n, float* dx);
+void activation_bwd(Activation act, const float* x, const float* dy, int64_t n, float* dx);
+// SwiGLU backward (out = silu(gate) * up): dgate = dy * up * silu'(gate), dup = dy * silu(gate).
+void silu_mul_bwd_ref(const float* gate, const float* up, const float* dy, int64_t n, float* dgate, float* dup);
+void silu_mul_bwd(const float* gate, const float* up, const float* dy, int64_t n, float* dgate, float* dup);
+// Fused log-softmax + NLL (CrossEntropyArgs: core/op_args.h).
+void cross_entropy_ref(const CrossEntropyArgs& a);
+void cross_entropy(const CrossEntropyArgs& a);
+// out[c] (+)= sum over rows of x[r, c] (a Linear's bias gradient).
+void column_sum_ref(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate);
+void column_sum(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate);
+// Embedding backward: dtable[ids[i], :] += dy[i, :] for i in token order (dtable [vocab, dim] zeroed first unless
+// accumulate). The fast path sums in f32 in token order, one task per block of columns.
+void embedding_bwd_ref(const float* dy, const int32_t* ids, int64_t n, int64_t dim, int64_t vocab, float* dtable, bool accumulate);
+void embedding_bwd(const float* dy, const int32_t* ids, int64_t n, int64_t dim, int64_t vocab, float* dtable, bool accumulate);
+// AdamW step in place (AdamWArgs: core/op_args.h).
+void adamw_ref(const AdamWArgs& a);
+void adamw(const AdamWArgs& a);
+// Sum of squares of n floats: the fast path sums chunks of kSumSquaresChunk in double, then the chunk partials in
+// order (same value for any thread count); the reference sums sequentially in double.
+double sum_squares_ref(const float* x, int64_t n);
+double sum_squares(const float* x, int64_t n);
+// Attention prefill backward (PrefillAttentionBwdArgs: core/op_args.h).
+void attention_prefill_bwd_ref(const PrefillAttentionBwdArgs& a);
+void attention_prefill_bwd(const PrefillAttentionBwdArgs& a);
 
 // ---------------------------------------------------------------- machine probes (bench roofline)
 // STREAM triad a[i] = b[i] + s * c[i] over n floats, parallel; returns nothing (caller times it).

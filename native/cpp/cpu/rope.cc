@@ -28,7 +28,7 @@ std::vector<double> inverse_frequencies(int64_t rot_dim, float base) {
 // cos/sin of pos * inv_freq[i] for one token. Cody-Waite reduction: 2*pi = kTwoPiHi + kTwoPiLo with kTwoPiHi
 // holding 24 significant bits, so k * kTwoPiHi is exact for |k| < 2^29 (|angle| < 3.3e9 covers every i32
 // position with inv_freq <= 1).
-void token_cos_sin(int32_t pos, const std::vector<double>& inv_freq, float* cos, float* sin) {
+void token_cos_sin(int32_t pos, const std::vector<double>& inv_freq, bool inverse, float* cos, float* sin) {
   constexpr double kTwoPiHi = 6.2831854820251465;               // float(2*pi)
   constexpr double kTwoPiLo = -1.7484556025237907e-07;          // 2*pi - kTwoPiHi (double)
   constexpr double kInvTwoPi = 0.15915494309189535;
@@ -37,7 +37,7 @@ void token_cos_sin(int32_t pos, const std::vector<double>& inv_freq, float* cos,
     const double k = std::floor(angle * kInvTwoPi + 0.5);
     const float reduced = static_cast<float>((angle - k * kTwoPiHi) - k * kTwoPiLo);
     cos[i] = std::cos(reduced);  // GCC fuses the pair into one sincosf call
-    sin[i] = std::sin(reduced);
+    sin[i] = inverse ? -std::sin(reduced) : std::sin(reduced);  // sin(-a) = -sin(a), exactly
   }
 }
 
@@ -55,13 +55,14 @@ void rope_rotate_scalar(float* x, int64_t heads, int64_t head_dim, int64_t half,
 
 }  // namespace
 
-void rope_ref(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base) {
+void rope_ref(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base,
+              bool inverse) {
   const int64_t half = rot_dim / 2;
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const double inv_freq = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
       const double angle = static_cast<double>(positions[t]) * inv_freq;
-      const double c = std::cos(angle), s = std::sin(angle);
+      const double c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
       for (int64_t h = 0; h < heads; ++h) {
         float* x1 = x + (t * heads + h) * head_dim;
         const double a = x1[i], b = x1[i + half];
@@ -72,7 +73,8 @@ void rope_ref(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t
   }
 }
 
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base) {
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base,
+          bool inverse) {
   const int64_t half = rot_dim / 2;
   if (tokens <= 0 || heads <= 0 || half <= 0) return;
   const Isa isa = active_isa();
@@ -84,7 +86,7 @@ void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot
     float* cos = table.data();
     float* sin = cos + half;
     for (int64_t t = t0; t < t1; ++t) {
-      token_cos_sin(positions[t], inv_freq, cos, sin);
+      token_cos_sin(positions[t], inv_freq, inverse, cos, sin);
       float* xt = x + t * heads * head_dim;
       switch (isa) {
         case Isa::Avx512: rope_rotate_avx512(xt, heads, head_dim, half, cos, sin); break;

@@ -193,30 +193,31 @@ __global__ void prefill_ref_kernel(PrefillAttentionArgs a) {
 
 // The angle pos * base^(-2i/rot_dim) and its sine and cosine are computed in double: in f32 the angle alone loses
 // about pos * 2^-24 radians, which at positions in the tens of thousands is visible in the output.
-__device__ __forceinline__ void rotate_pair(float* xh, int64_t i, int64_t half, int64_t rot_dim, double pos, double log_base) {
+__device__ __forceinline__ void rotate_pair(float* xh, int64_t i, int64_t half, int64_t rot_dim, double pos, double log_base, bool inverse) {
   const double inv_freq = exp(-log_base * static_cast<double>(2 * i) / static_cast<double>(rot_dim));
   double s, c;
   sincos(pos * inv_freq, &s, &c);
+  if (inverse) s = -s;  // the backward: rotate by -angle
   const double x1 = xh[i], x2 = xh[i + half];
   xh[i] = static_cast<float>(x1 * c - x2 * s);
   xh[i + half] = static_cast<float>(x2 * c + x1 * s);
 }
 
 // Fast: one thread per rotated pair, grid-stride.
-__global__ void rope_kernel(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, double log_base) {
+__global__ void rope_kernel(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, double log_base, bool inverse) {
   const int64_t half = rot_dim / 2, total = tokens * heads * half;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e % half, th = e / half, t = th / heads;
-    rotate_pair(x + th * head_dim, i, half, rot_dim, static_cast<double>(positions[t]), log_base);
+    rotate_pair(x + th * head_dim, i, half, rot_dim, static_cast<double>(positions[t]), log_base, inverse);
   }
 }
 
 // Reference: one thread per (token, head), pairs in order.
-__global__ void rope_ref_kernel(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, double log_base) {
+__global__ void rope_ref_kernel(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, double log_base, bool inverse) {
   const int64_t th = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (th >= tokens * heads) return;
   const int64_t half = rot_dim / 2;
-  for (int64_t i = 0; i < half; ++i) rotate_pair(x + th * head_dim, i, half, rot_dim, static_cast<double>(positions[th / heads]), log_base);
+  for (int64_t i = 0; i < half; ++i) rotate_pair(x + th * head_dim, i, half, rot_dim, static_cast<double>(positions[th / heads]), log_base, inverse);
 }
 
 unsigned cap(int64_t n, int64_t limit) { return static_cast<unsigned>(n < limit ? n : limit); }
@@ -268,14 +269,14 @@ void attention_prefill(const PrefillAttentionArgs& a, bool reference) {
   check_launch("attention_prefill_kernel");
 }
 
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base, bool reference) {
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base, bool inverse, bool reference) {
   if (tokens == 0 || heads == 0 || rot_dim == 0) return;
   const double log_base = std::log(static_cast<double>(base));
   if (reference) {
-    rope_ref_kernel<<<ref_grid(tokens * heads, 128), 128>>>(x, tokens, heads, head_dim, rot_dim, positions, log_base);
+    rope_ref_kernel<<<ref_grid(tokens * heads, 128), 128>>>(x, tokens, heads, head_dim, rot_dim, positions, log_base, inverse);
     check_launch("rope_ref_kernel");
   } else {
-    rope_kernel<<<grid_for(tokens * heads * (rot_dim / 2), 256), 256>>>(x, tokens, heads, head_dim, rot_dim, positions, log_base);
+    rope_kernel<<<grid_for(tokens * heads * (rot_dim / 2), 256), 256>>>(x, tokens, heads, head_dim, rot_dim, positions, log_base, inverse);
     check_launch("rope_kernel");
   }
 }

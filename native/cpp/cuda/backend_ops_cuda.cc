@@ -130,9 +130,9 @@ void softmax(const Tensor& x, float scale, Tensor& out, bool reference) {
   gpu::softmax(x.data<float>(), r.rows, r.dim, scale, out.data<float>(), reference);
 }
 
-void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool reference) {
+void rope(Tensor& x, const Tensor& positions, int64_t rot_dim, float base, bool inverse, bool reference) {
   ready();
-  gpu::rope(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), rot_dim, positions.data<int32_t>(), base, reference);
+  gpu::rope(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), rot_dim, positions.data<int32_t>(), base, inverse, reference);
 }
 
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out, bool reference) {
@@ -198,6 +198,97 @@ void sgmv_expand(const SgmvArgs& args, bool reference) { gpu::run_sgmv(args, ref
 void pet_site(const PetSiteArgs& args, bool reference) {
   ready();
   gpu::pet_site(args, reference);
+}
+
+// ---------------------------------------------------------------- training
+// Scratch (norm statistics, attention row statistics, sum-of-squares partials) is charged to the budget and freed on
+// return; frees are stream-ordered (or synchronising), so the kernels queued before them still read valid memory.
+
+namespace {
+float* f32_mut_or_null(Tensor* t) { return t ? t->data<float>() : nullptr; }
+Tensor scratch_bytes(int64_t bytes) { return Tensor::empty(binding::device().allocator(), DType::U8, {bytes}); }
+}  // namespace
+
+void layer_norm_bwd(const Tensor& x, const Tensor* gamma, const Tensor& dy, float eps, Tensor* dx, Tensor* dgamma, Tensor* dbeta,
+                    bool accumulate, bool reference) {
+  const RowSplit r = row_split(x);
+  ready();
+  Tensor stats = scratch_bytes(std::max<int64_t>(1, r.rows) * 2 * static_cast<int64_t>(sizeof(double)));
+  gpu::layer_norm_bwd(x.data<float>(), dy.data<float>(), r.rows, x.last_dim(), gpu::f32_or_null(gamma), eps, f32_mut_or_null(dx),
+                      f32_mut_or_null(dgamma), f32_mut_or_null(dbeta), accumulate, stats.data<double>(), reference);
+}
+
+void rms_norm_bwd(const Tensor& x, const Tensor* gamma, const Tensor& dy, float eps, Tensor* dx, Tensor* dgamma, bool accumulate,
+                  bool reference) {
+  const RowSplit r = row_split(x);
+  ready();
+  Tensor stats = scratch_bytes(std::max<int64_t>(1, r.rows) * 2 * static_cast<int64_t>(sizeof(double)));
+  gpu::rms_norm_bwd(x.data<float>(), dy.data<float>(), r.rows, x.last_dim(), gpu::f32_or_null(gamma), eps, f32_mut_or_null(dx),
+                    f32_mut_or_null(dgamma), accumulate, stats.data<double>(), reference);
+}
+
+void softmax_bwd(const Tensor& y, const Tensor& dy, float scale, Tensor& dx, bool reference) {
+  const RowSplit r = row_split(y);
+  ready();
+  gpu::softmax_bwd(y.data<float>(), dy.data<float>(), r.rows, r.dim, scale, dx.data<float>(), reference);
+}
+
+void activation_bwd(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx, bool reference) {
+  ready();
+  gpu::activation_bwd(act, x.data<float>(), dy.data<float>(), x.numel(), dx.data<float>(), reference);
+}
+
+void silu_mul_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, Tensor& dgate, Tensor& dup, bool reference) {
+  ready();
+  gpu::silu_mul_bwd(gate.data<float>(), up.data<float>(), dy.data<float>(), gate.numel(), dgate.data<float>(), dup.data<float>(), reference);
+}
+
+void cross_entropy(const CrossEntropyArgs& args, bool reference) {
+  ready();
+  gpu::cross_entropy(args, reference);
+}
+
+void column_sum(const Tensor& x, Tensor& out, bool accumulate, bool reference) {
+  const RowSplit r = row_split(x);
+  ready();
+  gpu::column_sum(x.data<float>(), r.rows, out.numel(), out.data<float>(), accumulate, reference);
+}
+
+void embedding_bwd(const Tensor& dy, const Tensor& ids, Tensor& dtable, bool accumulate, bool reference) {
+  ready();
+  gpu::embedding_bwd(dy.data<float>(), ids.data<int32_t>(), ids.numel(), dtable.dim(1), dtable.dim(0), dtable.data<float>(), accumulate,
+                     reference);
+}
+
+void attention_prefill_bwd(const PrefillAttentionBwdArgs& args, bool reference) {
+  ready();
+  const int64_t rows = args.batch * args.seq * args.n_heads;
+  const int64_t width = reference ? static_cast<int64_t>(sizeof(double)) : static_cast<int64_t>(sizeof(float));
+  Tensor lse = scratch_bytes(std::max<int64_t>(1, rows) * width), delta = scratch_bytes(std::max<int64_t>(1, rows) * width);
+  PrefillAttentionBwdArgs a = args;
+  a.row_lse = static_cast<float*>(lse.raw());
+  a.row_delta = static_cast<float*>(delta.raw());
+  gpu::attention_prefill_bwd(a, reference);
+}
+
+void adamw(const AdamWArgs& args, bool reference) {
+  ready();
+  gpu::adamw(args, reference);
+}
+
+// The chunk partials come back to the host and are summed there in chunk order (a device-to-host copy: waits).
+double sum_squares(const Tensor& x, bool reference) {
+  const int64_t count = gpu::sum_squares_partials_count(x.numel(), reference);
+  if (count == 0) return 0.0;
+  ready();
+  binding::Device& device = binding::device();
+  Tensor partials = scratch_bytes(count * static_cast<int64_t>(sizeof(double)));
+  gpu::sum_squares_partials(x.data<float>(), x.numel(), partials.data<double>(), reference);
+  std::vector<double> host(static_cast<size_t>(count));
+  device.download(host.data(), partials.raw(), static_cast<uint64_t>(partials.nbytes()));
+  double s = 0;
+  for (double p : host) s += p;
+  return s;
 }
 
 // Index tensors live in device memory: copied to the host for the binding's checks (waits for queued work).

@@ -55,7 +55,9 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* gamma, flo
 void softmax(const float* x, int64_t rows, int64_t dim, float scale, float* out, bool reference);
 
 // ---------------------------------------------------------------- RoPE (in place, rotate_half layout)
-void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base, bool reference);
+// inverse: rotate by -angle (the backward of rope).
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim, const int32_t* positions, float base, bool inverse,
+          bool reference);
 
 // ---------------------------------------------------------------- attention (f32; the args: core/op_args.h)
 void attention_prefill(const PrefillAttentionArgs& a, bool reference);
@@ -63,6 +65,33 @@ void attention_prefill(const PrefillAttentionArgs& a, bool reference);
 void attention_decode(const DecodeAttentionArgs& a, bool reference);
 // The fast attention kernels keep one query row in registers: head_dim up to this; larger runs the reference.
 constexpr int64_t kAttentionMaxFastHeadDim = 256;
+
+// ---------------------------------------------------------------- training (f32; train.cu, attention_bwd.cu)
+// Same semantics as the cpu:: training kernels (cpu/kernels.h). Deterministic: every output is written by one
+// thread or one block, with sums in a fixed order. Fast paths: block-per-row kernels for the row-wise ops (f32
+// partials, fixed warp-shuffle trees), one thread per column for column reductions (rows in order, in double),
+// grid-stride loops for elementwise ops. References: one thread per row / output, accumulating in double.
+// Scratch buffers are device memory allocated by backend_ops_cuda.cc:
+//   norm backward: `stats`, 2 doubles per row (mean, rstd);
+//   sum_squares:   `partials`, one double per chunk of kSumSquaresChunk (one in all for the reference), which the
+//                  host then sums in order;
+//   attention:     args.row_lse / args.row_delta, batch * seq * n_heads values of 4 (fast) or 8 (reference) bytes.
+void layer_norm_bwd(const float* x, const float* dy, int64_t rows, int64_t dim, const float* gamma, float eps, float* dx, float* dgamma,
+                    float* dbeta, bool accumulate, double* stats, bool reference);
+void rms_norm_bwd(const float* x, const float* dy, int64_t rows, int64_t dim, const float* gamma, float eps, float* dx, float* dgamma,
+                  bool accumulate, double* stats, bool reference);
+void softmax_bwd(const float* y, const float* dy, int64_t rows, int64_t dim, float scale, float* dx, bool reference);
+void activation_bwd(Activation act, const float* x, const float* dy, int64_t n, float* dx, bool reference);
+void silu_mul_bwd(const float* gate, const float* up, const float* dy, int64_t n, float* dgate, float* dup, bool reference);
+void cross_entropy(const CrossEntropyArgs& a, bool reference);
+void column_sum(const float* x, int64_t rows, int64_t cols, float* out, bool accumulate, bool reference);
+void embedding_bwd(const float* dy, const int32_t* ids, int64_t n, int64_t dim, int64_t vocab, float* dtable, bool accumulate,
+                   bool reference);
+void adamw(const AdamWArgs& a, bool reference);
+// Writes sum_squares_partials_count(n, reference) doubles to `partials`.
+int64_t sum_squares_partials_count(int64_t n, bool reference);
+void sum_squares_partials(const float* x, int64_t n, double* partials, bool reference);
+void attention_prefill_bwd(const PrefillAttentionBwdArgs& a, bool reference);
 
 // ---------------------------------------------------------------- SGMV / BGMV (f32; SgmvArgs: core/op_args.h)
 // One row group as the kernels read it from device memory: SgmvSegment plus where its shrink partials live.

@@ -7,4 +7,6 @@ export * from './rope.js';
 export * from './attention.js';
 export * from './sgmv.js';
 export * from './pet.js';
+export * from './backward.js';
+export * from './optim.js';
 export * from './probe.js';

@@ -22,7 +22,19 @@ export interface RopeOptions {
  * of a double-precision reference.
  */
 export function rope(x: Tensor, positions: Tensor, options: RopeOptions = {}): Tensor {
-  const op = 'rope';
+  return rotate('rope', x, positions, options, false);
+}
+
+/**
+ * Backward of {@link rope}, in place on dy f32 [tokens, heads, headDim] (the gradient of the rotated x): the
+ * rotation is orthogonal, so dx = R(-angle) dy, the inverse rotation with the same angles (sin negated exactly).
+ * Same options as the forward. Returns dy.
+ */
+export function ropeBackward(dy: Tensor, positions: Tensor, options: RopeOptions = {}): Tensor {
+  return rotate('ropeBackward', dy, positions, options, true);
+}
+
+function rotate(op: string, x: Tensor, positions: Tensor, options: RopeOptions, inverse: boolean): Tensor {
   const backend = sameBackend(op, x, positions);
   expectDtype(op, 'x', x, 'f32');
   expectDtype(op, 'positions', positions, 'i32');
@@ -38,6 +50,6 @@ export function rope(x: Tensor, positions: Tensor, options: RopeOptions = {}): T
   }
   const base = options.base ?? 10000;
   if (!Number.isFinite(base) || base <= 0) throw new InvalidArgumentError(`${op}: base must be a finite number > 0, got ${base}`);
-  callNative(() => backend.binding.rope(x.native, positions.native, { rotDim, base, reference: options.reference ?? false }));
+  callNative(() => backend.binding.rope(x.native, positions.native, { rotDim, base, inverse, reference: options.reference ?? false }));
   return x;
 }

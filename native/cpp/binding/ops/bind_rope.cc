@@ -1,4 +1,5 @@
-// N-API binding for rotary position embedding: rope(x, positions, {rotDim, base, reference}), in place.
+// N-API binding for rotary position embedding: rope(x, positions, {rotDim, base, inverse, reference}), in place.
+// inverse rotates by -angle: the backward of rope (ropeBackward in TS).
 // Shared by both addons: validation here, the kernel call in backend_ops_{cpu,cuda}.cc.
 #include <cmath>
 #include <string>
@@ -30,7 +31,7 @@ TESSERA_REGISTER_OPS(rope) {
                                            shape_str(x.shape) + ", got " + number_str(rot));
     const double base = finite_opt(opts, "base", 10000.0, 0.0, true, "rope");
     expect_disjoint("rope", x, "x", positions, "positions");
-    backend::rope(x, positions, static_cast<int64_t>(rot), static_cast<float>(base), reference_opt(opts));
+    backend::rope(x, positions, static_cast<int64_t>(rot), static_cast<float>(base), bool_opt(opts, "inverse", false), reference_opt(opts));
     return info.Env().Undefined();
   });
 }
