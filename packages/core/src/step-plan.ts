@@ -73,6 +73,11 @@ export interface StepOutcome {
   /** Token rows the forward ran, and its segments (rows whose adapter failed before the forward are left out). */
   rows: number;
   segments: readonly StepSegment[];
+  /**
+   * Requests whose rows were left out of the forward (their adapter failed before it; each also has a 'failed'
+   * result). Every other row of the plan was in the forward.
+   */
+  excluded: readonly string[];
   /** In the order they happened: failures before the forward, then one entry per sampled or failed row in plan order. */
   results: readonly RowResult[];
 }

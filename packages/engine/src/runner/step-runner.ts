@@ -140,9 +140,10 @@ export class StepRunner implements StepExecutor {
 
   run(plan: StepPlan): StepOutcome {
     const results: RowResult[] = [];
+    const excluded: string[] = [];
     let live: readonly PlannedSequence[] = plan.sequences;
     let segments: readonly StepSegment[] = plan.segments;
-    if (live.length === 0) return { ran: false, rows: 0, segments: [], results };
+    if (live.length === 0) return { ran: false, rows: 0, segments: [], excluded, results };
     let layout = this.layout(segments);
     let problem = this.prepareDeltas(layout);
     while (problem?.key != null) {
@@ -150,11 +151,13 @@ export class StepRunner implements StepExecutor {
       layout.dispose();
       const kept: PlannedSequence[] = [];
       for (const s of live) {
-        if (s.adapter === key) results.push({ kind: 'failed', requestId: s.requestId, error: problem.error });
-        else kept.push(s);
+        if (s.adapter === key) {
+          excluded.push(s.requestId);
+          results.push({ kind: 'failed', requestId: s.requestId, error: problem.error });
+        } else kept.push(s);
       }
       live = kept;
-      if (live.length === 0) return { ran: false, rows: 0, segments: [], results };
+      if (live.length === 0) return { ran: false, rows: 0, segments: [], excluded, results };
       segments = segmentsOf(live);
       layout = this.layout(segments);
       problem = this.prepareDeltas(layout);
@@ -195,7 +198,7 @@ export class StepRunner implements StepExecutor {
       }
     }
     const rows = segments.reduce((n, g) => n + g.count, 0);
-    return { ran: true, rows, segments, results };
+    return { ran: true, rows, segments, excluded, results };
   }
 
   private layout(segments: readonly StepSegment[]): SegmentLayout {
