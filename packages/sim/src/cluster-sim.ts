@@ -13,11 +13,11 @@
  * Same options → the same result, deep-equal: nothing in it reads the wall clock.
  */
 import type { ClientStream, FinishedResult } from '@tessera/cluster';
-import { PAGE_SIZE } from '@tessera/native';
-import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel';
+import { KV_PAGE_SIZE as PAGE_SIZE } from '@tessera/core';
 import { SimArgumentError } from './errors.js';
 import {
   DEFAULT_LENGTHS,
+  DEFAULT_ZIPF_ALPHA,
   type LengthDistribution,
   type Popularity,
   type RampProfile,
@@ -30,7 +30,7 @@ import {
 import { type LatencyModel, paperLatencyModel } from './latency.js';
 import { SimCluster } from './sim-cluster.js';
 import type { SimGpu } from './sim-gpu.js';
-import { simulatedGeneration, simulatedPrompt } from './simulated-decoder.js';
+import { simulatedGeneration, simulatedPrompt } from './simulated-runner.js';
 
 /** Peak arrivals per second per GPU of the default ramp (with the default lengths and paper latency, ≈ 80 % of a GPU). */
 export const DEFAULT_PEAK_PER_GPU_PER_SEC = 1.0;
