@@ -2,7 +2,7 @@
  * runClusterSimulation: Punica's cluster experiment (Fig. 13, paper §7; punica.md §10.3, §14 item 8) in virtual
  * time. The REAL PunicaScheduler, InProcessEngineHosts, ClientStreams and batcher Schedulers run in a
  * {@link SimCluster}; only the GPUs' time is simulated ({@link SimGpu}: step latency from a {@link LatencyModel},
- * KV pages from a real PagedKvCache, no math). A seeded
+ * KV pages from the real page allocator, no math). A seeded
  * trace of Poisson arrivals with a ramped rate and zipf-1.5 adapter popularity is submitted at its arrival times;
  * each finished stream's tokens are checked (exactly the output length, and the tokens an unmigrated run makes).
  *
