@@ -1,5 +1,5 @@
 /**
- * cluster-fitted: the simulator's other latency source. Real ContinuousBatcher steps of the generated mini
+ * cluster-fitted: the simulator's other latency source. Real engine steps (Scheduler + StepRunner) of the generated mini
  * decoder are profiled on this machine, a linear step-latency model is fitted to them (least squares), and the
  * quick Fig. 13 simulation runs again with this CPU's latencies instead of the paper's A100 curve. The arrival
  * rate is scaled by how much slower a full decode step is here, so the simulated GPUs carry the same relative load.
@@ -9,17 +9,17 @@ import {
   clusterSimulationPreset,
   fitLatencyModel,
   paperLatencyModel,
-  profileDecoderSteps,
   rampProfile,
   runClusterSimulation,
 } from '@tessera/sim';
 
+import { profileDecoderSteps } from '../latency-profile.js';
 import { miniModelDir } from '../models.js';
 import type { Row, TableSpec } from '../table.js';
 
 export async function clusterFittedFigure(options: { quick: boolean; log: (line: string) => void }) {
   const modelDir = miniModelDir('decoder', options.log);
-  options.log('cluster-fitted: profiling ContinuousBatcher steps of the mini decoder on this machine');
+  options.log('cluster-fitted: profiling engine steps of the mini decoder on this machine');
   const samples = await profileDecoderSteps({
     modelDir,
     batchSizes: options.quick ? [1, 4, 16] : [1, 2, 4, 8, 16, 32],

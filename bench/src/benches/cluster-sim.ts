@@ -1,6 +1,6 @@
 /**
  * cluster-sim: Punica's Fig. 13 in simulation (paper §7; punica.md §10.3, §14 item 8). @tessera/sim runs the real
- * PunicaScheduler, ClientStreams and ContinuousBatchers over simulated GPUs (step latency from the paper's Fig. 1
+ * PunicaScheduler, ClientStreams and batcher Schedulers over simulated GPUs (step latency from the paper's Fig. 1
  * model for Llama-2 7B on an A100; real paged-KV budgets) under a virtual clock: 16 GPUs for one simulated hour,
  * Poisson arrivals whose rate ramps up and back down, zipf-1.5 adapter popularity. Quick mode: 6 GPUs for 10
  * simulated minutes with sequences a quarter as long.

@@ -1,7 +1,7 @@
 /**
  * `pnpm bench cluster`: Punica's cluster (Fig. 13) in two parts.
  *   1. simulation (@tessera/sim): 16 virtual GPUs for one simulated hour under a ramped Poisson load with zipf-1.5
- *      adapter popularity, the real PunicaScheduler and ContinuousBatchers driven by a virtual clock: request
+ *      adapter popularity, the real PunicaScheduler and batcher Schedulers driven by a virtual clock: request
  *      rate, throughput and per-GPU batch size over time;
  *   2. the same simulation (quick size) with a step-latency model fitted to this machine's measured engine steps
  *      (cluster-fitted.ts);
@@ -26,7 +26,7 @@ export const clusterBench: Bench = {
       columns: Object.keys(sim.rows[0] ?? {}).map((key) => ({ key, header: key.replaceAll('_', ' ') })),
       rows: sim.rows,
       notes: [
-        'Fig. 13 in simulation: the real PunicaScheduler and ContinuousBatchers on simulated GPUs (paper latency model), virtual clock',
+        'Fig. 13 in simulation: the real PunicaScheduler and batcher Schedulers on simulated GPUs (paper latency model), virtual clock',
         `migrations ${sim.ratios.sim_migrations}, busy GPU time at the batch cap ${fmt(sim.ratios.sim_busy_gpu_time_at_cap_frac)}, ` +
           `idle GPUs that stayed idle ${fmt(sim.ratios.sim_idle_gpus_stay_idle)}, token streams exact ${fmt(sim.ratios.sim_exact_token_streams_frac)}`,
       ],

@@ -23,12 +23,14 @@ import {
   type LoraAdapter,
   type ModelDelta,
   PagedKvCache,
+  StepRunner,
   generateLoraAdapter,
   loadDecoder,
   loadLoraAdapter,
   pagesForLength,
 } from '@tessera/engine';
-import { type BatchPolicy, type BatcherRequest, type BatcherStats, ContinuousBatcher, type FinishedRequest } from '@tessera/batcher';
+import type { BatchPolicy, BatcherRequest, BatcherStats, FinishedRequest } from '@tessera/batcher';
+import { EngineLoop } from '@tessera/cluster';
 import { LoraWeightSet, SgmvLoraDelta, readLoraForSgmv } from '@tessera/sgmv-kernel';
 import { PAPER_POPULARITIES, type PopularityName, assignAdapters, popularity } from '@tessera/sgmv-kernel/bench';
 import { rng } from '../data.js';
@@ -153,7 +155,7 @@ async function serve(
   maxBatch: number,
   requests: readonly BatcherRequest[],
 ): Promise<RunResult> {
-  const batcher = new ContinuousBatcher({ model, cache, deltas, policy, maxBatch });
+  const batcher = new EngineLoop({ runner: new StepRunner({ model, cache, deltas }), pages: cache.allocator, policy, maxBatch });
   const tokens = new Map<string, number[]>();
   const controller = new AbortController();
   let left = requests.length;

@@ -10,7 +10,7 @@
  */
 import { resolve } from 'node:path';
 
-import { InvalidArgumentError } from '@tessera/native';
+import { InvalidArgumentError } from '@tessera/core';
 
 import { checkAdapterName } from './adapter-name.js';
 import { ByteLru } from './byte-lru.js';

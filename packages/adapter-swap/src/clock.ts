@@ -1,2 +1,2 @@
-/** One Clock for every policy package: @tessera/engine's (decision 6). */
-export { type Clock, systemClock } from '@tessera/engine';
+/** One Clock for every policy package: @tessera/core's (decision 6). */
+export { type Clock, systemClock } from '@tessera/core';

@@ -3,10 +3,11 @@
  * class's name) and a stable `code`, so a server can map them to HTTP statuses without parsing messages
  * (unknown → 404, exists / in use → 409, invalid name → 400, too large → 413 or 507).
  */
-import { InvalidArgumentError, TesseraError } from '@tessera/native';
+import { AdapterLoadError, type ErrorKind, InvalidArgumentError, registerErrors, TesseraError, UnknownAdapterError } from '@tessera/core';
 
 /** A name that cannot be an adapter's: empty, too long, a path separator, `..`, NUL or another odd character. */
 export class InvalidAdapterNameError extends InvalidArgumentError {
+  static override readonly kind: ErrorKind = 'invalid';
   readonly adapter: string;
   constructor(adapter: string, message: string) {
     super(message);
@@ -14,11 +15,18 @@ export class InvalidAdapterNameError extends InvalidArgumentError {
   }
 }
 
-/** Re-exported from @tessera/engine: one class across packages (`adapter` names the unregistered name). */
-export { UnknownAdapterError } from '@tessera/engine';
+/**
+ * From @tessera/core, one class each across packages: UnknownAdapterError (`adapter` names the unregistered name)
+ * and AdapterLoadError (a load failed for a reason the source did not report as an Error of its own: it threw a
+ * non-Error value, or reported a byte size that is not a non-negative safe integer; errors the source throws pass
+ * through unchanged, so an engine `ConfigError`, `TruncatedFileError`, ... stays itself). A scheduler fails the
+ * requests waiting for an adapter whose load was rejected with the same AdapterLoadError.
+ */
+export { AdapterLoadError, UnknownAdapterError };
 
 /** The name is registered already, with another directory. */
 export class AdapterExistsError extends TesseraError {
+  static override readonly kind: ErrorKind = 'conflict';
   readonly adapter: string;
   readonly dir: string;
   constructor(adapter: string, dir: string, message: string) {
@@ -30,6 +38,7 @@ export class AdapterExistsError extends TesseraError {
 
 /** The adapter is pinned (a request is using it), so it cannot be unregistered now. */
 export class AdapterInUseError extends TesseraError {
+  static override readonly kind: ErrorKind = 'conflict';
   readonly adapter: string;
   readonly pins: number;
   constructor(adapter: string, pins: number) {
@@ -41,6 +50,7 @@ export class AdapterInUseError extends TesseraError {
 
 /** The adapter needs more device bytes than the whole device budget: it can never be resident. */
 export class AdapterTooLargeError extends TesseraError {
+  static override readonly kind: ErrorKind = 'capacity';
   readonly adapter: string;
   readonly bytes: number;
   readonly budgetBytes: number;
@@ -54,6 +64,7 @@ export class AdapterTooLargeError extends TesseraError {
 
 /** pin() of an adapter that is not resident on the device (call ensureResident first). */
 export class AdapterNotResidentError extends TesseraError {
+  static override readonly kind: ErrorKind = 'conflict';
   readonly adapter: string;
   constructor(adapter: string, message: string) {
     super('TESSERA_ADAPTER_NOT_RESIDENT', message);
@@ -63,6 +74,7 @@ export class AdapterNotResidentError extends TesseraError {
 
 /** unpin() of an adapter whose pin count is already zero. */
 export class AdapterNotPinnedError extends TesseraError {
+  static override readonly kind: ErrorKind = 'conflict';
   readonly adapter: string;
   constructor(adapter: string) {
     super('TESSERA_ADAPTER_NOT_PINNED', `adapter ${JSON.stringify(adapter)} is not pinned (unpin without a matching pin)`);
@@ -70,22 +82,12 @@ export class AdapterNotPinnedError extends TesseraError {
   }
 }
 
-/**
- * A load failed for a reason the source did not report as an Error of its own: it threw a non-Error value, or
- * reported a byte size that is not a non-negative safe integer. Errors the source throws pass through unchanged
- * (an engine `ConfigError`, `TruncatedFileError`, ... stays itself).
- */
-export class AdapterLoadError extends TesseraError {
-  readonly adapter: string;
-  constructor(adapter: string, message: string, options?: { cause?: unknown }) {
-    super('TESSERA_ADAPTER_LOAD', message, options);
-    this.adapter = adapter;
-  }
-}
-
 /** The cache was disposed: pending loads reject with this, and so does every later call. */
 export class AdapterCacheDisposedError extends TesseraError {
+  static override readonly kind: ErrorKind = 'unavailable';
   constructor(message = 'the adapter cache was disposed') {
     super('TESSERA_ADAPTER_CACHE_DISPOSED', message);
   }
 }
+
+registerErrors(InvalidAdapterNameError, AdapterExistsError, AdapterInUseError, AdapterTooLargeError, AdapterNotResidentError, AdapterNotPinnedError, AdapterCacheDisposedError);

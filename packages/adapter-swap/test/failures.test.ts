@@ -164,7 +164,7 @@ describe('a source that misreports', () => {
       cache.register('a', h.fx.dirs.a!);
       const err = await cache.ensureResident('a').catch((e: unknown) => e);
       expect(err).toBeInstanceOf(AdapterLoadError);
-      expect(err).toMatchObject({ adapter: 'a', code: 'TESSERA_ADAPTER_LOAD', message: /returned (-1|0\.5), not a byte count/ });
+      expect(err).toMatchObject({ adapter: 'a', code: 'TESSERA_ADAPTER_LOAD_FAILED', message: /returned (-1|0\.5), not a byte count/ });
       expect(cache.stats()).toMatchObject({ residentCount: 0, hostCount: 0, loadFailures: 1 });
       expect(h.inUse()).toBe(0); // the upload measured wrongly was freed
     }

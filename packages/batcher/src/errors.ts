@@ -1,9 +1,11 @@
 /**
  * The batcher's typed errors. `submit` throws RequestValidationError (nothing changes); a request whose adapter
- * cannot be loaded is failed through its listener's onError with AdapterLoadError; misuse of the loop itself
- * (a second run(), step() re-entered from a listener) throws BatcherStateError.
+ * cannot be loaded fails with @tessera/core's AdapterLoadError (re-exported here); misuse of the step itself
+ * (plan() re-entered from an event handler, complete() without a plan, a second run loop) throws BatcherStateError.
  */
-import { TesseraError } from '@tessera/native';
+import { AdapterLoadError, type ErrorKind, registerErrors, TesseraError } from '@tessera/core';
+
+export { AdapterLoadError };
 
 /** Why `submit` refused a request; a server maps every code to a 400-class answer. */
 export type RequestValidationCode =
@@ -23,6 +25,7 @@ export type RequestValidationCode =
   | 'TESSERA_INVALID_REQUEST';
 
 export class RequestValidationError extends TesseraError {
+  static override readonly kind: ErrorKind = 'invalid';
   declare readonly code: RequestValidationCode;
   /** The id the request was submitted with (as given; may itself be the problem). */
   readonly requestId: unknown;
@@ -32,18 +35,12 @@ export class RequestValidationError extends TesseraError {
   }
 }
 
-/** The adapter a request asked for could not be made resident; `cause` is the residency's error. */
-export class AdapterLoadError extends TesseraError {
-  readonly adapter: string;
-  constructor(adapter: string, message: string, options?: { cause?: unknown }) {
-    super('TESSERA_ADAPTER_LOAD_FAILED', message, options);
-    this.adapter = adapter;
-  }
-}
-
 /** The batcher was driven in a way it does not support (two run() loops, step() from inside a listener). */
 export class BatcherStateError extends TesseraError {
+  static override readonly kind: ErrorKind = 'internal';
   constructor(message: string) {
     super('TESSERA_BATCHER_STATE', message);
   }
 }
+
+registerErrors(RequestValidationError, BatcherStateError);

@@ -1,24 +1,26 @@
 /**
- * @tessera/batcher: continuous batching for multi-tenant decoders. Punica's policy (any adapter mix in one
- * forward, at most one prefill per step, adapters loaded on demand without stalling the batch, preemption by
- * recompute when the KV cache runs out) and the paper's two baselines (same-adapter continuous batching, static
- * same-adapter batches), all on an injected Clock. And PetS's coordinated batching for multi-task encoders
- * (./coordinated): α/β cost tables, the intra-/inter-task DPs and their baselines, a profiler, online windows.
+ * @tessera/batcher: batching policies, pure TypeScript on @tessera/core (no engine, no native addon at run time).
+ * The continuous-batching Scheduler for multi-tenant decoders: Punica's policy (any adapter mix in one forward, at
+ * most one prefill per step, adapters loaded on demand without stalling the batch, preemption by recompute when
+ * the KV pages run out) and the paper's two baselines (same-adapter continuous batching, static same-adapter
+ * batches), on an injected Clock; each step it returns a StepPlan that a runner (the engine's StepRunner, the
+ * simulator's latency model) executes. And PetS's coordinated batching for multi-task encoders (./coordinated):
+ * α/β cost tables, the intra-/inter-task DPs and their baselines, a profiler, online windows.
  */
-export { ContinuousBatcher, BATCH_POLICIES, DEFAULT_MAX_BATCH } from './batcher.js';
+export { Scheduler, type SchedulerOptions, BATCH_POLICIES, DEFAULT_MAX_BATCH } from './scheduler.js';
 export { type Clock, systemClock } from './clock.js';
 export { AdapterLoadError, BatcherStateError, type RequestValidationCode, RequestValidationError } from './errors.js';
 export type {
   AdapterResidency,
   BatchPolicy,
-  BatcherModel,
   BatcherFinishReason,
   BatcherRequest,
   BatcherStats,
-  ContinuousBatcherOptions,
   FinishedRequest,
   KvExhaustionPolicy,
   RequestListener,
+  SchedulerEvent,
+  SchedulerStats,
   StepReport,
 } from './types.js';
 export {

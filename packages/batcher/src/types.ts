@@ -1,6 +1,5 @@
-/** The batcher's public shapes (contract C4). */
-import type { DecoderModel, ModelDelta, PagedKvCache, SamplingParams, Segment } from '@tessera/engine';
-import type { Clock } from './clock.js';
+/** The batcher's public shapes (contract C4). Plain data; the step-plan contract itself is @tessera/core's. */
+import type { FinishReason, StepSamplingParams, StepSegment } from '@tessera/core';
 
 /**
  * Where adapter weights live. The batcher asks it whether an adapter is on the device, starts loads, and pins an
@@ -32,8 +31,9 @@ export interface BatcherRequest {
   prompt: readonly number[];
   /** Generated tokens at most (EOS included). */
   maxTokens: number;
-  sampling?: SamplingParams;
-  /** Stop strings (needs the batcher's `decode`). */
+  /** Sampling parameters (the runner's sampler: HF semantics, greedy by default). */
+  sampling?: StepSamplingParams;
+  /** Stop strings (needs the runner's `decode`). */
   stop?: readonly string[];
   /** Keep going past EOS (benchmarks that force a length). */
   ignoreEos?: boolean;
@@ -45,7 +45,8 @@ export interface BatcherRequest {
   generated?: readonly number[];
 }
 
-export type BatcherFinishReason = 'eos' | 'stop' | 'length' | 'cancelled';
+/** @tessera/core's FinishReason. */
+export type BatcherFinishReason = FinishReason;
 
 export interface FinishedRequest {
   id: string;
@@ -80,27 +81,16 @@ export interface RequestListener {
  */
 export type KvExhaustionPolicy = 'requeue' | 'evict';
 
-/** What the batcher needs of a model: its config and a forward over the KV cache (DecoderModel; `@tessera/sim`'s simulated decoder). */
-export type BatcherModel = Pick<DecoderModel, 'config' | 'forward'>;
-
-export interface ContinuousBatcherOptions {
-  model: BatcherModel;
-  cache: PagedKvCache;
-  /** Multi-tenant deltas run at the hook sites (e.g. LoraDelta, SgmvLoraDelta); they read the step's SegmentLayout. */
-  deltas?: readonly ModelDelta[];
-  /** Adapter residency; without it every adapter name is assumed to be known to the deltas. */
-  adapters?: AdapterResidency;
-  /** Default 'punica'. */
-  policy?: BatchPolicy;
-  /** Most sequences in one forward (rows of the static batch included); default 32. */
-  maxBatch?: number;
-  /** Default systemClock. */
-  clock?: Clock;
-  /** Token ids → text, for stop strings and `text` (e.g. `(ids) => tokenizer.decode(ids)`). */
-  decode?: (ids: number[]) => string;
-  /** Default 'requeue'. */
-  kvExhaustion?: KvExhaustionPolicy;
-}
+/**
+ * What a Scheduler tells its host about a request, synchronously, in order: each generated token with the text
+ * it made safe to show, then exactly one of finish (eos, stop, length or cancelled; `text` is the runner's to
+ * add), error (an adapter that could not be loaded, a failed forward) or evicted (kvExhaustion 'evict').
+ */
+export type SchedulerEvent =
+  | { kind: 'token'; id: string; token: number; text: string }
+  | { kind: 'finish'; id: string; finishReason: BatcherFinishReason; tokens: number[]; promptTokens: number; completionTokens: number }
+  | { kind: 'error'; id: string; error: Error }
+  | { kind: 'evicted'; id: string; generated: number[] };
 
 /** What one step did. */
 export interface StepReport {
@@ -116,8 +106,8 @@ export interface StepReport {
   wastedRows: number;
   /** Sequences in the forward: prefills + decodes + wastedRows. */
   batchSize: number;
-  /** The step's SegmentLayout segments (rows grouped by adapter; prefill rows first). */
-  segments: readonly Segment[];
+  /** The step's segments (rows grouped by adapter; prefill rows first): its SegmentLayout's. */
+  segments: readonly StepSegment[];
   /** Request ids prefilled this step. */
   admitted: string[];
   /** Request ids that finished this step (eos, stop or length). */
@@ -126,11 +116,11 @@ export interface StepReport {
   preempted: string[];
   /** Request ids failed because the forward threw (each got onError). */
   failed: string[];
-  /** Clock time of the whole step (planning, forward, sampling, callbacks). */
+  /** Clock time of the whole step (planning, forward, sampling, callbacks): from plan() to complete(). */
   durationMs: number;
 }
 
-export interface BatcherStats {
+export interface SchedulerStats {
   policy: BatchPolicy;
   maxBatch: number;
   steps: number;
@@ -147,7 +137,7 @@ export interface BatcherStats {
   /** Static policy: decode rows of finished members, computed and thrown away. */
   wastedRows: number;
   preemptions: number;
-  /** SegmentLayouts built (one per step that ran a forward). */
+  /** Plans issued, each with one segment list, i.e. one SegmentLayout per step. */
   layoutBuilds: number;
   /** ensureResident calls started. */
   adapterLoads: number;
@@ -156,7 +146,7 @@ export interface BatcherStats {
   finished: number;
   cancelled: number;
   failed: number;
-  /** Listener callbacks that threw. */
+  /** Event handlers (request listeners) that threw. */
   listenerErrors: number;
   /** Admitted, unfinished requests. */
   running: number;
@@ -170,4 +160,9 @@ export interface BatcherStats {
   queuedInputPages: number;
   kvPagesUsed: number;
   kvPagesFree: number;
+  /** Tokens per KV page. */
+  kvPageTokens: number;
 }
+
+/** The stats of a Scheduler (and of the host loop that drives it). */
+export type BatcherStats = SchedulerStats;

@@ -2,82 +2,66 @@
  * The README's example, run. Its ```ts block is, character for character, the `// #region readme-example` block
  * below (the first test checks it), so the README shows exactly the code this file runs.
  */
-import { readFileSync, rmSync } from 'node:fs';
-import { afterAll, describe, expect, it, vi } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { describe, expect, it, vi } from 'vitest';
 
 const printed: unknown[][] = [];
 vi.spyOn(console, 'log').mockImplementation((...args: unknown[]) => void printed.push(args));
 
 // #region readme-example
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import {
-  LoraDelta, PagedKvCache, TextTokenizer, generateLoraAdapter, generateModel, loadDecoder, loadLoraAdapter,
-} from '@tessera/engine';
-import { ContinuousBatcher, type FinishedRequest } from '@tessera/batcher';
+import { KvPageAllocator, type StepOutcome, type StepPlan } from '@tessera/core';
+import { Scheduler, type SchedulerEvent } from '@tessera/batcher';
 
-// A tiny seeded Llama-style decoder and two tenants' LoRA adapters (Hugging Face / PEFT layout), loaded back.
-const root = mkdtempSync(join(tmpdir(), 'tessera-'));
-const { config } = generateModel(join(root, 'decoder'), { family: 'decoder', size: 'tiny', seed: 0 });
-const decoder = loadDecoder(join(root, 'decoder'));
-const tokenizer = TextTokenizer.fromDir(join(root, 'decoder'));
-const adapters = new Map(['alice', 'bob'].map((name, i) => {
-  generateLoraAdapter(join(root, name), { base: config, rank: 8, seed: i + 1 });
-  return [name, loadLoraAdapter(join(root, name), { base: config, name })] as const;
-}));
-
-const cache = PagedKvCache.create({ ...decoder.kvShape, numPages: 64 });
-const batcher = new ContinuousBatcher({
-  model: decoder, cache, deltas: [new LoraDelta(adapters)], policy: 'punica', maxBatch: 32,
-  decode: (ids) => tokenizer.decode(ids),
+// 64 KV pages of 16 tokens; a model with a 32k vocabulary and 2k positions.
+const pages = new KvPageAllocator(64);
+const events: SchedulerEvent[] = [];
+const scheduler = new Scheduler({
+  pages, limits: { vocabSize: 32000, maxPositions: 2048 }, policy: 'punica', maxBatch: 32,
+  onEvent: (e) => events.push(e),
 });
 
-// Three tenants (the last on the base model) share every step; tokens stream through each request's listener.
-const prompt = tokenizer.encode('The morning train to the coast');
-const streamed = new Map<string, string>();
-const done = ['alice', 'bob', null].map((adapter, i) => new Promise<FinishedRequest>((resolve, reject) => {
-  const id = `req-${i}`;
-  streamed.set(id, '');
-  batcher.submit({ id, adapter, prompt, maxTokens: 12, stop: ['.'] }, {
-    onToken: (token, text) => streamed.set(id, streamed.get(id) + text),
-    onFinish: resolve,
-    onError: reject,
-  });
-}));
+// Three tenants (the last on the base model).
+for (const [i, adapter] of ['alice', 'bob', null].entries()) {
+  scheduler.submit({ id: `req-${i}`, adapter, prompt: [1, 15043, 29892, 3186], maxTokens: 3 });
+}
 
-const controller = new AbortController();
-const loop = batcher.run(controller.signal); // steps while there is work, waits (no spinning) when there is none
-for (const r of await Promise.all(done)) console.log(r.id, r.finishReason, r.completionTokens, JSON.stringify(r.text));
-controller.abort();
-await loop;
-console.log(batcher.stats()); // steps, batch-size histogram, tokens, preemptions, layout builds, KV pages, ...
-for (const owner of [cache, decoder, ...adapters.values()]) owner.dispose();
+// A toy runner: every sampled sequence gets token 7; a request ends at its third token.
+const produced = new Map<string, number>();
+const run = (plan: StepPlan): StepOutcome => ({
+  ran: true, rows: plan.rows, segments: plan.segments, excluded: [],
+  results: plan.sequences.filter((s) => s.kind !== 'wasted').map((s) => {
+    const n = (produced.get(s.requestId) ?? 0) + 1;
+    produced.set(s.requestId, n);
+    return { kind: 'token', requestId: s.requestId, token: 7, text: '', finish: n === 3 ? 'length' : null };
+  }),
+});
+
+for (let plan = scheduler.plan(); plan !== null; plan = scheduler.plan()) {
+  console.log(plan.step, plan.sequences.map((s) => `${s.kind} ${s.requestId}`).join(', '), plan.segments.map((g) => g.key));
+  scheduler.complete(run(plan));
+}
+console.log(events.filter((e) => e.kind === 'finish').map((e) => e.id)); // req-0, req-1, req-2
+console.log(scheduler.stats()); // steps, batch-size histogram, tokens, preemptions, KV pages, ...
 // #endregion readme-example
-
-afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe('README example', () => {
   it('is the code this file runs', () => {
     const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-    const block = /```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+    const found = /```ts\n([\s\S]*?)```/.exec(readme)?.[1];
     const source = readFileSync(new URL(import.meta.url), 'utf8');
     const region = /\/\/ #region readme-example\n([\s\S]*?)\/\/ #endregion readme-example\n/.exec(source)?.[1];
     expect(region).toBeDefined();
-    expect(block).toBe(region);
+    expect(found).toBe(region);
   });
 
-  it('ran three tenants together and printed their results and the stats', () => {
-    const results = printed.slice(0, 3);
-    expect(results.map((p) => p[0])).toEqual(['req-0', 'req-1', 'req-2']);
-    for (const [id, reason, count, text] of results) {
-      expect(['eos', 'stop', 'length']).toContain(reason);
-      expect(count).toBeGreaterThan(0);
-      expect(JSON.parse(text as string)).toBe(streamed.get(id as string));
-    }
-    const stats = printed[3]![0] as ReturnType<typeof batcher.stats>;
-    expect(stats).toMatchObject({ finished: 3, running: 0, queued: 0, kvPagesUsed: 0 });
-    expect(stats.batchSizeHistogram.get(3)).toBeGreaterThan(0);
-    expect(stats.layoutBuilds).toBe(stats.steps);
+  it('planned one prefill per step, then decodes; all three finished and every page came back', () => {
+    expect(printed[0]).toEqual([1, 'prefill req-0', ['alice']]);
+    expect(printed[1]).toEqual([2, 'prefill req-1, decode req-0', ['bob', 'alice']]);
+    expect(printed[2]).toEqual([3, 'prefill req-2, decode req-0, decode req-1', [null, 'alice', 'bob']]);
+    const finished = printed.find((p) => Array.isArray(p[0]))![0];
+    expect(finished).toEqual(['req-0', 'req-1', 'req-2']);
+    const stats = printed.at(-1)![0] as ReturnType<typeof scheduler.stats>;
+    expect(stats).toMatchObject({ finished: 3, running: 0, queued: 0, kvPagesUsed: 0, tokensGenerated: 9 });
+    expect(pages.usedPages).toBe(0);
   });
 });

@@ -1,7 +1,8 @@
 /**
  * @tessera/cluster: serving beyond one engine. The Punica scheduler (placement on the busiest host with room,
  * FCFS queue, migration by recompute on KV exhaustion, autoscale signals), engine hosts in-process or as BullMQ
- * workers on Redis, and the client stream that turns at-least-once host events into exactly-once tokens.
+ * workers on Redis, the client stream that turns at-least-once host events into exactly-once tokens, and the
+ * EngineLoop that drives one accelerator (a batcher Scheduler plus an injected runner: no engine at run time).
  */
 export type {
   EngineHost,
@@ -17,7 +18,15 @@ export type {
   SerializedError,
   StreamEvent,
 } from './types.js';
-export { ClusterArgumentError, ClusterError, RedisUnavailableError, RemoteError, serializeError } from './errors.js';
+export {
+  ClusterArgumentError,
+  ClusterError,
+  type HostSerializedError,
+  RedisUnavailableError,
+  RemoteError,
+  deserializeError,
+  serializeError,
+} from './errors.js';
 export {
   type AutoscaleSignal,
   DEFAULT_SCHEDULER_MAX_BATCH,
@@ -28,7 +37,8 @@ export {
   type SchedulerSnapshot,
 } from './scheduler/punica-scheduler.js';
 export { type ClientEvent, ClientStream } from './client/client-stream.js';
-export { type BatcherEngineOptions, batcherEngine } from './in-process/batcher-engine.js';
+export { EngineLoop, type EngineLoopOptions } from './in-process/engine-loop.js';
+export { type BatcherEngineOptions, type HostableLoop, batcherEngine } from './in-process/batcher-engine.js';
 export { InProcessEngineHost } from './in-process/in-process-host.js';
 export { InProcessCluster, type InProcessClusterOptions } from './in-process/in-process-cluster.js';
 export * from './redis/index.js';

@@ -1,17 +1,17 @@
 /**
- * The scheduler driving real engines in one process: ContinuousBatchers (kvExhaustion 'evict') on a tiny
+ * The scheduler driving real engines in one process: EngineLoops (a batcher Scheduler + the engine's StepRunner, kvExhaustion 'evict') on a tiny
  * generated decoder with real PEFT adapters. Migration by recompute (T21) and a lost host must give the client
  * exactly the tokens an unmigrated greedy run gives, once each, in order.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ContinuousBatcher } from '@tessera/batcher';
 import {
   type DecoderModel,
   LoraDelta,
   type LoraAdapter,
   PagedKvCache,
+  StepRunner,
   generateBatch,
   generateLoraAdapter,
   generateModel,
@@ -20,7 +20,7 @@ import {
 } from '@tessera/engine';
 import { randomInts } from '@tessera/test-utils';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type ClientStream, type GenerateRequest, InProcessCluster, batcherEngine } from '../src/index.js';
+import { type ClientStream, EngineLoop, type GenerateRequest, InProcessCluster, batcherEngine } from '../src/index.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tessera-cluster-'));
 const gen = generateModel(join(root, 'model'), { family: 'decoder', size: 'tiny', seed: 5, sharpen: 4 });
@@ -44,7 +44,8 @@ afterAll(() => {
 function engine(numPages: number, maxBatch = 8) {
   const cache = PagedKvCache.create({ ...model.kvShape, numPages }, model.backend);
   caches.push(cache);
-  const batcher = new ContinuousBatcher({ model, cache, deltas: [delta], maxBatch, kvExhaustion: 'evict' });
+  const runner = new StepRunner({ model, cache, deltas: [delta] });
+  const batcher = new EngineLoop({ runner, pages: cache.allocator, maxBatch, kvExhaustion: 'evict' });
   return { batcher, cache, engine: batcherEngine(batcher) };
 }
 
@@ -68,7 +69,7 @@ function alone(r: GenerateRequest): number[] {
 }
 
 /** Steps every batcher round-robin until no stream is open. */
-function drive(batchers: ContinuousBatcher[], streams: ClientStream[], between?: (round: number) => void): void {
+function drive(batchers: EngineLoop[], streams: ClientStream[], between?: (round: number) => void): void {
   for (let round = 0; streams.some((s) => !s.done); round++) {
     if (round > 10_000) throw new Error('no progress');
     for (const b of batchers) b.step();

@@ -20,3 +20,27 @@ export {
   RemoteError,
   InvalidArgumentError,
 } from './errors.js';
+export {
+  KV_PAGE_SIZE,
+  type KvSequenceId,
+  pagesForLength,
+  KvCacheExhaustedError,
+  KvPageAllocator,
+  type KvPageAllocatorOptions,
+  type KvPageStats,
+} from './kv-pages.js';
+export { UnknownAdapterError, AdapterLoadError } from './adapter-errors.js';
+export type {
+  PlannedRowKind,
+  PlannedSequence,
+  StepSegment,
+  KvReservation,
+  StepPlan,
+  StopReason,
+  RowResult,
+  StepOutcome,
+  StepSamplingParams,
+  RunnerRequest,
+  ModelLimits,
+  StepExecutor,
+} from './step-plan.js';

@@ -71,25 +71,10 @@ export class ConfigError extends ModelFormatError {
  */
 export class UnsupportedAdapterError extends ConfigError {}
 
-/** The paged KV cache has no free page left. Nothing was allocated; the caller may evict and retry. */
-export class KvCacheExhaustedError extends TesseraError {
-  static override readonly kind: ErrorKind = 'unavailable';
-  constructor(message: string) {
-    super('TESSERA_KV_EXHAUSTED', message);
-  }
-}
-
 /**
- * A tenant/adapter name nobody registered or loaded: a SegmentLayout key a delta cannot resolve, a name an adapter
- * cache does not know. One class for every package, so servers map it to one 404 (never a silent base model).
+ * KvCacheExhaustedError (the page allocator has no free page) and UnknownAdapterError (a name nobody registered)
+ * live in @tessera/core, beside the page allocator and the adapter cache's other errors: one class across packages.
  */
-export class UnknownAdapterError extends TesseraError {
-  static override readonly kind: ErrorKind = 'not_found';
-  readonly adapter: string;
-  constructor(adapter: string, message = `unknown adapter ${JSON.stringify(adapter)}`, options?: { cause?: unknown }) {
-    super('TESSERA_UNKNOWN_ADAPTER', message, options);
-    this.adapter = adapter;
-  }
-}
+export { KvCacheExhaustedError, UnknownAdapterError } from '@tessera/core';
 
-registerErrors(ModelFormatError, TruncatedFileError, BadHeaderError, UnknownDtypeError, TensorShapeError, MissingTensorError, PathOutsideModelError, ConfigError, UnsupportedAdapterError, KvCacheExhaustedError, UnknownAdapterError);
+registerErrors(ModelFormatError, TruncatedFileError, BadHeaderError, UnknownDtypeError, TensorShapeError, MissingTensorError, PathOutsideModelError, ConfigError, UnsupportedAdapterError);

@@ -4,7 +4,8 @@
  *   formats/   safetensors, HF config.json, tokenizer.json, PEFT adapters (read and write)
  *   models/    the encoder and decoder families on @tessera/native (stages: prepare, embed, layers, head), weights, loading
  *   hooks/     SegmentLayout and the hook-site interface multi-tenant deltas implement (LoRA included)
- *   kv/        the paged KV cache
+ *   kv/        the paged KV cache (tensors per layer on @tessera/core's page allocator)
+ *   runner/    the StepRunner: executes a scheduler's StepPlan (layout, forward, sampling, stop checks)
  *   sampling/  samplers and stop conditions; generate.ts runs a batch of requests to completion
  *   gen/       the seeded tiny/mini model and adapter generator (`tessera gen`)
  *   onnx/      ONNX export of both families and the onnxruntime-node runner
@@ -86,6 +87,7 @@ export { type KvBlockTable, type KvCacheShape, type KvCacheStats, type KvLayerTe
 export { argmax, createSampler, type Sampler, type SamplingParams } from './sampling/sampler.js';
 export { type StopReason, StopChecker, type StopCheckerOptions, type StopStep } from './sampling/stop.js';
 export { type GenerateOptions, type GenerateRequest, type GenerateResult, generateBatch } from './generate.js';
+export { StepRunner, type StepRunnerModel, type StepRunnerOptions } from './runner/step-runner.js';
 
 // generator
 export {

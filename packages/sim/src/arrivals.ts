@@ -8,9 +8,11 @@
  * Arrivals of a non-homogeneous Poisson process come from thinning (Lewis & Shedler): candidates from a
  * homogeneous process at the profile's maximum rate, each kept with probability rate(t) / max.
  */
-import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel/bench';
 import { SimArgumentError } from './errors.js';
 import { type Random, exponential, standardNormal, substream, uniformInt } from './random.js';
+
+/** Zipf's α in every Punica experiment (the same value as @tessera/sgmv-kernel's DEFAULT_ZIPF_ALPHA). */
+export const DEFAULT_ZIPF_ALPHA = 1.5;
 
 /** A request rate over time: arrivals per second at virtual time t (ms). */
 export interface RateProfile {

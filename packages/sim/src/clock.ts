@@ -1,10 +1,10 @@
 /**
- * Virtual time for the simulator: a {@link VirtualClock} that the policies read through the engine's Clock
+ * Virtual time for the simulator: a {@link VirtualClock} that the policies read through @tessera/core's Clock
  * interface (decision 6), and an {@link EventQueue} that owns it. The queue is a binary min-heap on
  * (time, sequence number): events at the same virtual time run in the order they were scheduled, so a run is a
  * pure function of its inputs. Time only moves when the queue runs an event (or `run(until)` reaches `until`).
  */
-import type { Clock } from '@tessera/engine';
+import type { Clock } from '@tessera/core';
 import { EventOrderError, SimArgumentError } from './errors.js';
 
 /** Milliseconds of simulated time. Only an {@link EventQueue} moves it forward. */

@@ -1,8 +1,8 @@
 /**
  * runClusterSimulation: Punica's cluster experiment (Fig. 13, paper §7; punica.md §10.3, §14 item 8) in virtual
- * time. The REAL PunicaScheduler, InProcessEngineHosts, ClientStreams and ContinuousBatchers run in a
+ * time. The REAL PunicaScheduler, InProcessEngineHosts, ClientStreams and batcher Schedulers run in a
  * {@link SimCluster}; only the GPUs' time is simulated ({@link SimGpu}: step latency from a {@link LatencyModel},
- * KV pages from a real PagedKvCache, no math). A seeded
+ * KV pages from the real page allocator, no math). A seeded
  * trace of Poisson arrivals with a ramped rate and zipf-1.5 adapter popularity is submitted at its arrival times;
  * each finished stream's tokens are checked (exactly the output length, and the tokens an unmigrated run makes).
  *
@@ -13,11 +13,11 @@
  * Same options → the same result, deep-equal: nothing in it reads the wall clock.
  */
 import type { ClientStream, FinishedResult } from '@tessera/cluster';
-import { PAGE_SIZE } from '@tessera/native';
-import { DEFAULT_ZIPF_ALPHA } from '@tessera/sgmv-kernel/bench';
+import { KV_PAGE_SIZE as PAGE_SIZE } from '@tessera/core';
 import { SimArgumentError } from './errors.js';
 import {
   DEFAULT_LENGTHS,
+  DEFAULT_ZIPF_ALPHA,
   type LengthDistribution,
   type Popularity,
   type RampProfile,
@@ -30,7 +30,7 @@ import {
 import { type LatencyModel, paperLatencyModel } from './latency.js';
 import { SimCluster } from './sim-cluster.js';
 import type { SimGpu } from './sim-gpu.js';
-import { simulatedGeneration, simulatedPrompt } from './simulated-decoder.js';
+import { simulatedGeneration, simulatedPrompt } from './simulated-runner.js';
 
 /** Peak arrivals per second per GPU of the default ramp (with the default lengths and paper latency, ≈ 80 % of a GPU). */
 export const DEFAULT_PEAK_PER_GPU_PER_SEC = 1.0;

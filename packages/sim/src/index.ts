@@ -1,13 +1,14 @@
 /**
  * @tessera/sim: a deterministic discrete-event simulator for cluster-scale experiments on one machine. The real
- * policy objects (PunicaScheduler, ContinuousBatcher, ClientStream, PagedKvCache) run under a virtual clock; only
- * the GPUs' time is modelled (step latency from a fitted or paper-derived model, no math).
+ * policy objects (PunicaScheduler, the batcher's Scheduler, ClientStream, the KV page allocator) run under a
+ * virtual clock; only the GPUs' time is modelled (step latency from a fitted or paper-derived model, no math).
+ * No engine and no native addon: measuring real steps for a fitted model is the bench package's job.
  *
  *   clock.ts              VirtualClock and the (time, insertion)-ordered EventQueue
  *   arrivals.ts           ramped Poisson arrivals, length distributions, adapter popularity, traces
- *   latency.ts            step-latency models: least-squares fit, Punica's Fig. 1, profiling a real decoder
- *   simulated-decoder.ts  a BatcherModel with the decoder's KV bookkeeping and deterministic tokens
- *   sim-gpu.ts            one virtual GPU (cache + batcher + HostEngine) stepping on the event queue
+ *   latency.ts            step-latency models: least-squares fit, Punica's Fig. 1
+ *   simulated-runner.ts   a step runner with deterministic tokens (executes the Scheduler's plans, no math)
+ *   sim-gpu.ts            one virtual GPU (Scheduler + page allocator + runner + HostEngine) on the event queue
  *   sim-cluster.ts        GPUs behind the real PunicaScheduler, with a ClientStream per request
  *   cluster-sim.ts        Punica's Fig. 13: N GPUs, one hour, ramped load, zipf-1.5 popularity
  */
@@ -16,6 +17,7 @@ export { type Random, exponential, mulberry32, standardNormal, substream, unifor
 export { EventQueue, VirtualClock } from './clock.js';
 export {
   DEFAULT_LENGTHS,
+  DEFAULT_ZIPF_ALPHA,
   DEFAULT_POPULARITY,
   type LengthDistribution,
   type Popularity,
@@ -42,22 +44,18 @@ export {
   LinearLatencyModel,
   type LinearLatencyCoefficients,
   MIN_STEP_MS,
-  type ProfileDecoderOptions,
   type StepShape,
   fitLatencyModel,
   paperLatencyModel,
-  profileDecoderSteps,
 } from './latency.js';
 export {
-  SIMULATED_KV_SHAPE,
   SIMULATED_VOCAB,
-  SimulatedDecoder,
+  SimulatedRunner,
   simulatedDecode,
-  simulatedDecoderConfig,
   simulatedGeneration,
   simulatedNextToken,
   simulatedPrompt,
-} from './simulated-decoder.js';
+} from './simulated-runner.js';
 export { type IdlePeriod, SimGpu, type SimGpuOptions } from './sim-gpu.js';
 export { type ClientOutcome, SimCluster, type SimClusterOptions } from './sim-cluster.js';
 export {

@@ -12,7 +12,7 @@ import {
   type HostEvent,
   InProcessEngineHost,
   PunicaScheduler,
-  RemoteError,
+  deserializeError,
 } from '@tessera/cluster';
 import { EventQueue } from './clock.js';
 import { SimArgumentError } from './errors.js';
@@ -108,7 +108,7 @@ export class SimCluster {
     const stream = this.streams.get(event.id);
     if (stream && stream.accept(event) && this.onClientDone) {
       if (event.kind === 'finish') this.onClientDone(stream, { kind: 'finish', result: event.result });
-      else if (event.kind === 'error') this.onClientDone(stream, { kind: 'error', error: new RemoteError(event.error) });
+      else if (event.kind === 'error') this.onClientDone(stream, { kind: 'error', error: deserializeError(event.error) });
     }
     this.scheduler.onHostEvent(hostId, event);
   }

@@ -1,9 +1,11 @@
 /**
- * SimGpu: one virtual GPU. A real PagedKvCache (the page budget is real, each page 128 bytes), a real
- * ContinuousBatcher (kvExhaustion 'evict', the virtual clock) over a {@link SimulatedDecoder}, exposed to the
- * cluster as a {@link HostEngine} through @tessera/cluster's own `batcherEngine`.
+ * SimGpu: one virtual GPU. The real batcher Scheduler (policy 'punica', kvExhaustion 'evict', the virtual clock)
+ * on a bare KvPageAllocator (the page budget is real, with no memory behind it), its plans executed by a
+ * {@link SimulatedRunner}, composed by @tessera/cluster's EngineLoop and exposed to the cluster as a
+ * {@link HostEngine} through its own `batcherEngine`: the same objects a server runs, with the model replaced by a
+ * step-latency model.
  *
- * Time: the GPU steps itself on the event queue. A step runs batcher.step() at virtual time t (all of the step's
+ * Time: the GPU steps itself on the event queue. A step runs loop.step() at virtual time t (all of the step's
  * bookkeeping happens then), prices the step with the latency model, and holds back the host events the step
  * produced (tokens, finishes) until t + latency, when it delivers them and starts its next step. So the scheduler
  * learns of a finish, and reuses its batch slot, when the step that produced it would really have ended.
@@ -14,14 +16,12 @@
  * load() is the batcher's live state (cached until the GPU's state changes); batch counts are the scheduler's
  * own, so they change when the events are delivered.
  */
-import { ContinuousBatcher } from '@tessera/batcher';
-import { batcherEngine, type HostEngine, type HostEvent, type HostEventSink, type HostLoad, type Placement } from '@tessera/cluster';
-import { PagedKvCache } from '@tessera/engine';
-import { PAGE_SIZE } from '@tessera/native';
+import { batcherEngine, EngineLoop, type HostEngine, type HostEvent, type HostEventSink, type HostLoad, type Placement } from '@tessera/cluster';
+import { KV_PAGE_SIZE, KvPageAllocator } from '@tessera/core';
 import type { EventQueue } from './clock.js';
 import { SimArgumentError } from './errors.js';
 import type { LatencyModel } from './latency.js';
-import { SIMULATED_KV_SHAPE, SimulatedDecoder, simulatedDecode } from './simulated-decoder.js';
+import { SimulatedRunner } from './simulated-runner.js';
 
 export interface SimGpuOptions {
   id: string;
@@ -44,9 +44,10 @@ export interface IdlePeriod {
 export class SimGpu implements HostEngine {
   readonly id: string;
   readonly maxBatch: number;
-  readonly cache: PagedKvCache;
-  readonly model: SimulatedDecoder;
-  readonly batcher: ContinuousBatcher;
+  /** The GPU's KV pages (accounting only). */
+  readonly cache: KvPageAllocator;
+  readonly runner: SimulatedRunner;
+  readonly loop: EngineLoop;
   private readonly engine: HostEngine;
   private readonly queue: EventQueue;
   private readonly latency: LatencyModel;
@@ -79,22 +80,21 @@ export class SimGpu implements HostEngine {
   constructor(options: SimGpuOptions) {
     const { id, queue, latency, kvTokens } = options;
     this.maxBatch = options.maxBatch ?? 32;
-    if (!Number.isSafeInteger(kvTokens) || kvTokens < PAGE_SIZE) throw new SimArgumentError(`SimGpu ${id}: kvTokens must be an integer >= ${PAGE_SIZE}, got ${kvTokens}`);
+    if (!Number.isSafeInteger(kvTokens) || kvTokens < KV_PAGE_SIZE) throw new SimArgumentError(`SimGpu ${id}: kvTokens must be an integer >= ${KV_PAGE_SIZE}, got ${kvTokens}`);
     this.id = id;
     this.queue = queue;
     this.latency = latency;
-    this.model = new SimulatedDecoder(options.maxPositions === undefined ? {} : { maxPositions: options.maxPositions });
-    this.cache = PagedKvCache.create({ ...SIMULATED_KV_SHAPE, numPages: Math.floor(kvTokens / PAGE_SIZE) });
-    this.batcher = new ContinuousBatcher({
-      model: this.model,
-      cache: this.cache,
+    this.runner = new SimulatedRunner(options.maxPositions === undefined ? {} : { maxPositions: options.maxPositions });
+    this.cache = new KvPageAllocator(Math.floor(kvTokens / KV_PAGE_SIZE));
+    this.loop = new EngineLoop({
+      runner: this.runner,
+      pages: this.cache,
       policy: 'punica',
       maxBatch: this.maxBatch,
       clock: queue.clock,
       kvExhaustion: 'evict',
-      decode: simulatedDecode,
     });
-    this.engine = batcherEngine(this.batcher, { clock: queue.clock });
+    this.engine = batcherEngine(this.loop, { clock: queue.clock });
     this.idlePeriods = [{ startMs: queue.now(), endMs: null }];
     this.msByBatch = new Float64Array(this.maxBatch + 1);
   }
@@ -136,10 +136,8 @@ export class SimGpu implements HostEngine {
     return this.batchMsDone + this.currentBatch * (Math.min(tMs, this.stepEndMs) - this.stepStartMs);
   }
 
-  /** Frees the KV pool. */
-  dispose(): void {
-    this.cache.dispose();
-  }
+  /** Nothing to free (the pages are accounting only); kept so callers can treat it as a host. */
+  dispose(): void {}
 
   // ─── the step loop ─────────────────────────────────────────────────────────────────────────────────────────
 
@@ -156,15 +154,15 @@ export class SimGpu implements HostEngine {
 
   private runStep(): void {
     const now = this.queue.now();
-    const forwards = this.model.forwards;
+    const forwards = this.runner.forwards;
     this.inFlight = true;
-    const report = this.batcher.step();
+    const report = this.loop.step();
     this.cachedLoad = null;
     // Evictions happened before the forward: the scheduler hears of them now (they are the first held events).
     let evicted = 0;
     while (evicted < this.heldEvents.length && this.heldEvents[evicted]!.kind === 'evicted') evicted++;
     if (evicted > 0) this.deliver(evicted);
-    if (!report || this.model.forwards === forwards) {
+    if (!report || this.runner.forwards === forwards) {
       // Nothing ran (idle), or the forward failed before touching the model: no time passes.
       this.inFlight = false;
       this.deliver(this.heldEvents.length);
@@ -174,7 +172,7 @@ export class SimGpu implements HostEngine {
     }
     const last = this.idlePeriods[this.idlePeriods.length - 1]!;
     if (last.endMs === null) last.endMs = now;
-    const ms = this.latency.stepMs(this.model.last);
+    const ms = this.latency.stepMs(this.runner.last);
     this.steps++;
     this.currentBatch = report.batchSize;
     this.stepStartMs = now;

@@ -7,13 +7,17 @@
  *   PagedKvCache (kvBudgetBytes)                  the sequences' K/V pages
  *   AdapterCache(loraAdapterSource)               disk → host → device-resident LoRA weights (Punica §5.2)
  *   SgmvLoraDelta(name → cache.get(name))         one SGMV shrink + expand per projection per step (Punica §4)
- *   ContinuousBatcher(policy 'punica')            token-level continuous batching of any adapter mix (§5)
+ *   StepRunner(model, kv, delta, decode)          executes a step plan: layout, forward, sampling, stop checks
+ *   EngineLoop(Scheduler policy 'punica')         token-level continuous batching of any adapter mix (§5): the
+ *                                                 batcher's pure Scheduler plans, the runner executes
+ *   batcherEngine(loop)                           the loop as the host protocol's HostEngine (`host`)
  *
  * Everything here loads the native addon: never import it on an HTTP thread.
  */
 import { AdapterCache, AdapterExistsError } from '@tessera/adapter-swap';
-import { ContinuousBatcher, type KvExhaustionPolicy } from '@tessera/batcher';
-import { type DecoderModel, loadDecoder, PagedKvCache, TextTokenizer } from '@tessera/engine';
+import type { KvExhaustionPolicy } from '@tessera/batcher';
+import { batcherEngine, EngineLoop, type HostEngine } from '@tessera/cluster';
+import { type DecoderModel, loadDecoder, PagedKvCache, StepRunner, TextTokenizer } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
 import { loraAdapterSource, readLoraForSgmv, SgmvLoraDelta } from '@tessera/sgmv-kernel';
 
@@ -35,7 +39,10 @@ export interface EngineStack {
   tokenizer: TextTokenizer;
   kv: PagedKvCache;
   cache: AdapterCache<unknown, unknown>;
-  batcher: ContinuousBatcher;
+  /** The step loop (Scheduler + StepRunner): submit / cancel / step / run / stats. */
+  batcher: EngineLoop;
+  /** The loop as a host-protocol engine (placements in, host events out; load reports). */
+  host: HostEngine;
   /** Reads the adapter once (validating it against the model: modules, shapes, dtypes) and registers it. */
   register(name: string, path: string): Promise<AdapterStatus>;
   /** Unregisters an adapter (its weights are freed; callers make sure no request uses it). */
@@ -59,16 +66,16 @@ export function buildEngineStack(options: EngineStackOptions): EngineStack {
     hostBudgetBytes: options.hostAdapterBudgetBytes,
   });
   const delta = new SgmvLoraDelta((name) => cache.get(name));
-  const batcher = new ContinuousBatcher({
-    model,
-    cache: kv,
-    deltas: [delta],
+  const runner = new StepRunner({ model, cache: kv, deltas: [delta], decode: (ids) => tokenizer.decode(ids) });
+  const batcher = new EngineLoop({
+    runner,
+    pages: kv.allocator,
     adapters: cache,
     policy: 'punica',
     maxBatch: options.maxBatch,
-    decode: (ids) => tokenizer.decode(ids),
     kvExhaustion: options.kvExhaustion ?? 'requeue',
   });
+  const host = batcherEngine(batcher, { adapters: cache });
   const ranks = new Map<string, number>();
 
   function status(name: string): AdapterStatus {
@@ -82,6 +89,7 @@ export function buildEngineStack(options: EngineStackOptions): EngineStack {
     kv,
     cache: cache as AdapterCache<unknown, unknown>,
     batcher,
+    host,
     async register(name, path) {
       if (cache.has(name)) throw duplicateAdapter(name);
       const host = await readLoraForSgmv(path, model.config, { name });

@@ -2,7 +2,7 @@
  * Typed errors of coordinated batching (PetS). Everything here extends `@tessera/native`'s TesseraError, so a
  * caller can switch on `code` (or `instanceof`) instead of parsing messages.
  */
-import { TesseraError } from '@tessera/native';
+import { TesseraError } from '@tessera/core';
 
 export type CostModelErrorCode =
   /** A CostTable's grid, values or cap are malformed (constructor or fromJSON). */

@@ -1,14 +1,17 @@
 /**
- * batcherEngine: a ContinuousBatcher as a {@link HostEngine}. Placements become batcher requests that resume
- * after their `generated` tokens; batcher callbacks become {@link HostEvent}s with absolute token indices. The
- * batcher must be built with `kvExhaustion: 'evict'`, so KV exhaustion drops the newest request and reports it
- * (the scheduler migrates it) instead of requeueing it on this host.
+ * batcherEngine: an {@link EngineLoop} (scheduler + runner) as a {@link HostEngine}. Placements become requests
+ * that resume after their `generated` tokens; the loop's listener callbacks become {@link HostEvent}s with
+ * absolute token indices. Behind a cluster scheduler the loop is built with `kvExhaustion: 'evict'`, so KV
+ * exhaustion drops the newest request and reports it (the scheduler migrates it); a single host may keep the
+ * default 'requeue' (it recomputes the request itself and never emits 'evicted').
  */
-import type { ContinuousBatcher } from '@tessera/batcher';
-import { type Clock, systemClock } from '@tessera/engine';
-import { PAGE_SIZE } from '@tessera/native';
-import { ClusterArgumentError, serializeError } from '../errors.js';
+import { type Clock, systemClock } from '@tessera/core';
+import { serializeError } from '../errors.js';
 import type { HostEngine, HostEventSink, HostLoad, Placement } from '../types.js';
+import type { EngineLoop } from './engine-loop.js';
+
+/** What batcherEngine needs of a loop (EngineLoop has it). */
+export type HostableLoop = Pick<EngineLoop, 'submit' | 'cancel' | 'stats'>;
 
 export interface BatcherEngineOptions {
   /** Registered adapters and device residency (an AdapterCache), for load reports; omitted = none reported. */
@@ -17,10 +20,7 @@ export interface BatcherEngineOptions {
   clock?: Clock;
 }
 
-export function batcherEngine(batcher: ContinuousBatcher, options: BatcherEngineOptions = {}): HostEngine {
-  if (batcher.kvExhaustion !== 'evict') {
-    throw new ClusterArgumentError("batcherEngine: the batcher must be built with kvExhaustion: 'evict' (the scheduler re-places evicted requests)");
-  }
+export function batcherEngine(batcher: HostableLoop, options: BatcherEngineOptions = {}): HostEngine {
   const clock = options.clock ?? systemClock;
   /** Placements the batcher holds: id → attempt. */
   const held = new Map<string, number>();
@@ -80,7 +80,7 @@ export function batcherEngine(batcher: ContinuousBatcher, options: BatcherEngine
       return {
         maxBatch: s.maxBatch,
         kvPages: s.kvPagesFree + s.kvPagesUsed,
-        pageTokens: PAGE_SIZE,
+        pageTokens: s.kvPageTokens,
         // Headroom of one page per running decode: those pages will be taken as the decodes grow, so a request
         // placed into them would only be evicted again.
         freeKvPages: s.kvPagesFree - s.queuedInputPages - s.running,

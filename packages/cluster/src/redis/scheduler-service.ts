@@ -18,7 +18,7 @@
 import { type Job, Queue, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 
-import { type Clock, systemClock } from '@tessera/engine';
+import { type Clock, systemClock } from '@tessera/core';
 import { ClusterArgumentError, ClusterError } from '../errors.js';
 import { PunicaScheduler, type PunicaSchedulerOptions } from '../scheduler/punica-scheduler.js';
 import type { EngineHost, GenerateRequest, HostEvent, HostLoad, Placement, StreamEvent } from '../types.js';

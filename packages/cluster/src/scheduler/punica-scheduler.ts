@@ -17,7 +17,7 @@
  */
 import { EventEmitter } from 'node:events';
 
-import { type Clock, pagesForLength, systemClock } from '@tessera/engine';
+import { type Clock, pagesForLength, systemClock } from '@tessera/core';
 import { ClusterArgumentError } from '../errors.js';
 import type { EngineHost, GenerateRequest, HostEvent, HostLoad, Placement } from '../types.js';
 

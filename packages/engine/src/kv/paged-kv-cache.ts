@@ -8,9 +8,14 @@
  * Lifecycle of a sequence: addSequence → reserve (pages for the tokens about to be written) → slotsFor (flat
  * rows for scatterRows into layerRows) → commit (the tokens are now written) → … → release (all pages free).
  *
- * Free pages are handed out lowest page id first (a min-heap), whatever order they were released in, so the
- * same request history always yields the same page assignment and the same bytes in the cache.
+ * The page accounting is @tessera/core's pure {@link KvPageAllocator} (page ids, per-sequence lists, lowest free
+ * page first); this class adds the tensors. A scheduler may own the allocator's decisions (it reserves the pages
+ * of the step it plans on `cache.allocator`); the cache's own sequence methods are the same allocator's.
+ *
+ * A cache may hold a range of a model's layers (a block of a staged model: `{ numLayers: b - a, firstLayer: a }`),
+ * addressed by global layer index; caches of several blocks can share one allocator (one page id, all layers).
  */
+import { KvPageAllocator, type KvSequenceId, pagesForLength } from '@tessera/core';
 import {
   allocatorStats,
   type Backend,
@@ -20,10 +25,11 @@ import {
   PAGE_SIZE,
   Tensor,
 } from '@tessera/native';
-import { KvCacheExhaustedError } from '../errors.js';
+
+export { pagesForLength };
 
 /** A sequence's key in the cache. 1 and '1' are different sequences (Map semantics). */
-export type SequenceId = string | number;
+export type SequenceId = KvSequenceId;
 
 /** The per-layer geometry of the cache: what one page holds. */
 export interface KvCacheShape {
@@ -32,8 +38,16 @@ export interface KvCacheShape {
   headDim: number;
 }
 
-/** Either an explicit page count or a byte budget the pool may use (it gets floor(budgetBytes / bytesPerPage) pages). */
-export type PagedKvCacheOptions = KvCacheShape & ({ numPages: number } | { budgetBytes: number });
+/**
+ * Either an explicit page count, a byte budget the pool may use (it gets floor(budgetBytes / bytesPerPage) pages),
+ * or an existing page allocator to sit on (its page count; e.g. shared by the caches of a staged model's blocks).
+ * `firstLayer` (default 0): the global index of the cache's first layer, for a cache of layers [a, a + numLayers).
+ */
+export type PagedKvCacheOptions = KvCacheShape & { firstLayer?: number } & (
+    | { numPages: number }
+    | { budgetBytes: number }
+    | { allocator: KvPageAllocator }
+  );
 
 export interface KvLayerTensors {
   /** f32 [numPages, PAGE_SIZE, numKvHeads, headDim] (attentionDecode's kCache). */
@@ -59,12 +73,6 @@ export interface KvCacheStats {
   totalBytes: number;
 }
 
-interface SequenceState {
-  readonly pages: number[];
-  /** Tokens whose K/V have been written (committed). */
-  length: number;
-}
-
 const F32_BYTES = 4;
 
 function positiveInteger(what: string, value: number): number {
@@ -72,67 +80,21 @@ function positiveInteger(what: string, value: number): number {
   return value;
 }
 
-/** `what` is a function so the hot path (every reserve and commit of every step) builds no message string. */
+function describeId(id: SequenceId): string {
+  return typeof id === 'string' ? JSON.stringify(id) : String(id);
+}
+
+/** `what` is a function so the hot path (every slotsFor of every step) builds no message string. */
 function nonNegativeInteger(what: () => string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 0) throw new InvalidArgumentError(`PagedKvCache: ${what()} must be a non-negative integer, got ${value}`);
   return value;
 }
 
-function describeId(id: SequenceId): string {
-  return typeof id === 'string' ? JSON.stringify(id) : String(id);
-}
-
-/** Pages needed to hold `length` tokens. */
-export function pagesForLength(length: number): number {
-  return Math.ceil(length / PAGE_SIZE);
-}
-
-/** Binary min-heap of free page ids: acquisition is always the lowest free id, in O(log numPages). */
-class FreePageHeap {
-  private readonly heap: Int32Array;
-  private count = 0;
-
-  constructor(capacity: number) {
-    this.heap = new Int32Array(capacity);
-  }
-
-  get size(): number {
-    return this.count;
-  }
-
-  push(page: number): void {
-    const h = this.heap;
-    let i = this.count++;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (h[parent]! <= page) break;
-      h[i] = h[parent]!;
-      i = parent;
-    }
-    h[i] = page;
-  }
-
-  pop(): number {
-    const h = this.heap;
-    const top = h[0]!;
-    const last = h[--this.count]!;
-    let i = 0;
-    for (;;) {
-      const left = 2 * i + 1;
-      if (left >= this.count) break;
-      const right = left + 1;
-      const child = right < this.count && h[right]! < h[left]! ? right : left;
-      if (h[child]! >= last) break;
-      h[i] = h[child]!;
-      i = child;
-    }
-    if (this.count > 0) h[i] = last;
-    return top;
-  }
-}
-
 export class PagedKvCache {
+  /** Layers this cache holds: global layers [firstLayer, firstLayer + numLayers). */
   readonly numLayers: number;
+  /** Global index of the first layer (0 unless the cache serves one block of a staged model). */
+  readonly firstLayer: number;
   readonly numKvHeads: number;
   readonly headDim: number;
   readonly numPages: number;
@@ -142,14 +104,15 @@ export class PagedKvCache {
 
   private readonly layers: KvLayerTensors[];
   private readonly rowViews: KvLayerTensors[];
-  private readonly free: FreePageHeap;
-  /** 1 where a page belongs to a sequence: guards against double frees and double ownership. */
-  private readonly pageInUse: Uint8Array;
-  private readonly sequences = new Map<SequenceId, SequenceState>();
+  /** The page accounting (page ids, per-sequence lists): a scheduler plans on it; the sequence methods below are its. */
+  readonly allocator: KvPageAllocator;
   private disposed = false;
 
-  private constructor(shape: KvCacheShape, numPages: number, layers: KvLayerTensors[], backend: Backend) {
+  private constructor(shape: KvCacheShape, firstLayer: number, allocator: KvPageAllocator, layers: KvLayerTensors[], backend: Backend) {
+    const numPages = allocator.numPages;
     this.numLayers = shape.numLayers;
+    this.firstLayer = firstLayer;
+    this.allocator = allocator;
     this.numKvHeads = shape.numKvHeads;
     this.headDim = shape.headDim;
     this.numPages = numPages;
@@ -158,9 +121,6 @@ export class PagedKvCache {
     this.layers = layers;
     const rowShape = [numPages * PAGE_SIZE, shape.numKvHeads * shape.headDim];
     this.rowViews = layers.map(({ k, v }) => ({ k: k.reshape(rowShape), v: v.reshape(rowShape) }));
-    this.free = new FreePageHeap(numPages);
-    for (let p = 0; p < numPages; p++) this.free.push(p);
-    this.pageInUse = new Uint8Array(numPages);
   }
 
   /** Bytes one page costs: numLayers × (K and V) × PAGE_SIZE × numKvHeads × headDim × 4 (f32). */
@@ -185,8 +145,15 @@ export class PagedKvCache {
   static create(options: PagedKvCacheOptions, backend: Backend = getBackend()): PagedKvCache {
     const shape: KvCacheShape = { numLayers: options.numLayers, numKvHeads: options.numKvHeads, headDim: options.headDim };
     const bytesPerPage = PagedKvCache.bytesPerPage(shape);
+    const firstLayer = options.firstLayer ?? 0;
+    if (!Number.isSafeInteger(firstLayer) || firstLayer < 0) throw new InvalidArgumentError(`PagedKvCache: firstLayer must be a non-negative integer, got ${firstLayer}`);
     let numPages: number;
-    if ('numPages' in options) {
+    if ('allocator' in options) {
+      if (options.allocator.pageSize !== PAGE_SIZE) {
+        throw new InvalidArgumentError(`PagedKvCache: the allocator's pages hold ${options.allocator.pageSize} tokens; the attention kernels read pages of ${PAGE_SIZE}`);
+      }
+      numPages = options.allocator.numPages;
+    } else if ('numPages' in options) {
       numPages = positiveInteger('numPages', options.numPages);
     } else {
       numPages = PagedKvCache.pagesForBudget(options.budgetBytes, shape);
@@ -223,15 +190,16 @@ export class PagedKvCache {
         { cause: err },
       );
     }
-    return new PagedKvCache(shape, numPages, layers, backend);
+    const allocator = 'allocator' in options ? options.allocator : new KvPageAllocator(numPages, { pageSize: PAGE_SIZE, owner: 'PagedKvCache' });
+    return new PagedKvCache(shape, firstLayer, allocator, layers, backend);
   }
 
   get freePages(): number {
-    return this.free.size;
+    return this.allocator.freePages;
   }
 
   get usedPages(): number {
-    return this.numPages - this.free.size;
+    return this.allocator.usedPages;
   }
 
   /** Bytes of the whole pool (what it charges to the device budget). */
@@ -239,7 +207,7 @@ export class PagedKvCache {
     return this.numPages * this.bytesPerPage;
   }
 
-  /** The cache tensors of layer i, [numPages, PAGE_SIZE, numKvHeads, headDim] (for attentionDecode). */
+  /** The cache tensors of global layer i, [numPages, PAGE_SIZE, numKvHeads, headDim] (for attentionDecode). */
   layer(i: number): KvLayerTensors {
     return this.layerFrom(this.layers, i);
   }
@@ -251,45 +219,42 @@ export class PagedKvCache {
 
   private layerFrom(list: KvLayerTensors[], i: number): KvLayerTensors {
     if (this.disposed) throw new InvalidArgumentError('PagedKvCache: the cache was disposed');
-    const entry = Number.isInteger(i) ? list[i] : undefined;
-    if (!entry) throw new InvalidArgumentError(`PagedKvCache: layer ${i} is outside [0, ${this.numLayers})`);
+    const entry = Number.isInteger(i) ? list[i - this.firstLayer] : undefined;
+    if (!entry) throw new InvalidArgumentError(`PagedKvCache: layer ${i} is outside [${this.firstLayer}, ${this.firstLayer + this.numLayers})`);
     return entry;
   }
 
   addSequence(id: SequenceId): void {
-    if (this.sequences.has(id)) throw new InvalidArgumentError(`PagedKvCache: sequence ${describeId(id)} is already in the cache`);
-    this.sequences.set(id, { pages: [], length: 0 });
+    this.allocator.addSequence(id);
   }
 
   hasSequence(id: SequenceId): boolean {
-    return this.sequences.has(id);
+    return this.allocator.hasSequence(id);
   }
 
   /** The ids of the sequences in the cache, in the order they were added. */
   sequenceIds(): SequenceId[] {
-    return [...this.sequences.keys()];
+    return this.allocator.sequenceIds();
   }
 
   /** Tokens of the sequence whose K/V are written (committed). */
   length(id: SequenceId): number {
-    return this.sequence(id).length;
+    return this.allocator.length(id);
   }
 
   /** Tokens the sequence's pages can hold: pages × PAGE_SIZE. */
   capacity(id: SequenceId): number {
-    return this.sequence(id).pages.length * PAGE_SIZE;
+    return this.allocator.capacity(id);
   }
 
   /** The sequence's pages in position order (its block-table row). */
   pages(id: SequenceId): readonly number[] {
-    return this.sequence(id).pages;
+    return this.allocator.pages(id);
   }
 
   /** Appends the lowest free page to the sequence and returns it. Throws KvCacheExhaustedError (changing nothing) when none is free. */
   acquireOne(id: SequenceId): number {
-    const seq = this.sequence(id);
-    if (this.free.size === 0) throw this.exhausted(id, 1);
-    return this.takePage(seq);
+    return this.allocator.acquireOne(id);
   }
 
   /**
@@ -297,12 +262,7 @@ export class PagedKvCache {
    * (KvCacheExhaustedError). A length its pages already hold changes nothing; pages are never given back here.
    */
   reserve(id: SequenceId, newLength: number): void {
-    const seq = this.sequence(id);
-    nonNegativeInteger(() => `reserve(${describeId(id)}): newLength`, newLength);
-    const missing = pagesForLength(newLength) - seq.pages.length;
-    if (missing <= 0) return;
-    if (missing > this.free.size) throw this.exhausted(id, missing);
-    for (let i = 0; i < missing; i++) this.takePage(seq);
+    this.allocator.reserve(id, newLength);
   }
 
   /**
@@ -310,20 +270,20 @@ export class PagedKvCache {
    * scatterRows into layerRows(i). The positions must already be reserved.
    */
   slotsFor(id: SequenceId, start: number, count: number): Int32Array {
-    const seq = this.sequence(id);
+    const pages = this.allocator.pages(id);
     nonNegativeInteger(() => `slotsFor(${describeId(id)}): start`, start);
     nonNegativeInteger(() => `slotsFor(${describeId(id)}): count`, count);
-    const capacity = seq.pages.length * PAGE_SIZE;
+    const capacity = pages.length * PAGE_SIZE;
     if (start + count > capacity) {
       throw new InvalidArgumentError(
         `PagedKvCache: slotsFor(${describeId(id)}, ${start}, ${count}) reaches position ${start + count - 1}, but the sequence has ` +
-          `${seq.pages.length} pages (${capacity} positions); reserve(${describeId(id)}, ${start + count}) first`,
+          `${pages.length} pages (${capacity} positions); reserve(${describeId(id)}, ${start + count}) first`,
       );
     }
     const slots = new Int32Array(count);
     for (let i = 0; i < count; i++) {
       const position = start + i;
-      slots[i] = seq.pages[Math.floor(position / PAGE_SIZE)]! * PAGE_SIZE + (position % PAGE_SIZE);
+      slots[i] = pages[Math.floor(position / PAGE_SIZE)]! * PAGE_SIZE + (position % PAGE_SIZE);
     }
     return slots;
   }
@@ -333,15 +293,7 @@ export class PagedKvCache {
    * e.g. to drop rejected speculative tokens; the pages stay reserved.
    */
   commit(id: SequenceId, newLength: number): void {
-    const seq = this.sequence(id);
-    nonNegativeInteger(() => `commit(${describeId(id)}): newLength`, newLength);
-    const capacity = seq.pages.length * PAGE_SIZE;
-    if (newLength > capacity) {
-      throw new InvalidArgumentError(
-        `PagedKvCache: commit(${describeId(id)}, ${newLength}) exceeds the ${capacity} positions of its ${seq.pages.length} pages; reserve first`,
-      );
-    }
-    seq.length = newLength;
+    this.allocator.commit(id, newLength);
   }
 
   /**
@@ -349,28 +301,12 @@ export class PagedKvCache {
    * whose work failed. The kept pages must still hold the committed length.
    */
   shrinkPages(id: SequenceId, keepPages: number): void {
-    const seq = this.sequence(id);
-    nonNegativeInteger(() => `shrinkPages(${describeId(id)}): keepPages`, keepPages);
-    if (keepPages * PAGE_SIZE < seq.length) {
-      throw new InvalidArgumentError(`PagedKvCache: shrinkPages(${describeId(id)}, ${keepPages}) would drop committed tokens (length ${seq.length})`);
-    }
-    while (seq.pages.length > keepPages) {
-      const page = seq.pages.pop()!;
-      this.pageInUse[page] = 0;
-      this.free.push(page);
-    }
+    this.allocator.shrinkPages(id, keepPages);
   }
 
   /** Frees all the sequence's pages at once and forgets it. */
   release(id: SequenceId): void {
-    const seq = this.sequences.get(id);
-    if (!seq) throw new InvalidArgumentError(`PagedKvCache: cannot release sequence ${describeId(id)}: it is not in the cache (never added, or already released)`);
-    for (const page of seq.pages) {
-      if (this.pageInUse[page] !== 1) throw new Error(`PagedKvCache: internal error: page ${page} of ${describeId(id)} is already free`);
-      this.pageInUse[page] = 0;
-      this.free.push(page);
-    }
-    this.sequences.delete(id);
+    this.allocator.release(id);
   }
 
   /**
@@ -378,18 +314,12 @@ export class PagedKvCache {
    * as new (no pages yet), so a scheduler can price admissions and growth in one call.
    */
   pagesNeeded(lengthsById: Iterable<readonly [SequenceId, number]>): number {
-    let needed = 0;
-    for (const [id, length] of lengthsById) {
-      nonNegativeInteger(() => `pagesNeeded: length of ${describeId(id)}`, length);
-      const have = this.sequences.get(id)?.pages.length ?? 0;
-      needed += Math.max(0, pagesForLength(length) - have);
-    }
-    return needed;
+    return this.allocator.pagesNeeded(lengthsById);
   }
 
   /** Whether {@link pagesNeeded} fits the free pages. */
   canFit(lengthsById: Iterable<readonly [SequenceId, number]>): boolean {
-    return this.pagesNeeded(lengthsById) <= this.free.size;
+    return this.allocator.canFit(lengthsById);
   }
 
   /**
@@ -397,7 +327,8 @@ export class PagedKvCache {
    * list (at least 1, so the table tensor is never empty); shorter rows are padded with -1.
    */
   blockTable(ids: readonly SequenceId[], maxPages?: number): KvBlockTable {
-    const seqs = ids.map((id) => this.sequence(id));
+    const alloc = this.allocator;
+    const seqs = ids.map((id) => ({ pages: alloc.pages(id), length: alloc.length(id) }));
     const longest = seqs.reduce((m, s) => Math.max(m, s.pages.length), 0);
     const width = maxPages ?? Math.max(1, longest);
     nonNegativeInteger(() => 'blockTable: maxPages', width);
@@ -419,7 +350,7 @@ export class PagedKvCache {
       numPages: this.numPages,
       freePages: this.freePages,
       usedPages: this.usedPages,
-      sequences: this.sequences.size,
+      sequences: this.allocator.sequenceCount,
       bytesPerPage: this.bytesPerPage,
       totalBytes: this.totalBytes,
     };
@@ -437,26 +368,5 @@ export class PagedKvCache {
       k.dispose();
       v.dispose();
     }
-  }
-
-  private sequence(id: SequenceId): SequenceState {
-    const seq = this.sequences.get(id);
-    if (!seq) throw new InvalidArgumentError(`PagedKvCache: sequence ${describeId(id)} is not in the cache (addSequence first)`);
-    return seq;
-  }
-
-  private takePage(seq: SequenceState): number {
-    const page = this.free.pop();
-    if (this.pageInUse[page] !== 0) throw new Error(`PagedKvCache: internal error: free page ${page} is already owned`);
-    this.pageInUse[page] = 1;
-    seq.pages.push(page);
-    return page;
-  }
-
-  private exhausted(id: SequenceId, wanted: number): KvCacheExhaustedError {
-    return new KvCacheExhaustedError(
-      `KV cache exhausted: sequence ${describeId(id)} needs ${wanted} more page${wanted === 1 ? '' : 's'} of ${PAGE_SIZE} tokens, ` +
-        `but only ${this.free.size} of ${this.numPages} pages are free (${this.usedPages} used by ${this.sequences.size} sequences)`,
-    );
   }
 }

@@ -7,8 +7,9 @@
 import { AdapterCache } from '@tessera/adapter-swap';
 import { LoraWeightSet, SgmvLoraDelta, UnknownAdapterError, loraAdapterSource, readLoraForSgmv } from '@tessera/sgmv-kernel';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type BatcherRequest, ContinuousBatcher, type FinishedRequest, type StepReport } from '../src/index.js';
+import { type BatcherRequest, type FinishedRequest, type StepReport } from '@tessera/batcher';
 import { makeFixture } from './support/fixtures.js';
+import { makeLoop } from './support/loop.js';
 
 const fx = makeFixture(6);
 afterAll(() => fx.dispose());
@@ -32,7 +33,7 @@ describe('with SgmvLoraDelta and AdapterCache', () => {
     for (const [name, dir] of fx.adapterDirs) adapters.register(name, dir);
     const delta = new SgmvLoraDelta((key) => adapters.get(key));
     const kv = fx.newCache(128);
-    const batcher = new ContinuousBatcher({ model: fx.model, cache: kv, deltas: [delta], adapters });
+    const batcher = makeLoop({ model: fx.model, cache: kv, deltas: [delta], adapters });
 
     const requests = [...names, ...names, null, null].map((a, i) => request(`r${i}`, a, 6 + (i % 5), 40 + i));
     const reports: StepReport[] = [];
@@ -74,7 +75,7 @@ describe('with SgmvLoraDelta and AdapterCache', () => {
     for (const n of names.slice(0, 2)) uploaded.set(n, LoraWeightSet.upload(await readLoraForSgmv(fx.adapterDirs.get(n)!, fx.model.config, { name: n })));
     const delta = new SgmvLoraDelta((key) => uploaded.get(key));
     const kv = fx.newCache(64);
-    const batcher = new ContinuousBatcher({ model: fx.model, cache: kv, deltas: [delta] });
+    const batcher = makeLoop({ model: fx.model, cache: kv, deltas: [delta] });
     const finished = new Map<string, FinishedRequest>();
     const errors = new Map<string, Error>();
     const submit = (r: BatcherRequest) => batcher.submit(r, { onFinish: (f) => finished.set(r.id, f), onError: (e) => errors.set(r.id, e) });

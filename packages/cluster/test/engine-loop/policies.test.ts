@@ -4,8 +4,10 @@
  * KV cache runs out (the single-host form of Punica's migration, T21's token guarantees).
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { type BatchPolicy, type BatcherRequest, ContinuousBatcher, type FinishedRequest, type StepReport } from '../src/index.js';
+import { type BatchPolicy, type BatcherRequest, type FinishedRequest, type StepReport } from '@tessera/batcher';
 import { makeFixture } from './support/fixtures.js';
+import { makeLoop } from './support/loop.js';
+import type { EngineLoop } from '../../src/index.js';
 
 const fx = makeFixture(4);
 afterAll(() => fx.dispose());
@@ -15,12 +17,12 @@ interface Run {
   reports: StepReport[];
   finished: Map<string, FinishedRequest>;
   streamed: Map<string, number[]>;
-  batcher: ContinuousBatcher;
+  batcher: EngineLoop;
 }
 
 function runAll(policy: BatchPolicy, requests: readonly BatcherRequest[], options: { numPages?: number; maxBatch?: number } = {}): Run {
   const cache = fx.newCache(options.numPages ?? 256);
-  const batcher = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta], policy, maxBatch: options.maxBatch ?? 32 });
+  const batcher = makeLoop({ model: fx.model, cache, deltas: [fx.delta], policy, maxBatch: options.maxBatch ?? 32 });
   const finished = new Map<string, FinishedRequest>();
   const streamed = new Map<string, number[]>();
   for (const r of requests) {
@@ -160,7 +162,7 @@ describe("kvExhaustion 'evict' and resuming with generated tokens (the host side
   it('evicts the newest running request with its tokens; resubmitted with them, it finishes with the unmigrated tokens', () => {
     const requests = [A, B, null, A].map((a, i) => request(`e${i}`, a, 10, 40, 900 + i));
     const cache = fx.newCache(7);
-    const batcher = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta], kvExhaustion: 'evict' });
+    const batcher = makeLoop({ model: fx.model, cache, deltas: [fx.delta], kvExhaustion: 'evict' });
     expect(batcher.kvExhaustion).toBe('evict');
     const streamed = new Map<string, number[]>(requests.map((r) => [r.id, []]));
     const finished = new Map<string, FinishedRequest>();
@@ -209,7 +211,7 @@ describe("kvExhaustion 'evict' and resuming with generated tokens (the host side
 
   it('validates generated tokens: out of vocabulary, already at maxTokens, or already past EOS is refused, nothing queued', () => {
     const cache = fx.newCache(64);
-    const batcher = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const batcher = makeLoop({ model: fx.model, cache, deltas: [fx.delta] });
     const base = request('g', A, 5, 4, 7);
     const vocab = fx.model.config.vocabSize;
     expect(() => batcher.submit({ ...base, generated: [vocab] })).toThrow(expect.objectContaining({ code: 'TESSERA_TOKEN_OUT_OF_VOCAB' }));

@@ -4,7 +4,7 @@
  * finish, so the order "the load completes between step k and step k + 1" is deterministic.
  */
 import { type DecoderConfig, type LoraAdapter, loadLoraAdapterAsync } from '@tessera/engine';
-import type { AdapterResidency } from '../../src/index.js';
+import type { AdapterResidency } from '@tessera/batcher';
 
 export class GatedLoraResidency implements AdapterResidency {
   /** Resident adapters by name: hand this map to a LoraDelta. */

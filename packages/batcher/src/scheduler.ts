@@ -1,50 +1,74 @@
 /**
- * ContinuousBatcher: the per-accelerator step loop of Punica (§5, pseudocode §9.6) and the two baseline
- * batching policies of its text-generation evaluation (§9.9), on one DecoderModel and one PagedKvCache.
+ * Scheduler: the decision half of Punica's per-accelerator step loop (§5, pseudocode §9.6) and the two baseline
+ * batching policies of its text-generation evaluation (§9.9), split from execution the way vLLM splits its
+ * scheduler from its model runner. It is pure: no tensor, no model, no engine; it runs unchanged under the real
+ * clock beside the engine's StepRunner and under simulated time in `@tessera/sim`.
  *
- * One step = plan, one model forward, sample, deliver:
- *   1. start loads for queued requests whose adapter is not resident (they wait; nothing else does);
- *   2. price the running decodes' KV growth; while it does not fit, preempt the newest running request (its
- *      pages are freed, it goes back to the head of the queue with its generated tokens, and is later re-admitted
- *      by prefilling prompt + generated: recompute, as Punica's migration does);
- *   3. admit by policy (a prefill needs a resident adapter, a free batch row and KV pages for its whole input);
- *   4. rows: the prefills first, then the decodes grouped by adapter; ONE SegmentLayout for the whole forward,
- *      handed to every hook site of every layer;
- *   5. sample each sequence's next token (its own seeded sampler), run the StopChecker, stream the token; a
- *      finished request leaves at once and frees its KV pages (the static policy keeps its row until the batch
- *      ends: that row's decode is computed and thrown away, counted as wasted).
- * Nothing here reads the wall clock except through the injected Clock.
+ * One step = plan → (a runner executes it) → complete:
+ *   1. plan(): start loads for queued requests whose adapter is not resident (they wait; nothing else does);
+ *      price the running decodes' KV growth, and while it does not fit preempt the newest running request (its
+ *      pages are freed; it goes back to the head of the queue with its generated tokens and is later re-admitted
+ *      by prefilling prompt + generated: recompute, as Punica's migration does; or, kvExhaustion 'evict', it is
+ *      handed back to a cluster scheduler); admit by policy (a prefill needs a resident adapter, a free batch row
+ *      and KV pages for its whole input); reserve the step's pages; return the {@link StepPlan}: prefills first,
+ *      then the decodes grouped by adapter, and the adapter segments over the rows;
+ *   2. complete(outcome): take back each sequence's sampled token and finish reason (or its failure), stream the
+ *      tokens, let finished requests leave at once and free their pages (the static policy keeps a finished
+ *      member's row until its batch ends: that row is planned as a 'wasted' recompute of its last position).
+ * Nothing here reads time except through the injected Clock (two reads per step: at plan and at complete).
  */
-import { InvalidArgumentError } from '@tessera/native';
 import {
-  type DecoderSequence,
-  type ModelDelta,
-  type PagedKvCache,
-  type Sampler,
-  SegmentLayout,
-  StopChecker,
-  createSampler,
-  pagesForLength,
-  UnknownAdapterError,
-} from '@tessera/engine';
-import { type Clock, systemClock } from './clock.js';
-import { AdapterLoadError, BatcherStateError, RequestValidationError } from './errors.js';
+  AdapterLoadError,
+  type Clock,
+  InvalidArgumentError,
+  type KvPageAllocator,
+  type KvReservation,
+  type ModelLimits,
+  type PlannedSequence,
+  type StepOutcome,
+  type StepPlan,
+  type StepSegment,
+  type StopReason,
+  systemClock,
+} from '@tessera/core';
+import { BatcherStateError, RequestValidationError } from './errors.js';
 import type {
   AdapterResidency,
   BatchPolicy,
-  BatcherModel,
   BatcherFinishReason,
   BatcherRequest,
-  BatcherStats,
-  ContinuousBatcherOptions,
-  FinishedRequest,
   KvExhaustionPolicy,
-  RequestListener,
+  SchedulerEvent,
+  SchedulerStats,
   StepReport,
 } from './types.js';
 
 export const DEFAULT_MAX_BATCH = 32;
 export const BATCH_POLICIES: readonly BatchPolicy[] = ['punica', 'same-adapter', 'static'];
+
+export interface SchedulerOptions {
+  /** The KV page accounting the scheduler plans on (the engine's `cache.allocator`, or a bare allocator in sim). */
+  pages: KvPageAllocator;
+  /** The model's vocabulary and positions (requests are validated against them). */
+  limits: ModelLimits;
+  /** Adapter residency; without it every adapter name is assumed to be known to the runner. */
+  adapters?: AdapterResidency;
+  /** Default 'punica'. */
+  policy?: BatchPolicy;
+  /** Most sequences in one forward (rows of the static batch included); default 32. */
+  maxBatch?: number;
+  /** Default systemClock. */
+  clock?: Clock;
+  /** Default 'requeue'. */
+  kvExhaustion?: KvExhaustionPolicy;
+  /**
+   * Where requests' events go (tokens, finishes, failures, evictions), synchronously, in the order they happen.
+   * An exception thrown here is counted (`listenerErrors`) and cancels that request (at the end of the step).
+   */
+  onEvent?: (event: SchedulerEvent) => void;
+  /** Called when work may have become runnable: a submit, a cancel, an adapter load settling (the host loop's wake-up). */
+  wake?: () => void;
+}
 
 /**
  * queued: waiting for admission (maybe for its adapter); running: admitted, has KV; occupying: static policy only,
@@ -56,9 +80,9 @@ interface RequestState {
   readonly id: string;
   readonly adapter: string | null;
   readonly prompt: readonly number[];
-  readonly listener: RequestListener;
-  readonly sampler: Sampler;
-  readonly stop: StopChecker;
+  readonly maxTokens: number;
+  /** Every generated token (those the request was submitted with included). */
+  readonly generated: number[];
   phase: Phase;
   /** KV sequence of the current admission ('' when it has none). A fresh one per admission. */
   seqId: string;
@@ -91,12 +115,17 @@ interface Counters {
   listenerErrors: number;
 }
 
-/** A delta that can resolve a layout before the forward (SgmvLoraDelta has one). */
-type PreparableDelta = ModelDelta & { prepare?: (layout: SegmentLayout) => void };
+/** The plan in flight and what complete() needs to read its outcome. */
+interface InFlight {
+  readonly plan: StepPlan;
+  readonly t0: number;
+  readonly order: readonly RequestState[];
+  readonly byId: ReadonlyMap<string, RequestState>;
+  readonly prefills: ReadonlySet<RequestState>;
+  readonly preempted: readonly string[];
+}
 
 let nextInstance = 0;
-
-const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** Working-set order: base model first, then adapters by name; within an adapter, oldest admission first. */
 function byAdapterThenAdmission(a: RequestState, b: RequestState): number {
@@ -108,20 +137,16 @@ function byAdapterThenAdmission(a: RequestState, b: RequestState): number {
   return a.admission - b.admission;
 }
 
-function asError(err: unknown): Error {
-  return err instanceof Error ? err : new Error(String(err));
-}
-
-export class ContinuousBatcher {
+export class Scheduler {
   readonly policy: BatchPolicy;
   readonly maxBatch: number;
   readonly kvExhaustion: KvExhaustionPolicy;
-  private readonly model: BatcherModel;
-  private readonly cache: PagedKvCache;
-  private readonly deltas: readonly ModelDelta[];
+  readonly pages: KvPageAllocator;
+  readonly limits: ModelLimits;
   private readonly adapters: AdapterResidency | undefined;
   private readonly clock: Clock;
-  private readonly decode: ((ids: number[]) => string) | undefined;
+  private readonly onEvent: (event: SchedulerEvent) => void;
+  private readonly wakeHook: (() => void) | undefined;
   private readonly instance = nextInstance++;
 
   /** FCFS; preempted requests go back to the front. */
@@ -132,6 +157,8 @@ export class ContinuousBatcher {
   private readonly live = new Map<string, RequestState>();
   /** Adapter loads in flight, one per adapter. */
   private readonly loads = new Map<string, Promise<void>>();
+  /** KV sequences released since the last plan (the plan reports them). */
+  private released: string[] = [];
   private admissionCounter = 0;
   private readonly histogram = new Map<number, number>();
   private readonly counters: Counters = {
@@ -150,53 +177,56 @@ export class ContinuousBatcher {
     failed: 0,
     listenerErrors: 0,
   };
+  /** True from the start of plan() to the end of complete() (or of a plan() that found nothing to run). */
   private inStep = false;
+  private inFlight: InFlight | null = null;
   private readonly deferredCancels: RequestState[] = [];
-  private looping = false;
-  private wakeUp: (() => void) | null = null;
 
-  constructor(options: ContinuousBatcherOptions) {
-    const { model, cache } = options;
+  constructor(options: SchedulerOptions) {
     const policy = options.policy ?? 'punica';
     if (!BATCH_POLICIES.includes(policy)) {
-      throw new InvalidArgumentError(`ContinuousBatcher: policy must be one of ${BATCH_POLICIES.join(', ')}, got ${String(policy)}`);
+      throw new InvalidArgumentError(`Scheduler: policy must be one of ${BATCH_POLICIES.join(', ')}, got ${String(policy)}`);
     }
     const maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
     if (!Number.isSafeInteger(maxBatch) || maxBatch < 1) {
-      throw new InvalidArgumentError(`ContinuousBatcher: maxBatch must be a positive integer, got ${maxBatch}`);
+      throw new InvalidArgumentError(`Scheduler: maxBatch must be a positive integer, got ${maxBatch}`);
     }
-    const c = model.config;
-    if (cache.numLayers !== c.numLayers || cache.numKvHeads !== c.numKvHeads || cache.headDim !== c.headDim) {
-      throw new InvalidArgumentError(
-        `ContinuousBatcher: the KV cache (${cache.numLayers} layers, ${cache.numKvHeads} kv heads of ${cache.headDim}) does not fit the model ` +
-          `(${c.numLayers} layers, ${c.numKvHeads} kv heads of ${c.headDim})`,
-      );
-    }
-    this.model = model;
-    this.cache = cache;
-    this.deltas = options.deltas ?? [];
-    this.adapters = options.adapters;
-    this.policy = policy;
-    this.maxBatch = maxBatch;
-    this.clock = options.clock ?? systemClock;
-    this.decode = options.decode;
     const kvExhaustion = options.kvExhaustion ?? 'requeue';
     if (kvExhaustion !== 'requeue' && kvExhaustion !== 'evict') {
-      throw new InvalidArgumentError(`ContinuousBatcher: kvExhaustion must be 'requeue' or 'evict', got ${String(kvExhaustion)}`);
+      throw new InvalidArgumentError(`Scheduler: kvExhaustion must be 'requeue' or 'evict', got ${String(kvExhaustion)}`);
     }
+    const { vocabSize, maxPositions } = options.limits;
+    if (!Number.isSafeInteger(vocabSize) || vocabSize < 1 || !Number.isSafeInteger(maxPositions) || maxPositions < 1) {
+      throw new InvalidArgumentError(`Scheduler: limits must be positive integers, got vocabSize ${vocabSize}, maxPositions ${maxPositions}`);
+    }
+    this.policy = policy;
+    this.maxBatch = maxBatch;
     this.kvExhaustion = kvExhaustion;
+    this.pages = options.pages;
+    this.limits = { vocabSize, maxPositions };
+    this.adapters = options.adapters;
+    this.clock = options.clock ?? systemClock;
+    this.onEvent = options.onEvent ?? (() => {});
+    this.wakeHook = options.wake;
   }
 
   // ─── requests in and out ──────────────────────────────────────────────────────────────────────────────────
 
   /**
-   * Queues a request; it joins a step once admitted (never the step in flight). Throws RequestValidationError,
-   * changing nothing, for a duplicate id, an empty prompt, tokens outside the vocabulary, maxTokens < 1, a
-   * prompt + maxTokens past the model's positions, a request the whole KV cache could not hold, bad sampling
-   * parameters or stop strings.
+   * Throws RequestValidationError, changing nothing, for what `submit` would refuse: a duplicate id, an empty
+   * prompt, tokens outside the vocabulary, maxTokens < 1, a prompt + maxTokens past the model's positions, a
+   * request the whole KV cache could not hold, or generated tokens that leave nothing to generate.
    */
-  submit(request: BatcherRequest, listener: RequestListener = {}): void {
-    const state = this.validate(request, listener);
+  check(request: BatcherRequest): void {
+    this.validate(request);
+  }
+
+  /**
+   * Queues a request; it joins a step once admitted (never the step in flight). Throws RequestValidationError,
+   * changing nothing (see {@link check}). Sampling parameters and stop strings are the runner's to check.
+   */
+  submit(request: BatcherRequest): void {
+    const state = this.validate(request);
     this.live.set(state.id, state);
     this.queue.push(state);
     this.counters.submitted++;
@@ -206,8 +236,8 @@ export class ContinuousBatcher {
 
   /**
    * Cancels a queued or running request: its KV pages are freed at once (at the end of the step when called
-   * from a listener inside a step) and its listener gets onFinish with finishReason 'cancelled' and the tokens
-   * generated so far. False when no queued or running request has this id.
+   * while a step is in flight, e.g. from an event handler) and a 'finish' event with reason 'cancelled' and the
+   * tokens generated so far follows. False when no queued or running request has this id.
    */
   cancel(id: string): boolean {
     const state = this.live.get(id);
@@ -224,190 +254,201 @@ export class ContinuousBatcher {
     return true;
   }
 
+  /** True while a plan is out (between plan() and complete()). */
+  get stepInFlight(): boolean {
+    return this.inFlight !== null;
+  }
+
   // ─── the step ──────────────────────────────────────────────────────────────────────────────────────────────
 
-  /** Runs one model forward over the working set; null when nothing can run now (idle, or waiting). */
-  step(): StepReport | null {
-    if (this.inStep) throw new BatcherStateError('ContinuousBatcher: step() was called from a listener of the step in flight');
+  /**
+   * Plans the next step: preemptions (their events are emitted now), admissions, the rows and segments, the KV
+   * pages reserved. Null when nothing can run now (idle, or every queued request waits). A non-null plan must be
+   * handed back to {@link complete} before the next plan.
+   */
+  plan(): StepPlan | null {
+    if (this.inStep) throw new BatcherStateError('Scheduler: plan() was called while a step is in flight (from an event handler, or before complete())');
     this.inStep = true;
+    let planned: StepPlan | null = null;
     try {
-      return this.runStep();
+      planned = this.makePlan();
+      return planned;
     } finally {
-      this.inStep = false;
-      this.applyDeferredCancels();
+      if (planned === null) this.endStep();
     }
   }
 
-  private runStep(): StepReport | null {
+  private makePlan(): StepPlan | null {
     const t0 = this.clock.now();
     this.startAdapterLoads();
     const preempted = this.makeRoomForDecodes();
-    const admitted = this.admit(this.cache.freePages - this.decodeGrowth());
+    const admitted = this.admit(this.pages.freePages - this.decodeGrowth());
     if (this.running.length === 0) return null;
+
+    // Prefills first; then the decodes grouped by adapter (the working set is sorted by adapter; the group of the
+    // first prefill's adapter goes first, so the prefill and its adapter's decodes share one segment); a static
+    // batch's finished members re-feed their last token.
+    const prefills = new Set(admitted);
+    const lead = admitted[0]?.adapter;
+    const decoding = this.running.filter((s) => !prefills.has(s));
+    const ordered =
+      lead === undefined ? decoding : [...decoding.filter((s) => s.adapter === lead), ...decoding.filter((s) => s.adapter !== lead)];
+    const order = [...admitted, ...ordered];
+    const pages = this.pages;
+    const sequences: PlannedSequence[] = [];
+    const segments: StepSegment[] = [];
+    const reserved: KvReservation[] = [];
+    const byId = new Map<string, RequestState>();
+    let rows = 0;
+    for (const s of order) {
+      byId.set(s.id, s);
+      let tokens: number[];
+      let position: number;
+      let kind: PlannedSequence['kind'];
+      let added = 0;
+      if (prefills.has(s)) {
+        tokens = s.prefillTokens!;
+        position = 0;
+        kind = 'prefill';
+        pages.addSequence(s.seqId);
+        added = pages.reserve(s.seqId, tokens.length);
+      } else if (s.phase === 'occupying') {
+        // The row recomputes its last position (same token, same slot): a real decode that grows nothing.
+        tokens = [s.lastFed];
+        position = pages.length(s.seqId) - 1;
+        kind = 'wasted';
+        pages.commit(s.seqId, position);
+      } else {
+        tokens = [s.nextToken];
+        position = pages.length(s.seqId);
+        kind = 'decode';
+        added = pages.reserve(s.seqId, position + 1);
+      }
+      if (added > 0) {
+        const held = pages.pages(s.seqId);
+        reserved.push({ seqId: s.seqId, length: position + tokens.length, pages: held.slice(held.length - added) });
+      }
+      sequences.push({ requestId: s.id, seqId: s.seqId, adapter: s.adapter, kind, tokens, position });
+      const last = segments[segments.length - 1];
+      if (last && last.key === s.adapter) last.count += tokens.length;
+      else segments.push({ key: s.adapter, start: rows, count: tokens.length });
+      rows += tokens.length;
+    }
+    const released = this.released;
+    this.released = [];
+    this.counters.layoutBuilds++;
+    const plan: StepPlan = { step: this.counters.steps + 1, sequences, segments, rows, reserved, released };
+    this.inFlight = { plan, t0, order, byId, prefills, preempted };
+    return plan;
+  }
+
+  /**
+   * Takes back what the runner did with the plan: tokens are streamed ('token' events), finished requests leave
+   * ('finish'), failed ones too ('error'). Returns the step's report, or null when no forward ran (every row
+   * failed before it).
+   */
+  complete(outcome: StepOutcome): StepReport | null {
+    const flight = this.inFlight;
+    if (!flight) throw new BatcherStateError('Scheduler: complete() without a plan in flight');
+    this.inFlight = null;
+    try {
+      return this.applyOutcome(flight, outcome);
+    } finally {
+      this.endStep();
+    }
+  }
+
+  private applyOutcome(flight: InFlight, outcome: StepOutcome): StepReport | null {
+    const { plan, order, byId, prefills } = flight;
+    const excluded = new Set(outcome.excluded);
+    const failedIds = new Set<string>();
+    for (const r of outcome.results) if (r.kind === 'failed') failedIds.add(r.requestId);
+    // The KV positions the step wrote (an engine forward has committed them already; a simulated one has not).
+    const pages = this.pages;
+    for (const p of plan.sequences) {
+      if (failedIds.has(p.requestId) || !pages.hasSequence(p.seqId)) continue;
+      const end = p.position + p.tokens.length;
+      if (pages.length(p.seqId) !== end) pages.commit(p.seqId, end);
+    }
 
     const finished: string[] = [];
     const failed: string[] = [];
-    const prefillSet = new Set(admitted);
-    let batch = this.buildBatch(admitted, prefillSet);
-    // A delta that can resolve a layout ahead of the forward (SgmvLoraDelta.prepare) is asked first, so an
-    // adapter it cannot serve fails before any KV room is reserved. An error naming one adapter's key fails that
-    // adapter's requests only, and the batch is rebuilt without them.
-    let problem = this.prepareDeltas(batch.layout);
-    while (problem?.key != null) {
-      const key = problem.key;
-      batch.layout.dispose();
-      for (const s of batch.order) {
-        if (s.adapter !== key || s.phase !== 'running') continue;
-        failed.push(s.id);
-        this.fail(s, problem.error);
-      }
-      this.endStaticBatchIfDone();
-      if (this.running.length === 0) return null;
-      batch = this.buildBatch(admitted.filter((s) => s.phase === 'running'), prefillSet);
-      problem = this.prepareDeltas(batch.layout);
-    }
-    const { order, sequences, layout, decodes, wasted } = batch;
-
-    let logits: Float32Array | null = null;
-    try {
-      if (problem) throw problem.error;
-      // A finished member of a static batch recomputes its last position (same token, same slot): the row
-      // costs a real decode without growing its KV, and its result is discarded.
-      for (const s of order) if (s.phase === 'occupying') this.cache.commit(s.seqId, this.cache.length(s.seqId) - 1);
-      const out = this.model.forward(sequences, { cache: this.cache, deltas: this.deltas, layout, logits: 'last' });
-      try {
-        logits = out.logits!.toArray() as Float32Array;
-      } finally {
-        out.logits?.dispose();
-      }
-    } catch (err) {
-      for (const s of order) {
+    for (const r of outcome.results) {
+      const s = byId.get(r.requestId);
+      if (!s) continue;
+      if (r.kind === 'failed') {
         if (s.phase === 'running') failed.push(s.id);
-        this.fail(s, asError(err));
+        this.fail(s, r.error);
+        continue;
       }
-    } finally {
-      layout.dispose();
-    }
-
-    if (logits) {
-      const vocab = this.model.config.vocabSize;
-      order.forEach((s, b) => {
-        if (s.phase !== 'running') return;
-        const isPrefill = prefillSet.has(s);
-        s.lastFed = isPrefill ? s.prefillTokens![s.prefillTokens!.length - 1]! : s.nextToken;
-        s.prefillTokens = null;
-        let token: number;
-        let textDelta: string;
-        let reason: BatcherFinishReason | null;
-        try {
-          token = s.sampler.sample(logits!.subarray(b * vocab, (b + 1) * vocab));
-          const pushed = s.stop.push(token);
-          textDelta = pushed.text;
-          reason = pushed.finished;
-        } catch (err) {
-          failed.push(s.id);
-          this.fail(s, asError(err));
-          return;
-        }
-        s.nextToken = token;
-        this.counters.tokensGenerated++;
-        this.notify(s, (l) => l.onToken?.(token, textDelta));
-        if (reason !== null) {
-          finished.push(s.id);
-          this.finish(s, reason);
-        }
-      });
+      if (s.phase !== 'running') continue;
+      s.lastFed = prefills.has(s) ? s.prefillTokens![s.prefillTokens!.length - 1]! : s.nextToken;
+      s.prefillTokens = null;
+      s.nextToken = r.token;
+      s.generated.push(r.token);
+      this.counters.tokensGenerated++;
+      this.emit(s, { kind: 'token', id: s.id, token: r.token, text: r.text });
+      if (r.finish !== null) {
+        finished.push(s.id);
+        this.finish(s, r.finish);
+      }
     }
     this.endStaticBatchIfDone();
+    if (!outcome.ran) return null;
 
-    const rows = layout.rows;
-    const batchSize = order.length;
-    const prefilled = order.filter((s) => prefillSet.has(s)).map((s) => s.id);
+    const ran = order.filter((s) => !excluded.has(s.id));
+    let decodes = 0;
+    let wasted = 0;
+    const admitted: string[] = [];
+    for (const p of plan.sequences) {
+      if (excluded.has(p.requestId)) continue;
+      if (p.kind === 'prefill') admitted.push(p.requestId);
+      else if (p.kind === 'decode') decodes++;
+      else wasted++;
+    }
+    const batchSize = ran.length;
     this.counters.steps++;
-    this.counters.rows += rows;
+    this.counters.rows += outcome.rows;
     this.counters.wastedRows += wasted;
     this.histogram.set(batchSize, (this.histogram.get(batchSize) ?? 0) + 1);
     return {
       step: this.counters.steps,
-      rows,
-      prefills: prefilled.length,
+      rows: outcome.rows,
+      prefills: admitted.length,
       decodes,
       wastedRows: wasted,
       batchSize,
-      segments: layout.segments,
-      admitted: prefilled,
+      segments: outcome.segments,
+      admitted,
       finished,
-      preempted,
+      preempted: [...flight.preempted],
       failed,
-      durationMs: this.clock.now() - t0,
+      durationMs: this.clock.now() - flight.t0,
     };
   }
 
-  /**
-   * The forward's sequences and its one SegmentLayout: prefills first, then decodes grouped by adapter (the
-   * working set is sorted by adapter; the group of the first prefill's adapter goes first, so the prefill and
-   * its adapter's decodes share one segment); a static batch's finished members re-feed their last token.
-   */
-  private buildBatch(admitted: readonly RequestState[], prefillSet: ReadonlySet<RequestState>) {
-    const lead = admitted[0]?.adapter;
-    const decoding = this.running.filter((s) => !prefillSet.has(s));
-    const ordered =
-      lead === undefined ? decoding : [...decoding.filter((s) => s.adapter === lead), ...decoding.filter((s) => s.adapter !== lead)];
-    const order = [...admitted, ...ordered];
-    const sequences: DecoderSequence[] = [];
-    const runs: { key: string | null; count: number }[] = [];
-    let decodes = 0;
-    let wasted = 0;
-    for (const s of order) {
-      let tokens: number[];
-      if (prefillSet.has(s)) {
-        tokens = s.prefillTokens!;
-      } else if (s.phase === 'occupying') {
-        tokens = [s.lastFed];
-        wasted++;
-      } else {
-        tokens = [s.nextToken];
-        decodes++;
-      }
-      sequences.push({ id: s.seqId, tokens, key: s.adapter });
-      const last = runs[runs.length - 1];
-      if (last && last.key === s.adapter) last.count += tokens.length;
-      else runs.push({ key: s.adapter, count: tokens.length });
-    }
-    this.counters.layoutBuilds++;
-    return { order, sequences, layout: SegmentLayout.fromCounts(runs), decodes, wasted };
-  }
-
-  /** Runs the deltas' optional prepare(layout); the first error, with the adapter key it names if any. */
-  private prepareDeltas(layout: SegmentLayout): { key: string | null; error: Error } | null {
-    for (const delta of this.deltas as readonly PreparableDelta[]) {
-      if (typeof delta.prepare !== 'function') continue;
-      try {
-        delta.prepare(layout);
-      } catch (err) {
-        // An UnknownAdapterError names the one adapter at fault; any other error fails the whole step's batch.
-        const key = err instanceof UnknownAdapterError ? err.adapter : null;
-        const named = key !== null && layout.segments.some((g) => g.key === key);
-        return { key: named ? key : null, error: asError(err) };
-      }
-    }
-    return null;
+  private endStep(): void {
+    this.inStep = false;
+    const pending = this.deferredCancels.splice(0);
+    for (const s of pending) this.applyCancel(s);
+    if (pending.length > 0) this.wake();
   }
 
   /** Pages the running decodes need to grow by one token each (a static batch's wasted rows need none). */
   private decodeGrowth(): number {
-    let pages = 0;
+    const pages = this.pages;
+    let needed = 0;
     for (const s of this.running) {
       if (s.phase !== 'running') continue;
-      pages += Math.max(0, pagesForLength(this.cache.length(s.seqId) + 1) - this.cache.pages(s.seqId).length);
+      needed += Math.max(0, pages.pagesForLength(pages.length(s.seqId) + 1) - pages.pages(s.seqId).length);
     }
-    return pages;
+    return needed;
   }
 
   /** Preempts the newest running request until the decodes' growth fits the free pages. */
   private makeRoomForDecodes(): string[] {
     const preempted: string[] = [];
-    while (this.decodeGrowth() > this.cache.freePages) {
+    while (this.decodeGrowth() > this.pages.freePages) {
       let victim: RequestState | undefined;
       for (const s of this.running) if (s.phase === 'running' && (!victim || s.admission > victim.admission)) victim = s;
       if (!victim) break;
@@ -415,8 +456,7 @@ export class ContinuousBatcher {
       preempted.push(victim.id);
       if (this.kvExhaustion === 'evict') {
         this.remove(victim);
-        const generated = [...victim.stop.tokenIds];
-        this.notify(victim, (l) => l.onEvicted?.(generated));
+        this.emit(victim, { kind: 'evicted', id: victim.id, generated: [...victim.generated] });
         continue;
       }
       this.releaseKv(victim);
@@ -433,12 +473,13 @@ export class ContinuousBatcher {
   private admit(freePages: number): RequestState[] {
     const rowsFree = this.maxBatch - this.running.length;
     if (rowsFree <= 0) return [];
+    const pages = this.pages;
     switch (this.policy) {
       case 'punica': {
         // The first queued request whose adapter is ready; requests still loading are passed over (they wait,
         // nobody waits for them). FCFS among the ready ones: if that one does not fit the KV, nobody is admitted.
         const candidate = this.queue.find((s) => this.adapterReady(s.adapter));
-        if (!candidate || pagesForLength(this.inputLength(candidate)) > freePages) return [];
+        if (!candidate || pages.pagesForLength(this.inputLength(candidate)) > freePages) return [];
         return [this.admitOne(candidate)];
       }
       case 'same-adapter': {
@@ -446,7 +487,7 @@ export class ContinuousBatcher {
         const head = this.queue[0];
         if (!head || !this.adapterReady(head.adapter)) return [];
         if (this.running.length > 0 && this.running[0]!.adapter !== head.adapter) return [];
-        if (pagesForLength(this.inputLength(head)) > freePages) return [];
+        if (pages.pagesForLength(this.inputLength(head)) > freePages) return [];
         return [this.admitOne(head)];
       }
       case 'static': {
@@ -456,12 +497,12 @@ export class ContinuousBatcher {
         const head = this.queue[0];
         if (!head || !this.adapterReady(head.adapter)) return [];
         const batch: RequestState[] = [];
-        let pages = freePages;
+        let free = freePages;
         for (const s of this.queue) {
           if (s.adapter !== head.adapter || batch.length >= rowsFree) break;
-          const need = pagesForLength(this.inputLength(s));
-          if (need > pages) break;
-          pages -= need;
+          const need = pages.pagesForLength(this.inputLength(s));
+          if (need > free) break;
+          free -= need;
           batch.push(s);
         }
         return batch.map((s) => this.admitOne(s));
@@ -471,7 +512,7 @@ export class ContinuousBatcher {
 
   /** Tokens a (re-)admission prefills: the prompt plus whatever was generated before a preemption. */
   private inputLength(s: RequestState): number {
-    return s.prompt.length + s.stop.tokenIds.length;
+    return s.prompt.length + s.generated.length;
   }
 
   private admitOne(s: RequestState): RequestState {
@@ -483,9 +524,8 @@ export class ContinuousBatcher {
       this.adapters.pin(s.adapter);
       s.pinned = true;
     }
-    const generated = s.stop.tokenIds;
-    s.prefillTokens = [...s.prompt, ...generated];
-    if (generated.length > 0) this.counters.recomputedTokens += s.prefillTokens.length;
+    s.prefillTokens = [...s.prompt, ...s.generated];
+    if (s.generated.length > 0) this.counters.recomputedTokens += s.prefillTokens.length;
     else this.counters.promptTokens += s.prompt.length;
     let at = this.running.length;
     while (at > 0 && byAdapterThenAdmission(this.running[at - 1]!, s) > 0) at--;
@@ -545,7 +585,10 @@ export class ContinuousBatcher {
   // ─── leaving ───────────────────────────────────────────────────────────────────────────────────────────────
 
   private releaseKv(s: RequestState): void {
-    if (s.seqId !== '' && this.cache.hasSequence(s.seqId)) this.cache.release(s.seqId);
+    if (s.seqId !== '' && this.pages.hasSequence(s.seqId)) {
+      this.pages.release(s.seqId);
+      this.released.push(s.seqId);
+    }
     s.seqId = '';
     if (s.pinned) {
       s.pinned = false;
@@ -562,7 +605,7 @@ export class ContinuousBatcher {
     this.live.delete(s.id);
   }
 
-  private finish(s: RequestState, reason: BatcherFinishReason): void {
+  private finish(s: RequestState, reason: StopReason): void {
     this.counters.finished++;
     if (this.policy === 'static') {
       // Inseparable batch: the row and its pages stay until the longest member is done.
@@ -571,16 +614,15 @@ export class ContinuousBatcher {
     } else {
       this.remove(s);
     }
-    const result = this.result(s, reason);
-    this.notify(s, (l) => l.onFinish?.(result));
+    this.emitFinish(s, reason);
   }
 
-  private fail(s: RequestState, err: Error): void {
+  private fail(s: RequestState, error: Error): void {
     const wasLive = s.phase === 'queued' || s.phase === 'running';
     this.remove(s);
     if (!wasLive) return;
     this.counters.failed++;
-    this.notify(s, (l) => l.onError?.(err));
+    this.emit(s, { kind: 'error', id: s.id, error });
   }
 
   private applyCancel(s: RequestState): void {
@@ -588,14 +630,7 @@ export class ContinuousBatcher {
     this.remove(s);
     this.counters.cancelled++;
     this.endStaticBatchIfDone();
-    const result = this.result(s, 'cancelled');
-    this.notify(s, (l) => l.onFinish?.(result));
-  }
-
-  private applyDeferredCancels(): void {
-    const pending = this.deferredCancels.splice(0);
-    for (const s of pending) this.applyCancel(s);
-    if (pending.length > 0) this.wake();
+    this.emitFinish(s, 'cancelled');
   }
 
   /** Static policy: once every member has finished, the batch ends and all its rows and pages are released. */
@@ -609,64 +644,35 @@ export class ContinuousBatcher {
     this.running = [];
   }
 
-  private result(s: RequestState, finishReason: BatcherFinishReason): FinishedRequest {
-    const tokens = [...s.stop.tokenIds];
-    return { id: s.id, tokens, text: s.stop.fullText, finishReason, promptTokens: s.prompt.length, completionTokens: tokens.length };
+  private emitFinish(s: RequestState, finishReason: BatcherFinishReason): void {
+    const tokens = [...s.generated];
+    this.emit(s, { kind: 'finish', id: s.id, finishReason, tokens, promptTokens: s.prompt.length, completionTokens: tokens.length });
   }
 
-  /** Calls a listener; one that throws is counted and its request cancelled (at the end of the step). */
-  private notify(s: RequestState, call: (listener: RequestListener) => void): void {
+  /** Emits an event; a handler that throws is counted and its request cancelled (at the end of the step). */
+  private emit(s: RequestState, event: SchedulerEvent): void {
     try {
-      call(s.listener);
+      this.onEvent(event);
     } catch {
       this.counters.listenerErrors++;
       if (s.phase === 'queued' || s.phase === 'running') this.cancel(s.id);
     }
   }
 
-  // ─── the loop ──────────────────────────────────────────────────────────────────────────────────────────────
-
-  /**
-   * Steps until `signal` aborts (it returns after the step in flight). Between steps it yields to the event loop
-   * (setImmediate), so submits, cancels and adapter loads land; with nothing to run it awaits new work (a submit,
-   * a cancel, an adapter load settling) instead of spinning.
-   */
-  async run(signal?: AbortSignal): Promise<void> {
-    if (this.looping) throw new BatcherStateError('ContinuousBatcher: run() is already looping');
-    this.looping = true;
-    try {
-      while (!signal?.aborted) {
-        const report = this.step();
-        if (signal?.aborted) break;
-        if (report) await yieldToEventLoop();
-        else await this.waitForWork(signal);
-      }
-    } finally {
-      this.looping = false;
-      this.wakeUp = null;
-    }
-  }
-
-  private waitForWork(signal: AbortSignal | undefined): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const done = () => {
-        signal?.removeEventListener('abort', done);
-        if (this.wakeUp === done) this.wakeUp = null;
-        resolve();
-      };
-      this.wakeUp = done;
-      signal?.addEventListener('abort', done, { once: true });
-    });
-  }
-
   private wake(): void {
-    this.wakeUp?.();
+    this.wakeHook?.();
   }
 
   // ─── introspection ─────────────────────────────────────────────────────────────────────────────────────────
 
-  stats(): BatcherStats {
+  /** Whether anything is queued or running (a host loop with no work may sleep until `wake`). */
+  get hasWork(): boolean {
+    return this.queue.length > 0 || this.running.length > 0;
+  }
+
+  stats(): SchedulerStats {
     const adapters = this.adapters;
+    const pages = this.pages;
     return {
       policy: this.policy,
       maxBatch: this.maxBatch,
@@ -676,18 +682,19 @@ export class ContinuousBatcher {
       occupying: this.running.filter((s) => s.phase === 'occupying').length,
       queued: this.queue.length,
       waitingForAdapter: adapters ? this.queue.filter((s) => s.adapter !== null && !adapters.isResident(s.adapter)).length : 0,
-      queuedInputPages: this.queue.reduce((sum, s) => sum + pagesForLength(this.inputLength(s)), 0),
-      kvPagesUsed: this.cache.usedPages,
-      kvPagesFree: this.cache.freePages,
+      queuedInputPages: this.queue.reduce((sum, s) => sum + pages.pagesForLength(this.inputLength(s)), 0),
+      kvPagesUsed: pages.usedPages,
+      kvPagesFree: pages.freePages,
+      kvPageTokens: pages.pageSize,
     };
   }
 
   // ─── validation ────────────────────────────────────────────────────────────────────────────────────────────
 
-  private validate(request: BatcherRequest, listener: RequestListener): RequestState {
+  private validate(request: BatcherRequest): RequestState {
     const id: unknown = request?.id;
-    const bad = (code: ConstructorParameters<typeof RequestValidationError>[0], message: string, cause?: unknown) =>
-      new RequestValidationError(code, id, `request ${typeof id === 'string' ? JSON.stringify(id) : String(id)}: ${message}`, cause === undefined ? undefined : { cause });
+    const bad = (code: ConstructorParameters<typeof RequestValidationError>[0], message: string) =>
+      new RequestValidationError(code, id, `request ${typeof id === 'string' ? JSON.stringify(id) : String(id)}: ${message}`);
     if (typeof id !== 'string' || id.length === 0) throw bad('TESSERA_INVALID_REQUEST', 'id must be a non-empty string');
     if (this.live.has(id)) throw bad('TESSERA_DUPLICATE_REQUEST', 'another queued or running request has this id');
     const { adapter, prompt, maxTokens } = request;
@@ -696,37 +703,21 @@ export class ContinuousBatcher {
     }
     if (!prompt || typeof prompt.length !== 'number') throw bad('TESSERA_INVALID_REQUEST', 'prompt must be an array of token ids');
     if (prompt.length === 0) throw bad('TESSERA_EMPTY_PROMPT', 'the prompt is empty');
-    const c = this.model.config;
+    const { vocabSize, maxPositions } = this.limits;
     for (let i = 0; i < prompt.length; i++) {
       const t = prompt[i]!;
-      if (!Number.isInteger(t) || t < 0 || t >= c.vocabSize) {
-        throw bad('TESSERA_TOKEN_OUT_OF_VOCAB', `prompt token ${i} is ${t}, outside the vocabulary [0, ${c.vocabSize})`);
+      if (!Number.isInteger(t) || t < 0 || t >= vocabSize) {
+        throw bad('TESSERA_TOKEN_OUT_OF_VOCAB', `prompt token ${i} is ${t}, outside the vocabulary [0, ${vocabSize})`);
       }
     }
     if (!Number.isSafeInteger(maxTokens) || maxTokens < 1) throw bad('TESSERA_INVALID_MAX_TOKENS', `maxTokens must be an integer >= 1, got ${maxTokens}`);
-    if (prompt.length + maxTokens > c.maxPositions) {
-      throw bad('TESSERA_CONTEXT_TOO_LONG', `prompt (${prompt.length}) + maxTokens (${maxTokens}) exceeds the model's ${c.maxPositions} positions`);
+    if (prompt.length + maxTokens > maxPositions) {
+      throw bad('TESSERA_CONTEXT_TOO_LONG', `prompt (${prompt.length}) + maxTokens (${maxTokens}) exceeds the model's ${maxPositions} positions`);
     }
     // The last sampled token is never fed back, so the KV holds at most prompt + maxTokens - 1 tokens.
-    const pages = pagesForLength(prompt.length + maxTokens - 1);
-    if (pages > this.cache.numPages) {
-      throw bad('TESSERA_KV_TOO_SMALL', `it needs up to ${pages} KV pages, more than the cache's ${this.cache.numPages}`);
-    }
-    const stop = request.stop ?? [];
-    if (stop.length > 0 && !this.decode) throw bad('TESSERA_INVALID_REQUEST', 'stop strings need the batcher to have a decode function');
-    let sampler: Sampler;
-    let checker: StopChecker;
-    try {
-      sampler = createSampler(request.sampling ?? {});
-      checker = new StopChecker({
-        eosTokenIds: c.eosTokenIds,
-        stopStrings: stop,
-        maxTokens,
-        decode: this.decode ?? null,
-        ignoreEos: request.ignoreEos ?? false,
-      });
-    } catch (err) {
-      throw bad('TESSERA_INVALID_REQUEST', asError(err).message, err);
+    const pages = this.pages.pagesForLength(prompt.length + maxTokens - 1);
+    if (pages > this.pages.numPages) {
+      throw bad('TESSERA_KV_TOO_SMALL', `it needs up to ${pages} KV pages, more than the cache's ${this.pages.numPages}`);
     }
     const generated = request.generated ?? [];
     if (!Array.isArray(generated) && !ArrayBuffer.isView(generated)) throw bad('TESSERA_INVALID_REQUEST', 'generated must be an array of token ids');
@@ -735,21 +726,16 @@ export class ContinuousBatcher {
     }
     for (let i = 0; i < generated.length; i++) {
       const t = generated[i]!;
-      if (!Number.isInteger(t) || t < 0 || t >= c.vocabSize) {
-        throw bad('TESSERA_TOKEN_OUT_OF_VOCAB', `generated token ${i} is ${t}, outside the vocabulary [0, ${c.vocabSize})`);
-      }
-      // Replaying through the stop checker restores stop-string and text state; a resumed request must not be over.
-      if (checker.push(t).finished !== null) {
-        throw bad('TESSERA_INVALID_REQUEST', `generated token ${i} already ends the request (EOS or a stop string); nothing is left to generate`);
+      if (!Number.isInteger(t) || t < 0 || t >= vocabSize) {
+        throw bad('TESSERA_TOKEN_OUT_OF_VOCAB', `generated token ${i} is ${t}, outside the vocabulary [0, ${vocabSize})`);
       }
     }
     return {
       id,
       adapter,
       prompt: Array.from(prompt),
-      listener,
-      sampler,
-      stop: checker,
+      maxTokens,
+      generated: Array.from(generated),
       phase: 'queued',
       seqId: '',
       admission: 0,

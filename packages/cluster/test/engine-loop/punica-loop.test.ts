@@ -10,13 +10,14 @@ import {
   BatcherStateError,
   type BatcherRequest,
   type Clock,
-  ContinuousBatcher,
   type FinishedRequest,
   type RequestListener,
   RequestValidationError,
   type StepReport,
-} from '../src/index.js';
+} from '@tessera/batcher';
 import { makeFixture } from './support/fixtures.js';
+import { makeLoop } from './support/loop.js';
+import type { EngineLoop } from '../../src/index.js';
 
 const fx = makeFixture(16);
 afterAll(() => fx.dispose());
@@ -44,7 +45,7 @@ function recorder() {
   return { tokens, text, finished, errors, listener };
 }
 
-function drain(b: ContinuousBatcher, limit = 2000): StepReport[] {
+function drain(b: EngineLoop, limit = 2000): StepReport[] {
   const reports: StepReport[] = [];
   for (let r = b.step(); r !== null; r = b.step()) {
     reports.push(r);
@@ -53,10 +54,10 @@ function drain(b: ContinuousBatcher, limit = 2000): StepReport[] {
   return reports;
 }
 
-describe('ContinuousBatcher (punica policy)', () => {
+describe('EngineLoop (punica policy)', () => {
   it('T15: 16 requests on 16 adapters give exactly the greedy tokens each gets alone', () => {
     const cache = fx.newCache(256);
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta], decode: fx.decode });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta], decode: fx.decode });
     const rec = recorder();
     const requests: BatcherRequest[] = adapterNames.map((adapter, i) => ({
       id: `r${i}`,
@@ -92,7 +93,7 @@ describe('ContinuousBatcher (punica policy)', () => {
 
   it('T12/T13: one layout per step, at most one prefill, prefill rows first, one contiguous segment per adapter', () => {
     const cache = fx.newCache(128);
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta] });
     const rec = recorder();
     const mix = [adapterNames[2]!, null, adapterNames[0]!, adapterNames[2]!, null, adapterNames[1]!, adapterNames[0]!];
     const requests = mix.map((adapter, i) => ({
@@ -171,7 +172,7 @@ describe('ContinuousBatcher (punica policy)', () => {
     expect(at).toBeGreaterThan(0);
     const eosModel = new DecoderModel({ ...fx.model.config, eosTokenIds: [ref[at]!] }, fx.model.weights);
     const cache = fx.newCache(64);
-    const b = new ContinuousBatcher({ model: eosModel, cache, deltas: [fx.delta], decode: fx.decode });
+    const b = makeLoop({ model: eosModel, cache, deltas: [fx.delta], decode: fx.decode });
     const rec = recorder();
     b.submit({ id: 'eos', adapter, prompt, maxTokens: 24 }, rec.listener('eos'));
     b.submit({ id: 'ignore', adapter, prompt, maxTokens: 24, ignoreEos: true }, rec.listener('ignore'));
@@ -183,7 +184,7 @@ describe('ContinuousBatcher (punica policy)', () => {
     expect(cache.freePages).toBe(cache.numPages);
 
     // A stop string: the text is cut before it, and the streamed text deltas add up to the final text.
-    const b2 = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta], decode: fx.decode });
+    const b2 = makeLoop({ model: fx.model, cache, deltas: [fx.delta], decode: fx.decode });
     const full = fx.decode(ref);
     expect(full.length).toBeGreaterThan(8);
     const stop = full.slice(4, 7);
@@ -201,7 +202,7 @@ describe('ContinuousBatcher (punica policy)', () => {
 
   it('cancel frees a queued or running request at once (also from inside a listener) and reports cancelled', () => {
     const cache = fx.newCache(64);
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta] });
     const rec = recorder();
     const req = (id: string, i: number): BatcherRequest => ({ id, adapter: adapterNames[i]!, prompt: fx.prompt(20, 60 + i), maxTokens: 30, ignoreEos: true });
     b.submit(req('a', 0), rec.listener('a'));
@@ -240,7 +241,7 @@ describe('ContinuousBatcher (punica policy)', () => {
 
   it('a listener that throws cancels its own request only', () => {
     const cache = fx.newCache(64);
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta] });
     const rec = recorder();
     b.submit({ id: 'ok', adapter: null, prompt: fx.prompt(5, 1), maxTokens: 6, ignoreEos: true }, rec.listener('ok'));
     b.submit({ id: 'bad', adapter: null, prompt: fx.prompt(5, 2), maxTokens: 6, ignoreEos: true }, {
@@ -264,7 +265,7 @@ describe('ContinuousBatcher (punica policy)', () => {
         if (call.layout.segments.some((s) => s.key === 'unknown-adapter')) throw new RangeError('no weights for unknown-adapter');
       },
     };
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta, strict] });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta, strict] });
     const rec = recorder();
     const ok = (id: string, seed: number): BatcherRequest => ({ id, adapter: adapterNames[0]!, prompt: fx.prompt(5, seed), maxTokens: 6, ignoreEos: true });
     b.submit(ok('before', 1), rec.listener('before'));
@@ -286,7 +287,7 @@ describe('ContinuousBatcher (punica policy)', () => {
 
   it('submit validates: typed errors with a code, and nothing changes', () => {
     const cache = fx.newCache(4); // 64 tokens of KV
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta] });
     const vocab = fx.model.config.vocabSize;
     const ok: BatcherRequest = { id: 'x', adapter: null, prompt: [5, 6, 7], maxTokens: 4 };
     b.submit(ok);
@@ -325,8 +326,8 @@ describe('ContinuousBatcher (punica policy)', () => {
     b.submit(ok);
     drain(b);
     expect(b.stats().finished).toBe(3);
-    expect(() => new ContinuousBatcher({ model: fx.model, cache, maxBatch: 0 })).toThrow(InvalidArgumentError);
-    expect(() => new ContinuousBatcher({ model: fx.model, cache, policy: 'fifo' as never })).toThrow(InvalidArgumentError);
+    expect(() => makeLoop({ model: fx.model, cache, maxBatch: 0 })).toThrow(InvalidArgumentError);
+    expect(() => makeLoop({ model: fx.model, cache, policy: 'fifo' as never })).toThrow(InvalidArgumentError);
     cache.dispose();
   });
 
@@ -334,7 +335,7 @@ describe('ContinuousBatcher (punica policy)', () => {
     let t = 1000;
     const clock: Clock = { now: () => (t += 5) };
     const cache = fx.newCache(64);
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta], clock, maxBatch: 2 });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta], clock, maxBatch: 2 });
     for (let i = 0; i < 4; i++) b.submit({ id: `q${i}`, adapter: adapterNames[i]!, prompt: fx.prompt(4, i), maxTokens: 3, ignoreEos: true });
     const reports = drain(b);
     for (const r of reports) {
@@ -348,7 +349,7 @@ describe('ContinuousBatcher (punica policy)', () => {
 
   it('run(): steps until idle, waits for work without spinning, wakes on submit, returns on abort', async () => {
     const cache = fx.newCache(64);
-    const b = new ContinuousBatcher({ model: fx.model, cache, deltas: [fx.delta] });
+    const b = makeLoop({ model: fx.model, cache, deltas: [fx.delta] });
     const done = (id: string, adapter: string | null, seed: number) =>
       new Promise<FinishedRequest>((resolve, reject) =>
         b.submit({ id, adapter, prompt: fx.prompt(6, seed), maxTokens: 5, ignoreEos: true }, { onFinish: resolve, onError: reject }),

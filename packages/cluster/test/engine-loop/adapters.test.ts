@@ -8,8 +8,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, LoraDelta } from '@tessera/engine';
 import { afterAll, describe, expect, it } from 'vitest';
-import { AdapterLoadError, type BatcherRequest, ContinuousBatcher, type FinishedRequest, type StepReport } from '../src/index.js';
+import { AdapterLoadError, type BatcherRequest, type FinishedRequest, type StepReport } from '@tessera/batcher';
 import { makeFixture } from './support/fixtures.js';
+import { makeLoop } from './support/loop.js';
 import { GatedLoraResidency } from './support/gated-residency.js';
 
 const fx = makeFixture(3);
@@ -24,7 +25,7 @@ function setup(numPages = 64) {
   const residency = new GatedLoraResidency(fx.model.config, new Map([...fx.adapterDirs, ['broken', brokenDir]]));
   const delta = new LoraDelta(residency.resident);
   const cache = fx.newCache(numPages);
-  const batcher = new ContinuousBatcher({ model: fx.model, cache, deltas: [delta], adapters: residency });
+  const batcher = makeLoop({ model: fx.model, cache, deltas: [delta], adapters: residency });
   const finished = new Map<string, FinishedRequest>();
   const errors = new Map<string, Error>();
   const submit = (r: BatcherRequest) => batcher.submit(r, { onFinish: (f) => finished.set(r.id, f), onError: (e) => errors.set(r.id, e) });
