@@ -1,4 +1,5 @@
 /** Typed errors of @tessera/cluster: each has a stable `code` for callers and HTTP layers to map. */
+import { RemoteError as CoreRemoteError } from '@tessera/core';
 
 export class ClusterError extends Error {
   readonly code: string;
@@ -27,27 +28,16 @@ export class RedisUnavailableError extends ClusterError {
   }
 }
 
-/** An error that crossed a process or thread boundary, rebuilt with its name, code and adapter. */
-export class RemoteError extends ClusterError {
-  readonly remoteName: string;
-  readonly adapter: string | null;
-  constructor(serialized: { name: string; message: string; code: string | null; adapter: string | null }) {
-    super(serialized.code ?? 'TESSERA_REMOTE_ERROR', serialized.message);
-    this.name = 'RemoteError';
-    this.remoteName = serialized.name;
-    this.adapter = serialized.adapter;
+/**
+ * An error that crossed a process or thread boundary and whose class this side has not loaded: core's RemoteError
+ * (same kind, code and fields), with the adapter it names, if any.
+ */
+export class RemoteError extends CoreRemoteError {
+  get adapter(): string | null {
+    const a = this.fields['adapter'];
+    return typeof a === 'string' ? a : null;
   }
 }
 
-export function serializeError(err: unknown): { name: string; message: string; code: string | null; adapter: string | null } {
-  if (err instanceof Error) {
-    const e = err as Error & { code?: unknown; adapter?: unknown; remoteName?: unknown };
-    return {
-      name: typeof e.remoteName === 'string' ? e.remoteName : e.name,
-      message: e.message,
-      code: typeof e.code === 'string' ? e.code : null,
-      adapter: typeof e.adapter === 'string' ? e.adapter : null,
-    };
-  }
-  return { name: 'Error', message: String(err), code: null, adapter: null };
-}
+/** Errors cross as core's serialized form (class name, kind, code, own fields). */
+export { serializeError } from '@tessera/core';

@@ -4,6 +4,9 @@
  * workers on Redis, and the client stream that turns at-least-once host events into exactly-once tokens.
  */
 export type {
+  AdminCalls,
+  AdminHandlers,
+  EndEvent,
   EngineHost,
   FinishReason,
   FinishedResult,
@@ -12,10 +15,19 @@ export type {
   HostEvent,
   HostEventSink,
   HostLoad,
+  HostMessage,
+  HostPlacement,
+  ItemEvent,
   Placement,
+  ProtocolEngine,
+  ProtocolEvent,
+  RequestEventBase,
   SamplingOptions,
   SerializedError,
   StreamEvent,
+  TokenEvent,
+  FromWorkerHost,
+  ToWorkerHost,
 } from './types.js';
 export { ClusterArgumentError, ClusterError, RedisUnavailableError, RemoteError, serializeError } from './errors.js';
 export {
@@ -28,6 +40,8 @@ export {
   type SchedulerSnapshot,
 } from './scheduler/punica-scheduler.js';
 export { type ClientEvent, ClientStream } from './client/client-stream.js';
+export { type DeliveredItem, EventStream, type StreamOutput } from './client/event-stream.js';
+export { serveWorkerHost, type WorkerHostSpec, type WorkerHostStarted } from './worker-thread/serve.js';
 export { type BatcherEngineOptions, batcherEngine } from './in-process/batcher-engine.js';
 export { InProcessEngineHost } from './in-process/in-process-host.js';
 export { InProcessCluster, type InProcessClusterOptions } from './in-process/in-process-cluster.js';

@@ -28,7 +28,7 @@ describe('ClientStream', () => {
       tok(1, 3, 998),
       { kind: 'finish', id: 'r', attempt: 2, result: { id: 'r', tokens: [100, 101, 102, 103], text: '', finishReason: 'length', promptTokens: 1, completionTokens: 4 } },
       tok(2, 4),
-      { kind: 'error', id: 'r', attempt: 2, error: { name: 'Error', message: 'late', code: null, adapter: null } },
+      { kind: 'error', id: 'r', attempt: 2, error: { name: 'Error', message: 'late', kind: 'internal', code: null, fields: {} } },
       { ...tok(2, 0), id: 'other' },
     ];
     const delivered = events.map((e) => s.accept(e));
@@ -41,7 +41,7 @@ describe('ClientStream', () => {
   it('a host error ends the stream with a typed RemoteError; fail() ends it from this side', async () => {
     const s = new ClientStream('r');
     s.accept(tok(0, 0));
-    s.accept({ kind: 'error', id: 'r', attempt: 0, error: { name: 'UnknownAdapterError', message: 'no adapter x', code: 'TESSERA_UNKNOWN_ADAPTER', adapter: 'x' } });
+    s.accept({ kind: 'error', id: 'r', attempt: 0, error: { name: 'UnknownAdapterError', message: 'no adapter x', kind: 'not_found', code: 'TESSERA_UNKNOWN_ADAPTER', fields: { adapter: 'x' } } });
     await expect(s.result()).rejects.toMatchObject({ code: 'TESSERA_UNKNOWN_ADAPTER', adapter: 'x', remoteName: 'UnknownAdapterError' });
     const t = new ClientStream('t');
     t.fail(new Error('cluster closed'));
