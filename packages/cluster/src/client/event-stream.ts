@@ -29,6 +29,7 @@ export class EventStream<Item extends ItemEvent, Result, Other extends RequestEv
   private readonly queue: StreamOutput<Item, Result>[] = [];
   private wake: (() => void) | null = null;
   private ended = false;
+  private ending: { type: 'finish'; result: Result } | { type: 'error'; error: Error } | null = null;
   private readonly revive: (error: SerializedError) => Error;
   /** Events dropped by rules 1 and 2 (duplicates and superseded attempts), for tests and metrics. */
   dropped = 0;
@@ -51,6 +52,11 @@ export class EventStream<Item extends ItemEvent, Result, Other extends RequestEv
   /** True once the finish or error is queued. */
   get done(): boolean {
     return this.ended;
+  }
+
+  /** The finish or error that ended the stream (null while open). */
+  get outcome(): { type: 'finish'; result: Result } | { type: 'error'; error: Error } | null {
+    return this.ending;
   }
 
   /**
@@ -117,7 +123,10 @@ export class EventStream<Item extends ItemEvent, Result, Other extends RequestEv
 
   private push(event: StreamOutput<Item, Result>): void {
     if (this.ended) return;
-    if (event.type === 'finish' || event.type === 'error') this.ended = true;
+    if (event.type === 'finish' || event.type === 'error') {
+      this.ended = true;
+      this.ending = event as { type: 'finish'; result: Result } | { type: 'error'; error: Error };
+    }
     this.queue.push(event);
     const wake = this.wake;
     this.wake = null;
