@@ -66,3 +66,4 @@ export {
   systemTimer,
   tableCostModel,
 } from './coordinated/index.js';
+export * from './pipeline/index.js';

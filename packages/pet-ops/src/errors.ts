@@ -9,6 +9,7 @@ export class PetOpsError extends TesseraError {}
 
 /** A PET type the registry does not know. `known` lists the registered ones. */
 export class UnknownPetTypeError extends PetOpsError {
+  static override readonly kind = 'invalid' as const;
   readonly petType: string;
   readonly known: readonly string[];
   constructor(petType: string, known: readonly string[]) {
@@ -20,6 +21,7 @@ export class UnknownPetTypeError extends PetOpsError {
 
 /** A tensor of a task's parameters does not fit the shared model: missing, unknown, wrong dtype, shape or contents. */
 export class PetShapeError extends PetOpsError {
+  static override readonly kind = 'invalid' as const;
   /** The offending tensor's name (or the config field, for a head whose width disagrees with the labels). */
   readonly tensor: string;
   readonly expected: string;
@@ -34,6 +36,7 @@ export class PetShapeError extends PetOpsError {
 
 /** A task's hyperparameters (pet_config) are invalid: empty labels, a non-positive rank, a type mismatch, … */
 export class PetConfigError extends PetOpsError {
+  static override readonly kind = 'invalid' as const;
   constructor(message: string, options?: { cause?: unknown }) {
     super('TESSERA_PET_CONFIG', message, options);
   }
@@ -41,6 +44,7 @@ export class PetConfigError extends PetOpsError {
 
 /** A PET parameter file is malformed: bad header, missing or wrong metadata, unsupported dtype, truncated data. */
 export class PetFormatError extends PetOpsError {
+  static override readonly kind = 'invalid' as const;
   /** The file (or '<bytes>' for an in-memory buffer). */
   readonly source: string;
   constructor(source: string, message: string, options?: { cause?: unknown }) {
@@ -51,6 +55,7 @@ export class PetFormatError extends PetOpsError {
 
 /** No task with this id is registered. */
 export class UnknownTaskError extends PetOpsError {
+  static override readonly kind = 'not_found' as const;
   readonly taskId: string;
   constructor(taskId: string) {
     super('TESSERA_PET_UNKNOWN_TASK', `no task with id ${JSON.stringify(taskId)} is registered`);
@@ -60,6 +65,7 @@ export class UnknownTaskError extends PetOpsError {
 
 /** No shared model with this tag was added. */
 export class UnknownSharedModelError extends PetOpsError {
+  static override readonly kind = 'invalid' as const;
   readonly tag: string;
   constructor(tag: string, known: readonly string[]) {
     super('TESSERA_PET_UNKNOWN_SHARED_MODEL', `no shared model tagged ${JSON.stringify(tag)} (added: ${known.join(', ') || 'none'})`);
@@ -69,6 +75,7 @@ export class UnknownSharedModelError extends PetOpsError {
 
 /** The operation does not fit the task's (or shared model's) state: a duplicate id, a task that is not loaded, … */
 export class TaskStateError extends PetOpsError {
+  static override readonly kind = 'conflict' as const;
   constructor(message: string) {
     super('TESSERA_PET_TASK_STATE', message);
   }
@@ -79,6 +86,7 @@ export class TaskStateError extends PetOpsError {
  * failed call loaded stays loaded. `requestedBytes` is what the failing allocation (or task) asked for, when known.
  */
 export class DeviceBudgetError extends PetOpsError {
+  static override readonly kind = 'capacity' as const;
   readonly requestedBytes: number | null;
   readonly freeBytes: number;
   readonly budgetBytes: number;

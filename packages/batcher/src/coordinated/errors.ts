@@ -10,7 +10,7 @@ export type CostModelErrorCode =
   /** lookup() / alpha() / beta() got a NaN or negative batch or length. */
   | 'TESSERA_INVALID_COST_LOOKUP'
   /** The cost model has no β for this PET type. */
-  | 'TESSERA_UNKNOWN_PET_TYPE'
+  | 'TESSERA_PET_UNKNOWN_TYPE'
   /** analyticCostModel parameters are malformed, or a cost model returned NaN. */
   | 'TESSERA_INVALID_COST_MODEL'
   /** profileCostTables options are malformed (grids, repeats, warm-up, caps). */

@@ -112,10 +112,10 @@ export interface ErrorMappingOptions {
   /** Put a library error's own fields in the body (default true; OpenAI's body has exactly four keys). */
   fields?: boolean;
   /**
-   * The API's wording of a library error: its public code, param, renamed fields or a hint in the message. The
-   * status stays the kind's; this only words the body.
+   * The API's wording of a library error (or of one of fastify's own 4xx): its public code, param, renamed fields
+   * or a hint in the message. The status stays the kind's; this only words the body.
    */
-  describe?: (err: TesseraError, reply: ErrorReply) => ErrorReply;
+  describe?: (err: Error, reply: ErrorReply) => ErrorReply;
 }
 
 /** The reply for any thrown value. Unexpected failures get a generic message: the log has the details. */
@@ -138,11 +138,12 @@ export function errorReply(err: unknown, options: ErrorMappingOptions = {}): Err
   }
   if (err instanceof TesseraError) {
     const reply = base(err.message, err.code, null, options.fields === false ? {} : serializeError(err).fields);
-    return options.describe ? options.describe(err, reply) : reply;
+    return options.describe ? { ...options.describe(err, reply), status } : reply;
   }
   if (status < 500 && err instanceof Error) {
     const code = (err as { code?: unknown }).code;
-    return base(err.message, typeof code === 'string' ? code : null);
+    const reply = base(err.message, typeof code === 'string' ? code : null);
+    return options.describe ? { ...options.describe(err, reply), status } : reply;
   }
   return base('internal server error', 'internal_error');
 }

@@ -20,7 +20,7 @@
  *   });
  *   await listen(app, { host, port });     // listenWithGrace: SIGINT/SIGTERM drain, then close the engine
  */
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifySchemaCompiler, type FastifyServerOptions } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 import { gracefulClose } from '../plugins/graceful-close.js';
@@ -39,7 +39,8 @@ export interface TesseraServerOptions<Engine extends ClosableEngine> {
   /** Further fastify options (the kit sets forceCloseConnections 'idle' and pluginTimeout 0). */
   fastify?: Omit<FastifyServerOptions, 'logger'>;
   /** The validator compiler for route schemas (e.g. TypeBoxValidatorCompiler). */
-  validatorCompiler?: Parameters<FastifyInstance['setValidatorCompiler']>[0];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  validatorCompiler?: FastifySchemaCompiler<any>;
   /** Plugins registered before the engine starts (content parsers such as @fastify/multipart). */
   setup?: (app: FastifyInstance) => Promise<void>;
   /** Starts the engine. No plugin timeout applies; a rejection fails buildServer. */
