@@ -18,6 +18,7 @@ export type CostModelErrorCode =
 
 /** A cost table or cost model cannot be built or asked. */
 export class CostModelError extends TesseraError {
+  static override readonly kind = 'invalid' as const;
   declare readonly code: CostModelErrorCode;
   constructor(code: CostModelErrorCode, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
@@ -42,6 +43,7 @@ export type PlanErrorCode =
 
 /** planBatches (or one of its steps) cannot produce a plan for these queries and options. */
 export class PlanError extends TesseraError {
+  static override readonly kind = 'invalid' as const;
   declare readonly code: PlanErrorCode;
   constructor(code: PlanErrorCode, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
@@ -50,6 +52,7 @@ export class PlanError extends TesseraError {
 
 /** A BatchWindow was used after close(). */
 export class BatchWindowClosedError extends TesseraError {
+  static override readonly kind = 'unavailable' as const;
   declare readonly code: 'TESSERA_WINDOW_CLOSED';
   constructor(message: string) {
     super('TESSERA_WINDOW_CLOSED', message);
