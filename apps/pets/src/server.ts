@@ -15,21 +15,40 @@ import { readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 
 import multipart from '@fastify/multipart';
-import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
-import { gracefulClose, listenWithGrace } from '@tessera/server-kit';
+import { readHfConfig, TextTokenizer } from '@tessera/engine';
+import { createTesseraServer, listenWithGrace } from '@tessera/server-kit';
 
+import { petsErrors } from './api/errors.js';
+import type { InputLimits } from './api/inputs.js';
 import { DEFAULTS, type LayoutOption, type SchedulingOption, type StrategyOption } from './config.js';
-import { MIB } from './engine/client.js';
+import { MIB, PetsEngineClient } from './engine/client.js';
 import type { StartupTask, WorkerInit } from './engine/protocol.js';
-import { enginePlugin } from './plugins/engine.js';
-import { errorsPlugin } from './plugins/errors.js';
-import { metricsPlugin } from './plugins/metrics.js';
+import { petsMetrics } from './plugins/metrics.js';
 import classifyRoutes from './routes/classify.js';
-import healthRoutes from './routes/health.js';
-import metricsRoutes from './routes/metrics.js';
 import taskRoutes from './routes/tasks.js';
+
+export interface ModelInfo {
+  tag: string;
+  dir: string;
+  maxPositions: number;
+  typeVocabSize: number;
+  device: string;
+  petTypes: readonly string[];
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The engine worker: shared model, task manager, PET engine, batch window. */
+    engine: PetsEngineClient;
+    /** The shared model's tokenizer, on the HTTP thread (pure JS: this thread never loads the addon). */
+    tokenizer: TextTokenizer;
+    modelInfo: ModelInfo;
+    inputLimits: InputLimits;
+  }
+}
 
 export interface ServerOptions {
   /** A Hugging Face BERT-style encoder directory: the shared model. */
@@ -99,45 +118,72 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     paramsRoot = realpathSync(resolve(options.paramsRoot));
     if (!statSync(paramsRoot).isDirectory()) throw new Error(`--params-root ${paramsRoot} is not a directory`);
   }
+  // Checked before a worker starts: a decoder or a missing file is a configuration error with a clear message.
+  const config = readHfConfig(modelDir);
+  if (config.family !== 'encoder') throw new Error(`${modelDir} holds a ${config.architecture}; PetS serves BERT-style encoders (the shared model of its tasks)`);
+  const tokenizer = TextTokenizer.fromDir(modelDir);
+  const cost = costOption(options);
+  let petTypes: readonly string[] = [];
 
-  // pluginTimeout 0: the engine plugin loads the model (and with --profile measures cost tables) before it resolves;
-  // that takes as long as the model and the machine make it, and a worker that fails rejects the start on its own.
-  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle', pluginTimeout: 0 })
-    .withTypeProvider<TypeBoxTypeProvider>()
-    .setValidatorCompiler(TypeBoxValidatorCompiler);
-
-  await app.register(gracefulClose({ name: 'tessera-pets-graceful-close' }));
-  await app.register(errorsPlugin, { maxParamsBytes });
-  // One file (the parameters) and one small field (the metadata) per registration; anything bigger is refused.
-  await app.register(multipart, { limits: { fileSize: maxParamsBytes, files: 1, fields: 4, fieldSize: 64 * 1024, parts: 8 } });
-  await app.register(enginePlugin, {
-    engine: {
-      modelDir,
-      tag: options.tag ?? basename(modelDir),
-      budgetBytes: Math.round((options.budgetMiB ?? DEFAULTS.budgetMiB) * MIB),
-      strategy: options.strategy ?? DEFAULTS.strategy,
-      layout: options.layout ?? DEFAULTS.layout,
-      scheduling: { mode: options.scheduling ?? DEFAULTS.scheduling, streams: options.streams ?? DEFAULTS.streams },
-      windowMs: options.windowMs ?? DEFAULTS.windowMs,
-      windowQueries: options.windowQueries ?? DEFAULTS.windowQueries,
-      cost: costOption(options),
-      threads: options.threads ?? null,
-      startupTasks: (options.startupTasks ?? []).map((t) => ({ ...t, path: resolve(t.path) })),
-      ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-      ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}),
+  return createTesseraServer<PetsEngineClient>({
+    name: 'tessera-pets',
+    logger: options.logger,
+    validatorCompiler: TypeBoxValidatorCompiler,
+    errors: petsErrors({ knownPetTypes: () => petTypes, maxParamsBytes }),
+    async setup(app) {
+      // One file (the parameters) and one small field (the metadata) per registration; anything bigger is refused.
+      await app.register(multipart, { limits: { fileSize: maxParamsBytes, files: 1, fields: 4, fieldSize: 64 * 1024, parts: 8 } });
     },
-    maxInputTokens: options.maxInputTokens,
-    maxBatchInputs: options.maxBatchInputs ?? DEFAULTS.maxBatchInputs,
+    async engine(app) {
+      app.log.info({ model: modelDir }, 'starting the engine worker');
+      const engine = await PetsEngineClient.start({
+        modelDir,
+        tag: options.tag ?? basename(modelDir),
+        budgetBytes: Math.round((options.budgetMiB ?? DEFAULTS.budgetMiB) * MIB),
+        strategy: options.strategy ?? DEFAULTS.strategy,
+        layout: options.layout ?? DEFAULTS.layout,
+        scheduling: { mode: options.scheduling ?? DEFAULTS.scheduling, streams: options.streams ?? DEFAULTS.streams },
+        windowMs: options.windowMs ?? DEFAULTS.windowMs,
+        windowQueries: options.windowQueries ?? DEFAULTS.windowQueries,
+        cost,
+        threads: options.threads ?? null,
+        startupTasks: (options.startupTasks ?? []).map((t) => ({ ...t, path: resolve(t.path) })),
+        ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+        ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}),
+      });
+      app.log.info({ device: engine.model.device, cost: engine.cost.source, tasks: engine.startupTasks.length }, 'engine ready');
+      engine.client.on('crash', (err) => app.log.error({ err }, 'the engine worker crashed; /health reports unhealthy'));
+      petTypes = engine.model.petTypes;
+      return engine;
+    },
+    // Answered on the HTTP thread from the client's state (the worker reports every change of its tasks).
+    health: (engine) => ({
+      healthy: engine.healthy,
+      body: {
+        status: engine.healthy ? 'ok' : 'unhealthy',
+        ready: engine.healthy,
+        shared_model: engine.model.tag,
+        device: engine.model.device,
+        tasks_registered: engine.memory.registeredTasks,
+        tasks_loaded: engine.memory.loadedTasks,
+        requests_in_flight: engine.inFlight,
+        ...(engine.healthy ? {} : { error: engine.failure?.message ?? 'the engine is not running' }),
+      },
+    }),
+    metrics: (registry, engine) => petsMetrics(registry, engine),
+    async routes(app, engine) {
+      app.decorate('tokenizer', tokenizer);
+      app.decorate('modelInfo', { tag: engine.model.tag, dir: modelDir, maxPositions: config.maxPositions, typeVocabSize: config.typeVocabSize, device: engine.model.device, petTypes: engine.model.petTypes });
+      app.decorate('inputLimits', {
+        maxPositions: config.maxPositions,
+        maxInputTokens: options.maxInputTokens ?? config.maxPositions,
+        maxBatchInputs: options.maxBatchInputs ?? DEFAULTS.maxBatchInputs,
+        typeVocabSize: config.typeVocabSize,
+      });
+      await app.register(taskRoutes, { paramsRoot, maxParamsBytes });
+      await app.register(classifyRoutes);
+    },
   });
-  await app.register(metricsPlugin);
-
-  await app.register(taskRoutes, { paramsRoot, maxParamsBytes });
-  await app.register(classifyRoutes);
-  await app.register(healthRoutes);
-  await app.register(metricsRoutes);
-
-  await app.ready();
-  return app;
 }
 
 export interface ListenOptions {

@@ -11,7 +11,15 @@ import { PET_TYPES } from '@tessera/pet-ops';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { analyticCostParams, analyticModel, costTablesJson, MAX_MACRO, MAX_MINI, profileGrid, tablesModel } from '../src/engine/cost.js';
+import {
+  costTablesJson,
+  PETS_MAX_MACRO as MAX_MACRO,
+  PETS_MAX_MINI as MAX_MINI,
+  petsAnalyticCostParams as analyticCostParams,
+  petsAnalyticModel as analyticModel,
+  petsProfileGrid as profileGrid,
+  petsTablesModel as tablesModel,
+} from '@tessera/batcher';
 import { type Fixture, makeFixture, serve } from './support/fixture.js';
 
 let fixture: Fixture;

@@ -1,82 +1,72 @@
 /**
- * Engine errors across the thread boundary: serialized with their code and details, rebuilt as EngineErrors, and
- * mapped to HTTP statuses in one table.
+ * Engine errors across the thread boundary: serialized by core (class name, kind, code, fields), rebuilt on the
+ * HTTP side, their status taken from their kind (server-kit) and their body worded in this API's vocabulary.
  */
 import { describe, expect, it } from 'vitest';
 
-import { paramOf } from '@tessera/server-kit';
+import { deserializeError, serializeError, TesseraError } from '@tessera/core';
+import { BudgetExceededError } from '@tessera/native';
+import { DeviceBudgetError, PetConfigError, PetFormatError, PetShapeError, TaskStateError, UnknownPetTypeError, UnknownSharedModelError, UnknownTaskError } from '@tessera/pet-ops';
+import { describeSchemaErrors, EngineUnavailableError, errorBody, errorReply, paramOf } from '@tessera/server-kit';
 
-import { ApiError, toApiError } from '../src/api/errors.js';
-import { EngineError, EngineUnavailableError } from '../src/engine/errors.js';
-import { serializeError } from '../src/engine/protocol.js';
-import { describeSchemaErrors } from '../src/plugins/errors.js';
-
-/** An error shaped like pet-ops' typed errors (code plus detail fields). */
-function typed(code: string, message: string, fields: Record<string, unknown> = {}): Error {
-  return Object.assign(new Error(message), { code }, fields);
-}
+import { ApiError, petsErrors } from '../src/api/errors.js';
+import { UNION_FIELD_HINTS } from '../src/api/schemas.js';
+import { PetTypeMismatchError } from '../src/engine/protocol.js';
 
 /** What the HTTP side sees after the error crossed the thread boundary (structured clone). */
-function remote(err: unknown): EngineError {
-  return new EngineError(structuredClone(serializeError(err)));
+function remote(err: unknown): Error {
+  return deserializeError(structuredClone(serializeError(err)));
 }
 
-describe('serializeError', () => {
-  it('keeps name, message, code and the detail fields pet-ops errors carry', () => {
-    const err = Object.assign(typed('TESSERA_PET_UNKNOWN_TYPE', 'unknown PET type "x"', { petType: 'x', known: ['adapter', 'bitfit'] }), { name: 'UnknownPetTypeError' });
-    expect(serializeError(err)).toEqual({
-      name: 'UnknownPetTypeError',
-      message: 'unknown PET type "x"',
-      code: 'TESSERA_PET_UNKNOWN_TYPE',
-      details: { petType: 'x', knownPetTypes: ['adapter', 'bitfit'] },
-    });
-    expect(serializeError(typed('TESSERA_PET_UNKNOWN_TASK', 'no task', { taskId: 't1' })).details).toEqual({ task: 't1' });
-    expect(serializeError(typed('TESSERA_PET_UNKNOWN_SHARED_MODEL', 'no model', { tag: 'bert' })).details).toEqual({ sharedModel: 'bert' });
-    expect(serializeError('plain')).toEqual({ name: 'Error', message: 'plain', code: null, details: {} });
-    // Fields of the wrong type are not details.
-    expect(serializeError(typed('X', 'm', { tensor: { nested: true }, budgetBytes: Number.NaN })).details).toEqual({});
-  });
-});
+const known = ['adapter', 'maskbert'];
+const options = petsErrors({ knownPetTypes: () => known, maxParamsBytes: 1024 });
+function reply(err: unknown): { status: number; error: Record<string, unknown> } {
+  const r = errorReply(err, options);
+  return { status: r.status, error: errorBody(r).error };
+}
 
-describe('toApiError', () => {
-  const known = ['adapter', 'maskbert'];
+describe('engine errors over the thread boundary', () => {
   const cases: [Error, number, string, Record<string, unknown>][] = [
-    [typed('TESSERA_PET_UNKNOWN_TASK', 'no task "t9"', { taskId: 't9' }), 404, 'task_not_found', { task: 't9' }],
-    [typed('TESSERA_PET_UNKNOWN_TYPE', 'unknown PET type "ia3"', { petType: 'ia3' }), 400, 'unknown_pet_type', { pet_type: 'ia3', known_pet_types: known, param: 'pet_type' }],
-    [typed('TESSERA_PET_UNKNOWN_SHARED_MODEL', 'no model', { tag: 'gpt' }), 400, 'unknown_shared_model', { shared_model: 'gpt' }],
-    [typed('TESSERA_PET_FORMAT', '<upload>: not a safetensors file'), 400, 'malformed_params', { param: 'params' }],
-    [typed('TESSERA_BAD_HEADER', 'bad header'), 400, 'malformed_params', {}],
-    [typed('TESSERA_PET_SHAPE', 'bert.encoder.layer.0.adapter.down.weight: expected [64, 5], got [64, 6]', { tensor: 'bert.encoder.layer.0.adapter.down.weight' }), 422, 'params_shape_mismatch', { tensor: 'bert.encoder.layer.0.adapter.down.weight' }],
-    [typed('TESSERA_PET_CONFIG', 'empty labels'), 422, 'invalid_pet_config', {}],
-    [typed('TESSERA_PET_TYPE_MISMATCH', 'says adapter, holds bitfit', { petType: 'adapter' }), 422, 'invalid_pet_config', { pet_type: 'adapter' }],
-    [typed('TESSERA_PET_TASK_STATE', 'task id taken'), 409, 'task_state', {}],
-    [typed('TESSERA_PET_DEVICE_BUDGET', 'loading t: 900 bytes did not fit', { budgetBytes: 1000, requestedBytes: 900 }), 507, 'budget_exceeded', { budget_bytes: 1000, requested_bytes: 900, type: 'capacity_error' }],
+    [new UnknownTaskError('t9'), 404, 'task_not_found', { task: 't9' }],
+    [new UnknownPetTypeError('ia3', []), 400, 'unknown_pet_type', { pet_type: 'ia3', param: 'pet_type' }],
+    [new UnknownSharedModelError('gpt', ['bert']), 400, 'unknown_shared_model', { shared_model: 'gpt' }],
+    [new PetFormatError('<upload>', 'not a safetensors file'), 400, 'malformed_params', { param: 'params' }],
+    [new PetShapeError('bert.encoder.layer.0.adapter.down.weight', '[64, 5]', '[64, 6]'), 400, 'params_shape_mismatch', { tensor: 'bert.encoder.layer.0.adapter.down.weight' }],
+    [new PetConfigError('empty labels'), 400, 'invalid_pet_config', {}],
+    [new PetTypeMismatchError('upload', 'adapter', 'bitfit'), 400, 'invalid_pet_config', { pet_type: 'adapter' }],
+    [new TaskStateError('task id taken'), 409, 'task_state', {}],
+    [new DeviceBudgetError('loading t', 900, 100, 1000), 507, 'budget_exceeded', { budget_bytes: 1000, requested_bytes: 900, type: 'capacity_error' }],
+    [new BudgetExceededError('cannot allocate 8 bytes'), 507, 'budget_exceeded', { type: 'capacity_error' }],
   ];
   it.each(cases)('%s → %i %s', (err, status, code, fields) => {
-    const api = toApiError(remote(err), known);
-    expect(api.statusCode).toBe(status);
-    expect(api.toBody().error).toMatchObject({ code, ...fields });
+    const r = reply(remote(err));
+    expect(r.status).toBe(status);
+    expect(r.error).toMatchObject({ code, ...fields });
+  });
+
+  it('lists the known PET types when the error does not', () => {
+    expect(reply(remote(new UnknownPetTypeError('ia3', []))).error['known_pet_types']).toEqual([]);
+    expect(reply(remote(Object.assign(new UnknownPetTypeError('ia3', []), { known: undefined }))).error['known_pet_types']).toEqual(known);
   });
 
   it('503 when the engine is gone, 500 for anything untyped, and ApiErrors pass through', () => {
-    expect(toApiError(new EngineUnavailableError('the engine worker crashed')).statusCode).toBe(503);
-    expect(toApiError(remote(new Error('kaboom'))).statusCode).toBe(500);
-    expect(toApiError(new TypeError('local bug')).statusCode).toBe(500);
-    const api = new ApiError(418, 'teapot');
-    expect(toApiError(api)).toBe(api);
+    expect(reply(new EngineUnavailableError('the engine worker crashed'))).toMatchObject({ status: 503, error: { code: 'engine_unavailable' } });
+    expect(reply(remote(new Error('kaboom'))).status).toBe(500);
+    expect(reply(new TypeError('local bug'))).toMatchObject({ status: 500, error: { message: 'internal server error' } });
+    expect(reply(new ApiError(418, 'teapot')).status).toBe(418);
+    expect(remote(new UnknownTaskError('x'))).toBeInstanceOf(TesseraError);
   });
 });
 
 describe('schema error messages', () => {
   it('names the field, with hints for union-typed fields', () => {
     expect(paramOf('/input/3')).toBe('input[3]');
-    expect(describeSchemaErrors([{ keyword: 'required', instancePath: '', params: { requiredProperties: ['pet_type'] } }], 'body')).toEqual({
+    expect(describeSchemaErrors([{ keyword: 'required', instancePath: '', params: { requiredProperties: ['pet_type'] } }], 'body', UNION_FIELD_HINTS)).toEqual({
       message: "body: 'pet_type' is required",
       param: 'pet_type',
     });
-    expect(describeSchemaErrors([{ keyword: 'anyOf', instancePath: '/input', params: {} }, { keyword: 'type', instancePath: '/input', params: {}, message: 'must be string' }], 'body')).toEqual({
-      message: 'input must be a string or a non-empty array of strings',
-      param: 'input',
-    });
+    expect(
+      describeSchemaErrors([{ keyword: 'anyOf', instancePath: '/input', params: {} }, { keyword: 'type', instancePath: '/input', params: {}, message: 'must be string' }], 'body', UNION_FIELD_HINTS),
+    ).toEqual({ message: 'input must be a string or a non-empty array of strings', param: 'input' });
   });
 });

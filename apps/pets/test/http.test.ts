@@ -263,10 +263,10 @@ describe('rejections: a clear 4xx, and every task registered before is still the
     {
       what: 'a parameter file of another model width',
       send: () => registerPath({ pet_type: 'adapter', id: 'narrow', path: 'broken/narrow-adapter.safetensors' }),
-      status: 422,
+      status: 400,
       error: { code: 'params_shape_mismatch', param: 'params' },
     },
-    { what: 'a file of another PET type than declared', send: () => registerUpload({ pet_type: 'bitfit', id: 'liar' }, fixture.bytes.get('sentiment')!), status: 422, error: { code: 'invalid_pet_config', pet_type: 'bitfit' } },
+    { what: 'a file of another PET type than declared', send: () => registerUpload({ pet_type: 'bitfit', id: 'liar' }, fixture.bytes.get('sentiment')!), status: 400, error: { code: 'invalid_pet_config', pet_type: 'bitfit' } },
     { what: 'an id already taken', send: () => registerUpload({ pet_type: 'adapter', id: 'sentiment' }, fixture.bytes.get('sentiment')!), status: 409, error: { code: 'task_state' } },
     { what: 'a path out of the root', send: () => registerPath({ pet_type: 'bitfit', path: '../outside/secret.safetensors' }), status: 400, error: { code: 'path_outside_root', param: 'path' } },
     { what: 'an absolute path', send: () => registerPath({ pet_type: 'bitfit', path: join(fixture.dir, 'outside', 'secret.safetensors') }), status: 400, error: { code: 'path_outside_root' } },

@@ -68,3 +68,4 @@ export {
   systemTimer,
   tableCostModel,
 } from './coordinated/index.js';
+export * from './pipeline/index.js';

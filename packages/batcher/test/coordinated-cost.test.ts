@@ -117,10 +117,10 @@ describe('tableCostModel', () => {
     }
   });
 
-  it('throws TESSERA_UNKNOWN_PET_TYPE for a PET type without a table (prototype keys included)', () => {
+  it('throws TESSERA_PET_UNKNOWN_TYPE for a PET type without a table (prototype keys included)', () => {
     const model = tableCostModel(alpha, { adapter });
-    expect(codeOf(() => model.beta('maskbert', 1, 8))).toBe('TESSERA_UNKNOWN_PET_TYPE');
-    expect(codeOf(() => model.beta('constructor', 1, 8))).toBe('TESSERA_UNKNOWN_PET_TYPE');
+    expect(codeOf(() => model.beta('maskbert', 1, 8))).toBe('TESSERA_PET_UNKNOWN_TYPE');
+    expect(codeOf(() => model.beta('constructor', 1, 8))).toBe('TESSERA_PET_UNKNOWN_TYPE');
     expect(() => model.beta('maskbert', 1, 8)).toThrow(/'maskbert'.*'adapter'/);
   });
 
@@ -155,7 +155,7 @@ describe('analyticCostModel', () => {
     expect(codeOf(() => analyticCostModel({ ...ok, m: { y: 1 } }))).toBe('TESSERA_INVALID_COST_MODEL');
     expect(codeOf(() => analyticCostModel({ ...ok, maxMini: 0 }))).toBe('TESSERA_INVALID_COST_MODEL');
     expect(codeOf(() => analyticCostModel({ ...ok, maxMacro: 2.5 }))).toBe('TESSERA_INVALID_COST_MODEL');
-    expect(codeOf(() => analyticCostModel(ok).beta('y', 1, 1))).toBe('TESSERA_UNKNOWN_PET_TYPE');
+    expect(codeOf(() => analyticCostModel(ok).beta('y', 1, 1))).toBe('TESSERA_PET_UNKNOWN_TYPE');
     expect(codeOf(() => analyticCostModel(ok).alpha(-1, 1))).toBe('TESSERA_INVALID_COST_LOOKUP');
   });
 });

@@ -5,6 +5,9 @@
  * EngineLoop that drives one accelerator (a batcher Scheduler plus an injected runner: no engine at run time).
  */
 export type {
+  AdminCalls,
+  AdminHandlers,
+  EndEvent,
   EngineHost,
   FinishReason,
   FinishedResult,
@@ -13,15 +16,23 @@ export type {
   HostEvent,
   HostEventSink,
   HostLoad,
+  HostMessage,
+  HostPlacement,
+  ItemEvent,
   Placement,
+  ProtocolEngine,
+  ProtocolEvent,
+  RequestEventBase,
   SamplingOptions,
   SerializedError,
   StreamEvent,
+  TokenEvent,
+  FromWorkerHost,
+  ToWorkerHost,
 } from './types.js';
 export {
   ClusterArgumentError,
   ClusterError,
-  type HostSerializedError,
   RedisUnavailableError,
   RemoteError,
   deserializeError,
@@ -39,6 +50,8 @@ export {
 export { type ClientEvent, ClientStream } from './client/client-stream.js';
 export { EngineLoop, type EngineLoopOptions } from './in-process/engine-loop.js';
 export { type BatcherEngineOptions, type HostableLoop, batcherEngine } from './in-process/batcher-engine.js';
+export { type DeliveredItem, EventStream, type StreamOutput } from './client/event-stream.js';
+export { serveWorkerHost, type WorkerHostSpec, type WorkerHostStarted } from './worker-thread/serve.js';
 export { InProcessEngineHost } from './in-process/in-process-host.js';
 export { InProcessCluster, type InProcessClusterOptions } from './in-process/in-process-cluster.js';
 export * from './redis/index.js';

@@ -8,6 +8,7 @@
  *   host ──finish/error/evicted──▶ scheduler (capacity freed, migration)
  *   host ──HostLoad (with a TTL when distributed)──▶ scheduler (placement; a silent host is lost)
  */
+import type { FinishReason, SerializedError } from '@tessera/core';
 
 /** Sampling parameters, as the batcher takes them. */
 export interface SamplingOptions {
@@ -36,15 +37,12 @@ export interface GenerateRequest {
  * disappears; each placement has the next `attempt`. The host prefills `prompt ++ generated` (recompute, Punica
  * §7.4) and continues at token index `generated.length`: it never re-emits the tokens the client already has.
  */
-export interface Placement {
-  request: GenerateRequest;
+export interface Placement extends HostPlacement<GenerateRequest> {
   /** Tokens already delivered to the client by earlier attempts (empty on the first placement). */
   generated: number[];
-  /** 0 for the first placement, then 1, 2, … Events carry it; a client ignores events of a superseded attempt. */
-  attempt: number;
 }
 
-export type FinishReason = 'eos' | 'stop' | 'length' | 'cancelled';
+export type { FinishReason, SerializedError } from '@tessera/core';
 
 export interface FinishedResult {
   id: string;
@@ -56,13 +54,86 @@ export interface FinishedResult {
   completionTokens: number;
 }
 
-/** An Error flattened for transport: class name, typed error code, and the adapter it names, if any. */
-export interface SerializedError {
-  name: string;
-  message: string;
-  code: string | null;
-  adapter: string | null;
+// ─── The host protocol ──────────────────────────────────────────────────────────────────────────────────────────
+// One wire contract between a front end and an engine, whatever carries it (a function call, a worker thread's
+// postMessage, a BullMQ job and a Redis stream): a request submitted with an idempotent id becomes an ordered
+// stream of events, each carrying the placement's `attempt` and, for the request's output items, their absolute
+// `index`; the stream ends with one `finish` (the result) or one `error` (core's serializeError, rebuilt with
+// deserializeError). Besides requests: `cancel(id)` and named admin calls with typed error replies. Punica's
+// GenerateRequest / HostEvent is one instance (items are tokens); PetS's classify is another (per-input results).
+
+/** What every event about one request carries. */
+export interface RequestEventBase {
+  id: string;
+  /** The placement that produced it (0, then 1, 2, … after migrations); a client ignores superseded attempts. */
+  attempt: number;
 }
+
+/** One output item of a request: the `index`-th (0-based, absolute across attempts). `kind` names the item type. */
+export type ItemEvent<Kind extends string = string, Fields extends object = object> = RequestEventBase & { kind: Kind; index: number } & Fields;
+
+/** The event that ends a request: its result, or its typed error. */
+export type EndEvent<Result> =
+  | (RequestEventBase & { kind: 'finish'; result: Result })
+  | (RequestEventBase & { kind: 'error'; error: SerializedError });
+
+/** The events of one request on the host protocol: items in index order, then one end event. */
+export type ProtocolEvent<Item extends ItemEvent, Result> = Item | EndEvent<Result>;
+
+/** A request as a host receives it: the app's request (with its idempotent id) and the placement's attempt. */
+export interface HostPlacement<Request extends { id: string } = { id: string }> {
+  request: Request;
+  /** 0 for the first placement, then 1, 2, … Events carry it; a client ignores events of a superseded attempt. */
+  attempt: number;
+}
+
+/**
+ * The engine side of the host protocol, as any transport drives it: submit a placement (its events go to `sink`,
+ * in order), cancel by id. {@link HostEngine} is Punica's instance; the worker-thread transport serves any.
+ */
+export interface ProtocolEngine<Placed extends HostPlacement, Event> {
+  /** Queues a placement; its events go to `sink`. Throws a typed error (nothing changed) for a request it cannot take. */
+  submit(placement: Placed, sink: (event: Event) => void): void;
+  /** Drops a request by id; false if it holds none. */
+  cancel(id: string): boolean;
+}
+
+/** Named admin calls of an engine: name → its argument and result. */
+export type AdminCalls = Record<string, { args: unknown; result: unknown }>;
+
+/** The host's implementation of its admin calls. A rejection is serialized and rebuilt on the caller's side. */
+export type AdminHandlers<A extends AdminCalls> = { [K in keyof A]: (args: A[K]['args']) => Promise<A[K]['result']> | A[K]['result'] };
+
+/** The worker-thread transport, front → host (postMessage, structured clone). */
+export type ToWorkerHost<Placed> =
+  | { type: 'submit'; placement: Placed }
+  | { type: 'cancel'; id: string }
+  | { type: 'admin'; callId: number; name: string; args: unknown }
+  /** Stop serving: the host's own shutdown (drain or cancel what it holds, free the engine), then a reply. */
+  | { type: 'shutdown'; callId: number }
+  /** Exit now with `code`, abandoning everything (a crash at a safe point, for watchdogs and tests). */
+  | { type: 'exit'; code: number };
+
+/**
+ * The worker-thread transport, host → front. `Notice` is what belongs to no request (an adapter loaded, the task
+ * set changed): notices travel in the same ordered batches as request events.
+ */
+export type FromWorkerHost<Event, Notice, Ready> =
+  | { type: 'progress'; line: string }
+  | { type: 'ready'; info: Ready }
+  | { type: 'init-failed'; error: SerializedError }
+  /** Request events and notices of one engine step, in the order they happened. */
+  | { type: 'events'; events: HostMessage<Event, Notice>[] }
+  | { type: 'reply'; callId: number; ok: true; value: unknown }
+  | { type: 'reply'; callId: number; ok: false; error: SerializedError }
+  | { type: 'fatal'; error: SerializedError };
+
+export type HostMessage<Event, Notice> = { event: Event } | { notice: Notice };
+
+// ─── Punica's instance ─────────────────────────────────────────────────────────────────────────────────────────
+
+/** A generated token: `index` is its position in the whole generated sequence (0-based, across attempts). */
+export type TokenEvent = ItemEvent<'token', { token: number; text: string }>;
 
 /**
  * What a host emits about one placement. `index` is the token's position in the whole generated sequence
@@ -70,11 +141,9 @@ export interface SerializedError {
  * index is the next one it expects.
  */
 export type HostEvent =
-  | { kind: 'token'; id: string; attempt: number; index: number; token: number; text: string }
-  | { kind: 'finish'; id: string; attempt: number; result: FinishedResult }
-  | { kind: 'error'; id: string; attempt: number; error: SerializedError }
+  | ProtocolEvent<TokenEvent, FinishedResult>
   /** The host ran out of KV pages and dropped this placement (its newest); `generated` = every token so far. */
-  | { kind: 'evicted'; id: string; attempt: number; generated: number[] };
+  | (RequestEventBase & { kind: 'evicted'; generated: number[] });
 
 /**
  * What a client's stream carries: host events, plus `placed` written by the scheduler before it dispatches an
@@ -130,11 +199,7 @@ export type HostEventSink = (event: HostEvent) => void;
  * (apps/punica), or a simulated GPU (`@tessera/sim`). Its batcher must evict, not requeue, on KV exhaustion, so
  * the scheduler can re-place the evicted request on any host.
  */
-export interface HostEngine {
-  /** Queues a placement; its events go to `sink`. Throws a typed error (nothing changed) for a request it cannot take. */
-  submit(placement: Placement, sink: HostEventSink): void;
-  /** Drops a request by id; false if it holds none. */
-  cancel(id: string): boolean;
+export interface HostEngine extends ProtocolEngine<Placement, HostEvent> {
   /** Live load (hostId is filled in by the host). */
   load(): Omit<HostLoad, 'hostId'>;
 }

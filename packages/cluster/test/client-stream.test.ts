@@ -1,6 +1,7 @@
 /** ClientStream's exactly-once rules over at-least-once, multi-attempt host events. */
 import { describe, expect, it } from 'vitest';
-import { ClientStream, type StreamEvent } from '../src/index.js';
+import { UnknownAdapterError } from '@tessera/core';
+import { ClientStream, RemoteError, type StreamEvent } from '../src/index.js';
 
 const tok = (attempt: number, index: number, token = 100 + index): StreamEvent => ({ kind: 'token', id: 'r', attempt, index, token, text: `t${token}` });
 
@@ -28,7 +29,7 @@ describe('ClientStream', () => {
       tok(1, 3, 998),
       { kind: 'finish', id: 'r', attempt: 2, result: { id: 'r', tokens: [100, 101, 102, 103], text: '', finishReason: 'length', promptTokens: 1, completionTokens: 4 } },
       tok(2, 4),
-      { kind: 'error', id: 'r', attempt: 2, error: { name: 'Error', message: 'late', code: null, adapter: null } },
+      { kind: 'error', id: 'r', attempt: 2, error: { name: 'Error', message: 'late', kind: 'internal', code: null, fields: {} } },
       { ...tok(2, 0), id: 'other' },
     ];
     const delivered = events.map((e) => s.accept(e));
@@ -38,11 +39,19 @@ describe('ClientStream', () => {
     expect(await drain(s)).toEqual(['0:100', '1:101', '2:102', '3:103', 'finish:length']);
   });
 
-  it('a host error ends the stream with a typed RemoteError; fail() ends it from this side', async () => {
+  it('a host error ends the stream as its own class (or a typed RemoteError); fail() ends it from this side', async () => {
     const s = new ClientStream('r');
     s.accept(tok(0, 0));
-    s.accept({ kind: 'error', id: 'r', attempt: 0, error: { name: 'UnknownAdapterError', message: 'no adapter x', code: 'TESSERA_UNKNOWN_ADAPTER', adapter: 'x' } });
-    await expect(s.result()).rejects.toMatchObject({ code: 'TESSERA_UNKNOWN_ADAPTER', adapter: 'x', remoteName: 'UnknownAdapterError' });
+    s.accept({ kind: 'error', id: 'r', attempt: 0, error: { name: 'UnknownAdapterError', message: 'no adapter x', kind: 'not_found', code: 'TESSERA_UNKNOWN_ADAPTER', fields: { adapter: 'x' } } });
+    // UnknownAdapterError is registered by @tessera/core, so it comes back as itself.
+    const err = await s.result().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnknownAdapterError);
+    expect(err).toMatchObject({ code: 'TESSERA_UNKNOWN_ADAPTER', adapter: 'x', kind: 'not_found' });
+    const u = new ClientStream('u');
+    u.accept({ kind: 'error', id: 'u', attempt: 0, error: { name: 'SomeHostOnlyError', message: 'boom', kind: 'unavailable', code: 'HOST_ONLY', fields: { adapter: 'y' } } });
+    const remote = await u.result().catch((e: unknown) => e);
+    expect(remote).toBeInstanceOf(RemoteError);
+    expect(remote).toMatchObject({ code: 'HOST_ONLY', adapter: 'y', kind: 'unavailable', remoteName: 'SomeHostOnlyError' });
     const t = new ClientStream('t');
     t.fail(new Error('cluster closed'));
     expect(await drain(t)).toEqual(['error:cluster closed']);

@@ -66,7 +66,7 @@ export class UnknownTaskError extends PetOpsError {
 
 /** No shared model with this tag was added. */
 export class UnknownSharedModelError extends PetOpsError {
-  static override readonly kind: ErrorKind = 'not_found';
+  static override readonly kind: ErrorKind = 'invalid';
   readonly tag: string;
   constructor(tag: string, known: readonly string[]) {
     super('TESSERA_PET_UNKNOWN_SHARED_MODEL', `no shared model tagged ${JSON.stringify(tag)} (added: ${known.join(', ') || 'none'})`);

@@ -1,12 +1,30 @@
 /**
- * @tessera/server-kit: what Tessera's reference servers (apps/punica, apps/pets) share.
+ * @tessera/server-kit: the app kit of Tessera's servers (apps/punica, apps/pets, and the next one).
  *
- * - plugins/: fastify plugin definition, graceful close, schema-validation error messages
+ * - http/: createTesseraServer (fastify with the engine host, /health, /metrics, graceful close) and errors → HTTP
+ *   by kind in one place (HttpError, EngineUnavailableError, STATUS_BY_KIND)
+ * - worker/: WorkerEngineClient, the front side of the host protocol over a worker thread (the host side is
+ *   @tessera/cluster's serveWorkerHost), and the worker's start-up
+ * - plugins/: fastify plugins (fastify-plugin), graceful close, schema-validation error messages
  * - cli/: flag and environment parsing, the main() bootstrap, listening with a graceful shutdown, the repository root
- * - worker/: starting the engine worker thread (source or built), with its start-up handshake
  *
  * The dev bootstrap for TypeScript workers is the separate export `@tessera/server-kit/worker-dev.mjs`.
  */
+export { type ClosableEngine, createTesseraServer, type TesseraServerOptions } from './http/server.js';
+export {
+  EngineUnavailableError,
+  type ErrorMappingOptions,
+  type ErrorReply,
+  type ErrorType,
+  errorBody,
+  errorReply,
+  errorType,
+  HttpError,
+  type HttpErrorOptions,
+  httpStatus,
+  STATUS_BY_KIND,
+} from './http/errors.js';
+export { type EngineProtocol, type ProtocolStream, type RequestEnd, WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
 export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';

@@ -1,17 +1,15 @@
 /**
- * The message protocol between the HTTP thread ({@link PetsEngineClient}) and the engine worker thread. Everything
- * crossing the boundary is structured-clone data (no classes, no functions): errors travel as
- * {@link SerializedError} and are rebuilt on the HTTP side as {@link EngineError}s that keep the class name, the
- * typed code and the details the HTTP layer reports (task id, PET type, tensor name).
- *
- *   main → worker   classify (token ids of one request's inputs), admin { register-task | load-task | unload-task |
- *                   delete-task | tasks | task | stats | shutdown }, exit
- *   worker → main   progress (start-up lines) | ready | init-failed, classified | classify-failed, reply, fatal,
- *                   memory (after every change of the task set or of what is loaded, so /health never waits on a batch)
+ * PetS's instance of the host protocol (@tessera/cluster), between the HTTP thread and the engine worker thread
+ * (server-kit's WorkerEngineClient ⇄ cluster's serveWorkerHost). A classify request is placed with its inputs'
+ * token ids; its events are one `result` item per input (index = the input's position), then `finish`. Admin calls
+ * register, load, unload and delete tasks and read stats; the `memory` notice follows every change of the task set
+ * or of what is loaded, so /health never waits on a batch. Errors cross as core's serializeError.
  *
  * A parameter file travels as bytes (an upload, or a file the HTTP thread read inside --params-root), transferred,
  * not copied: the worker never opens a path a client named.
  */
+import type { ItemEvent } from '@tessera/cluster';
+import { registerErrors, TesseraError } from '@tessera/core';
 
 /** One input of a classify request, tokenized on the HTTP thread. */
 export interface EncodedInput {
@@ -25,25 +23,6 @@ export interface ClassifyResult {
   label: string;
   labelIndex: number;
   logits: number[];
-}
-
-/** An Error flattened for postMessage: the class name, the typed code, and the details the HTTP layer reports. */
-export interface SerializedError {
-  name: string;
-  message: string;
-  code: string | null;
-  details: ErrorDetails;
-}
-
-/** Fields typed errors carry (pet-ops and engine errors), kept when present so the HTTP body can name them. */
-export interface ErrorDetails {
-  task?: string;
-  petType?: string;
-  knownPetTypes?: string[];
-  tensor?: string;
-  sharedModel?: string;
-  budgetBytes?: number;
-  requestedBytes?: number;
 }
 
 export type TaskState = 'registered' | 'loaded';
@@ -167,75 +146,46 @@ export interface RegisterTask {
   load: boolean;
 }
 
-// main → worker
-
-export type AdminCall =
-  | ({ op: 'register-task' } & RegisterTask)
-  | { op: 'load-task'; id: string }
-  | { op: 'unload-task'; id: string }
-  | { op: 'delete-task'; id: string }
-  | { op: 'tasks' }
-  | { op: 'task'; id: string }
-  | { op: 'stats' }
-  | { op: 'shutdown' };
-
-export interface AdminResults {
-  'register-task': TaskSummary;
-  'load-task': TaskSummary;
-  'unload-task': TaskSummary;
-  'delete-task': TaskSummary;
-  tasks: { tasks: TaskSummary[]; memory: MemorySummary };
-  task: { task: TaskSummary; memory: MemorySummary };
-  stats: EngineStats;
-  shutdown: null;
+/** A classify request: a task and its inputs. `id` is the idempotency key. */
+export interface ClassifyRequest {
+  id: string;
+  taskId: string;
+  inputs: EncodedInput[];
 }
 
-export type ToWorker =
-  | { type: 'classify'; id: number; taskId: string; inputs: EncodedInput[] }
-  | { type: 'admin'; callId: number; call: AdminCall }
-  /** Exit now with `code`, abandoning everything (PetsEngineClient.terminate: a crash at a safe point). */
-  | { type: 'exit'; code: number };
+/** What the worker reports when it is ready. */
+export interface PetsReady {
+  model: ModelSummary;
+  cost: CostSummary;
+  tasks: TaskSummary[];
+  memory: MemorySummary;
+}
 
-// worker → main
+/** The protocol's types, for WorkerEngineClient and serveWorkerHost. */
+export interface PetsProtocol {
+  placement: { request: ClassifyRequest; attempt: number };
+  item: ItemEvent<'result', { result: ClassifyResult }>;
+  result: null;
+  notice: { kind: 'memory'; memory: MemorySummary };
+  admin: {
+    'register-task': { args: RegisterTask; result: TaskSummary };
+    'load-task': { args: string; result: TaskSummary };
+    'unload-task': { args: string; result: TaskSummary };
+    'delete-task': { args: string; result: TaskSummary };
+    tasks: { args: null; result: { tasks: TaskSummary[]; memory: MemorySummary } };
+    task: { args: string; result: { task: TaskSummary; memory: MemorySummary } };
+    stats: { args: null; result: EngineStats };
+  };
+  ready: PetsReady;
+}
 
-export type FromWorker =
-  | { type: 'progress'; line: string }
-  | { type: 'ready'; model: ModelSummary; cost: CostSummary; tasks: TaskSummary[]; memory: MemorySummary }
-  | { type: 'memory'; memory: MemorySummary }
-  | { type: 'init-failed'; error: SerializedError }
-  | { type: 'classified'; id: number; results: ClassifyResult[] }
-  | { type: 'classify-failed'; id: number; error: SerializedError }
-  | { type: 'reply'; callId: number; ok: true; value: unknown }
-  | { type: 'reply'; callId: number; ok: false; error: SerializedError }
-  | { type: 'fatal'; error: SerializedError };
-
-/**
- * Where each detail is found on the typed errors (pet-ops' errors name their fields after what they hold: `taskId`,
- * `tag`, `known`; this app's own errors use the detail names): detail → the error fields that may carry it.
- */
-const DETAIL_SOURCES: readonly [keyof ErrorDetails, readonly string[]][] = [
-  ['task', ['task', 'taskId']],
-  ['petType', ['petType']],
-  ['knownPetTypes', ['knownPetTypes', 'known']],
-  ['tensor', ['tensor']],
-  ['sharedModel', ['sharedModel', 'tag']],
-  ['budgetBytes', ['budgetBytes']],
-  ['requestedBytes', ['requestedBytes']],
-];
-
-/** Flattens an error for postMessage, keeping its typed code and the detail fields listed in {@link ErrorDetails}. */
-export function serializeError(err: unknown): SerializedError {
-  if (!(err instanceof Error)) return { name: 'Error', message: String(err), code: null, details: {} };
-  const e = err as Error & Record<string, unknown>;
-  const details: Record<string, unknown> = {};
-  for (const [detail, fields] of DETAIL_SOURCES) {
-    for (const field of fields) {
-      const v = e[field];
-      if (typeof v === 'string' || (typeof v === 'number' && Number.isFinite(v))) details[detail] = v;
-      else if (Array.isArray(v) && v.every((x) => typeof x === 'string')) details[detail] = [...v];
-      else continue;
-      break;
-    }
+/** The parameter file says it holds another PET type than the registration's `pet_type`. */
+export class PetTypeMismatchError extends TesseraError {
+  static override readonly kind = 'invalid' as const;
+  readonly petType: string;
+  constructor(source: string, declared: string, inFile: string) {
+    super('TESSERA_PET_TYPE_MISMATCH', `${source}: the registration says pet_type ${JSON.stringify(declared)} but the parameter file holds a ${JSON.stringify(inFile)} task`);
+    this.petType = declared;
   }
-  return { name: e.name, message: e.message, code: typeof e.code === 'string' ? e.code : null, details: details as ErrorDetails };
 }
+registerErrors(PetTypeMismatchError);

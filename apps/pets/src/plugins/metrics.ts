@@ -1,12 +1,10 @@
 /**
- * Prometheus metrics (prom-client), one Registry per app instance (tests build several apps in one process).
+ * PetS's Prometheus metrics, on the server's registry (server-kit adds the HTTP figures and tessera_engine_healthy).
  *
  * Sources: HTTP figures from fastify's onResponse hook; classify latency (submit → results, the batch window's wait
  * included) from the engine client's 'classify-end' events; everything about batching, time and memory is sampled
  * from the worker when /metrics is scraped (its batch and plan records are drained, counters advance by them).
  *
- *   tessera_http_requests_total{method,route,status_code}      requests by route and status
- *   tessera_http_request_duration_seconds{…}                   their durations
  *   tessera_pets_classify_seconds                              classify latency (window wait + batch)
  *   tessera_pets_queries_classified_total                      queries (texts) answered
  *   tessera_pets_macro_batches_total                           macro-batches run
@@ -19,14 +17,13 @@
  *   tessera_pets_tasks{state="registered"|"loaded"}            tasks registered (loaded ones included), loaded
  *   tessera_pets_device_bytes{kind="shared"|"pet"}, tessera_pets_device_budget_bytes
  *   tessera_pets_pending_queries                               queries waiting in the window or its batches
- *   tessera_engine_healthy                                     1 while the worker runs
  */
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
-import { definePlugin } from '@tessera/server-kit';
+import type { RequestEnd } from '@tessera/server-kit';
 
-import type { ClassifyEnd, PetsEngineClient } from '../engine/client.js';
-import type { EngineStats } from '../engine/protocol.js';
+import type { PetsEngineClient } from '../engine/client.js';
+import type { EngineStats, PetsProtocol } from '../engine/protocol.js';
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10];
 const SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
@@ -34,9 +31,6 @@ const COUNT_BUCKETS = [1, 2, 3, 4, 6, 8, 12, 16, 32];
 export const PLAN_STRATEGIES = ['cb', 'alpha-only', 'beta-only', 'fixed'] as const;
 
 export class PetsMetrics {
-  readonly registry = new Registry();
-  readonly httpRequests: Counter<'method' | 'route' | 'status_code'>;
-  readonly httpDuration: Histogram<'method' | 'route' | 'status_code'>;
   readonly classifySeconds: Histogram;
   readonly queriesClassified: Counter;
   readonly macroBatches: Counter;
@@ -53,17 +47,12 @@ export class PetsMetrics {
   readonly deviceBytes: Gauge<'kind'>;
   readonly budgetBytes: Gauge;
   readonly pendingQueries: Gauge;
-  readonly engineHealthy: Gauge;
   private lastClassified = 0;
   private petMs = 0;
   private totalMs = 0;
 
-  constructor() {
-    const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry });
-    const httpLabels = ['method', 'route', 'status_code'] as const;
-    this.httpRequests = new Counter({ name: 'tessera_http_requests_total', help: 'HTTP requests by route and status.', labelNames: httpLabels, registers });
-    this.httpDuration = new Histogram({ name: 'tessera_http_request_duration_seconds', help: 'HTTP request duration by route and status.', labelNames: httpLabels, buckets: LATENCY_BUCKETS, registers });
+  constructor(registry: Registry) {
+    const registers = [registry];
     this.classifySeconds = new Histogram({ name: 'tessera_pets_classify_seconds', help: 'Classify latency in the engine: the batch window wait plus the macro-batches.', buckets: LATENCY_BUCKETS, registers });
     this.queriesClassified = new Counter({ name: 'tessera_pets_queries_classified_total', help: 'Queries (texts) classified.', registers });
     this.macroBatches = new Counter({ name: 'tessera_pets_macro_batches_total', help: 'Macro-batches run by the PET inference engine.', registers });
@@ -80,13 +69,12 @@ export class PetsMetrics {
     this.deviceBytes = new Gauge({ name: 'tessera_pets_device_bytes', help: 'Device bytes of the shared model and of the loaded tasks.', labelNames: ['kind'], registers });
     this.budgetBytes = new Gauge({ name: 'tessera_pets_device_budget_bytes', help: 'The device budget (--budget-mb).', registers });
     this.pendingQueries = new Gauge({ name: 'tessera_pets_pending_queries', help: 'Queries waiting in the batch window or its planned batches.', registers });
-    this.engineHealthy = new Gauge({ name: 'tessera_engine_healthy', help: '1 while the engine worker runs, 0 after it crashed or stopped.', registers });
     // Series that should read 0 before the first event, rather than being absent.
     for (const strategy of PLAN_STRATEGIES) this.plans.inc({ strategy }, 0);
     for (const part of ['pet', 'shared']) this.engineSeconds.inc({ part }, 0);
   }
 
-  onClassifyEnd(end: ClassifyEnd): void {
+  onClassifyEnd(end: RequestEnd<PetsProtocol>): void {
     if (end.error === null) this.classifySeconds.observe((end.endedAt - end.submittedAt) / 1000);
   }
 
@@ -119,36 +107,18 @@ export class PetsMetrics {
   }
 }
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    metrics: PetsMetrics;
-  }
-}
-
-export const metricsPlugin = definePlugin(
-  async (app) => {
-    const metrics = new PetsMetrics();
-    app.decorate('metrics', metrics);
-    app.engine.on('classify-end', (end) => metrics.onClassifyEnd(end));
-    app.addHook('onResponse', async (request, reply) => {
-      const route = request.routeOptions.url;
-      if (route === undefined) return;
-      const labels = { method: request.method, route, status_code: String(reply.statusCode) };
-      metrics.httpRequests.inc(labels);
-      metrics.httpDuration.observe(labels, reply.elapsedTime / 1000);
-    });
-  },
-  { name: 'tessera-pets-metrics', dependencies: ['tessera-pets-engine'] },
-);
-
-/** Refreshes the engine-sampled metrics (call before rendering /metrics). */
-export async function refreshEngineMetrics(app: { engine: PetsEngineClient; metrics: PetsMetrics }): Promise<void> {
-  app.metrics.engineHealthy.set(app.engine.healthy ? 1 : 0);
-  if (!app.engine.healthy) return;
-  try {
-    app.metrics.onEngineStats(await app.engine.stats());
-  } catch {
-    // The engine went down between the check and the call: the health gauge says so on the next scrape.
-    app.metrics.engineHealthy.set(app.engine.healthy ? 1 : 0);
-  }
+/** The server's metrics hook: classify latency from the client's request ends, the rest sampled at scrape time. */
+export function petsMetrics(registry: Registry, engine: PetsEngineClient): { collect: () => Promise<void> } {
+  const metrics = new PetsMetrics(registry);
+  engine.client.on('request-end', (end) => metrics.onClassifyEnd(end));
+  return {
+    async collect() {
+      if (!engine.healthy) return;
+      try {
+        metrics.onEngineStats(await engine.stats());
+      } catch {
+        // The engine went down between the check and the call: the health gauge says so.
+      }
+    },
+  };
 }

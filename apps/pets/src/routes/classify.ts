@@ -11,7 +11,6 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 
-import { toApiError } from '../api/errors.js';
 import { encodeClassifyInputs, softmax } from '../api/inputs.js';
 import { ClassifyRequest, ClassifyResponse, ErrorBody, TaskParams } from '../api/schemas.js';
 
@@ -22,12 +21,7 @@ const classify: FastifyPluginAsyncTypebox = async (app) => {
     async (request) => {
       const { id } = request.params;
       const inputs = encodeClassifyInputs(request.body, app.tokenizer, app.inputLimits);
-      let results;
-      try {
-        results = await app.engine.classify(id, inputs);
-      } catch (err) {
-        throw toApiError(err, app.modelInfo.petTypes);
-      }
+      const results = await app.engine.classify(id, inputs);
       return {
         task: id,
         object: 'list' as const,

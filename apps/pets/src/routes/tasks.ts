@@ -24,10 +24,11 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import { Compile } from 'typebox/compile';
 
-import { ApiError, badRequest, toApiError, unknownPetType } from '../api/errors.js';
-import { ErrorBody, type Memory, RegisterTaskJson, type Task, TaskList, TaskMetadata, TaskParams, TaskWithMemory, Task as TaskSchema } from '../api/schemas.js';
+import { ApiError, badRequest, unknownPetType } from '../api/errors.js';
+import { describeSchemaErrors } from '@tessera/server-kit';
+
+import { ErrorBody, type Memory, RegisterTaskJson, type Task, TaskList, TaskMetadata, TaskParams, TaskWithMemory, Task as TaskSchema, UNION_FIELD_HINTS } from '../api/schemas.js';
 import type { MemorySummary, TaskSummary } from '../engine/protocol.js';
-import { describeSchemaErrors } from '../plugins/errors.js';
 
 export interface TaskRoutesOptions {
   /** Where `path` registrations may read parameter files (null: path registration is off). */
@@ -90,7 +91,7 @@ async function readMultipart(request: FastifyRequest): Promise<{ metadata: TaskM
     throw badRequest(`the "metadata" field is not valid JSON: ${(err as Error).message}`, 'metadata', 'invalid_request');
   }
   if (!checkMetadata.Check(metadata)) {
-    const { message, param } = describeSchemaErrors([...checkMetadata.Errors(metadata)] as never, 'metadata');
+    const { message, param } = describeSchemaErrors([...checkMetadata.Errors(metadata)] as never, 'metadata', UNION_FIELD_HINTS);
     throw badRequest(message, param === null ? 'metadata' : `metadata.${param}`, 'invalid_request');
   }
   return { metadata, params };
@@ -133,15 +134,6 @@ async function readUnderRoot(root: string | null, rel: string, maxBytes: number)
   }
 }
 
-/** Calls the engine; its typed errors become HTTP errors (unknown PET types list this server's). */
-async function engineCall<T>(app: FastifyInstance, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    throw toApiError(err, app.modelInfo.petTypes);
-  }
-}
-
 const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options) => {
   const root = options.paramsRoot;
   const errors = { '4xx': ErrorBody, '5xx': ErrorBody };
@@ -172,8 +164,7 @@ const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options)
         source = body.path;
       }
       if (params.byteLength === 0) throw badRequest('the parameter file is empty', 'params', 'malformed_params');
-      const task = await engineCall(app, () =>
-        app.engine.registerTask({
+      const task = await app.engine.registerTask({
           petType: metadata.pet_type,
           sharedModel: metadata.shared_model ?? app.modelInfo.tag,
           params,
@@ -181,31 +172,30 @@ const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options)
           ...(metadata.id !== undefined ? { id: metadata.id } : {}),
           ...(metadata.name !== undefined ? { name: metadata.name } : {}),
           load: metadata.load ?? false,
-        }),
-      );
+        });
       request.log.info({ task: task.id, petType: task.petType, source, state: task.state }, 'task registered');
       return reply.code(201).send(taskBody(task));
     },
   );
 
   app.get('/v1/tasks', { schema: { response: { 200: TaskList, ...errors } } }, async () => {
-    const { tasks: list, memory } = await engineCall(app, () => app.engine.tasks());
+    const { tasks: list, memory } = await app.engine.tasks();
     return { object: 'list' as const, data: list.map(taskBody), memory: memoryBody(memory) };
   });
 
   app.get('/v1/tasks/:id', { schema: { params: TaskParams, response: { 200: TaskWithMemory, ...errors } } }, async (request) => {
-    const { task, memory } = await engineCall(app, () => app.engine.task(request.params.id));
+    const { task, memory } = await app.engine.task(request.params.id);
     return { ...taskBody(task), memory: memoryBody(memory) };
   });
 
   app.post('/v1/tasks/:id/load', { schema: { params: TaskParams, response: { 200: TaskSchema, ...errors } } }, async (request) => {
-    const task = await engineCall(app, () => app.engine.loadTask(request.params.id));
+    const task = await app.engine.loadTask(request.params.id);
     request.log.info({ task: task.id, deviceBytes: task.deviceBytes }, 'task loaded');
     return taskBody(task);
   });
 
   app.post('/v1/tasks/:id/unload', { schema: { params: TaskParams, response: { 200: TaskSchema, ...errors } } }, async (request) => {
-    const task = await engineCall(app, () => app.engine.unloadTask(request.params.id));
+    const task = await app.engine.unloadTask(request.params.id);
     request.log.info({ task: task.id }, 'task unloaded');
     return taskBody(task);
   });
@@ -214,7 +204,7 @@ const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options)
     '/v1/tasks/:id',
     { schema: { params: TaskParams, response: { 200: Type.Object({ id: Type.String(), object: Type.Literal('task'), deleted: Type.Boolean() }), ...errors } } },
     async (request) => {
-      const task = await engineCall(app, () => app.engine.deleteTask(request.params.id));
+      const task = await app.engine.deleteTask(request.params.id);
       request.log.info({ task: task.id }, 'task unregistered');
       return { id: task.id, object: 'task' as const, deleted: true };
     },

@@ -6,7 +6,7 @@
 import { type BatchingStrategy, type CbQuery, planBatches } from '@tessera/batcher';
 import { PetEngine, type PetQuery, type PetQueryResult, readPetParams, TaskManager } from '@tessera/pet-ops';
 
-import { analyticModel, MAX_MACRO, MAX_MINI } from '../../src/engine/cost.js';
+import { PETS_MAX_MACRO as MAX_MACRO, PETS_MAX_MINI as MAX_MINI, petsAnalyticModel as analyticModel } from '@tessera/batcher';
 import type { EncodedInput } from '../../src/engine/protocol.js';
 import { type Fixture, TAG, TASKS } from './fixture.js';
 

@@ -10,7 +10,7 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
-import { type ClientStream, type HostLoad, type RedisClusterClient, type RedisOptions, connectClusterClient, serializeError } from '@tessera/cluster';
+import { type ClientStream, type HostLoad, type RedisClusterClient, type RedisOptions, connectClusterClient } from '@tessera/cluster';
 import { readHfConfig, readLoraAdapterConfig } from '@tessera/engine';
 
 import { type EngineClientEvents, EngineRequest } from '../engine/client.js';
@@ -95,7 +95,11 @@ export class ClusterEngine extends EventEmitter<EngineClientEvents> implements G
       for await (const ev of stream) {
         if (ev.type === 'token') handle.push({ type: 'token', token: ev.token, text: ev.text });
         else if (ev.type === 'finish') result = ev.result;
-        else error = new EngineError(serializeError(ev.error));
+        else {
+          // Rebuilt by the stream (its registered class, or a RemoteError with the same code and adapter).
+          const e = ev.error as Error & { code?: unknown; adapter?: unknown; remoteName?: unknown };
+          error = new EngineError({ name: typeof e.remoteName === 'string' ? e.remoteName : e.name, message: e.message, code: typeof e.code === 'string' ? e.code : null, adapter: typeof e.adapter === 'string' ? e.adapter : null });
+        }
       }
     } catch (err) {
       error = err instanceof Error ? err : new Error(String(err));

@@ -13,7 +13,7 @@ export interface CostModel {
   beta(petType: string, n: number, l: number): number;
 }
 
-/** α and β from profiled tables (see `profileCostTables`); an unknown PET type throws TESSERA_UNKNOWN_PET_TYPE. */
+/** α and β from profiled tables (see `profileCostTables`); an unknown PET type throws TESSERA_PET_UNKNOWN_TYPE. */
 export function tableCostModel(alpha: CostTable, beta: ReadonlyMap<string, CostTable> | Readonly<Record<string, CostTable>>): CostModel {
   if (alpha === null || typeof alpha !== 'object' || typeof alpha.lookup !== 'function') {
     throw new CostModelError('TESSERA_INVALID_COST_MODEL', 'tableCostModel: alpha must be a CostTable');
@@ -91,7 +91,7 @@ export function analyticCostModel(p: AnalyticCostParams): CostModel {
 }
 
 function unknownPetType(petType: string, known: Iterable<string>): CostModelError {
-  return new CostModelError('TESSERA_UNKNOWN_PET_TYPE',
+  return new CostModelError('TESSERA_PET_UNKNOWN_TYPE',
     `cost model: no β for PET type '${petType}' (known: ${[...known].map((k) => `'${k}'`).join(', ') || 'none'})`);
 }
 

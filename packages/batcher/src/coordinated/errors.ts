@@ -10,7 +10,7 @@ export type CostModelErrorCode =
   /** lookup() / alpha() / beta() got a NaN or negative batch or length. */
   | 'TESSERA_INVALID_COST_LOOKUP'
   /** The cost model has no β for this PET type. */
-  | 'TESSERA_UNKNOWN_PET_TYPE'
+  | 'TESSERA_PET_UNKNOWN_TYPE'
   /** analyticCostModel parameters are malformed, or a cost model returned NaN. */
   | 'TESSERA_INVALID_COST_MODEL'
   /** profileCostTables options are malformed (grids, repeats, warm-up, caps). */
@@ -18,6 +18,7 @@ export type CostModelErrorCode =
 
 /** A cost table or cost model cannot be built or asked. */
 export class CostModelError extends TesseraError {
+  static override readonly kind = 'invalid' as const;
   declare readonly code: CostModelErrorCode;
   constructor(code: CostModelErrorCode, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
@@ -42,6 +43,7 @@ export type PlanErrorCode =
 
 /** planBatches (or one of its steps) cannot produce a plan for these queries and options. */
 export class PlanError extends TesseraError {
+  static override readonly kind = 'invalid' as const;
   declare readonly code: PlanErrorCode;
   constructor(code: PlanErrorCode, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
@@ -50,6 +52,7 @@ export class PlanError extends TesseraError {
 
 /** A BatchWindow was used after close(). */
 export class BatchWindowClosedError extends TesseraError {
+  static override readonly kind = 'unavailable' as const;
   declare readonly code: 'TESSERA_WINDOW_CLOSED';
   constructor(message: string) {
     super('TESSERA_WINDOW_CLOSED', message);

@@ -1,18 +1,13 @@
 /**
- * What `fastify-plugin` does, in a few lines (it is not a dependency here): mark a plugin function so fastify does
- * not encapsulate it (`skip-override`), its decorators and hooks then belong to the parent instance, and give it
- * a name and the fastify version range it was written for (`plugin-meta`), which fastify checks and uses for
- * `dependencies`. These are fastify's documented symbols (lib/plugin-utils.js).
+ * A fastify plugin without encapsulation (its decorators and hooks belong to the parent instance), with a name
+ * other plugins can list in `dependencies`: fastify-plugin, with the fastify major these servers are written for.
  */
 import type { FastifyPluginAsync, FastifyPluginOptions } from 'fastify';
+import fp from 'fastify-plugin';
 
 export function definePlugin<Options extends FastifyPluginOptions>(
   fn: FastifyPluginAsync<Options>,
   meta: { name: string; dependencies?: string[] },
 ): FastifyPluginAsync<Options> {
-  const plugin = fn as FastifyPluginAsync<Options> & Record<symbol, unknown>;
-  plugin[Symbol.for('skip-override')] = true;
-  plugin[Symbol.for('fastify.display-name')] = meta.name;
-  plugin[Symbol.for('plugin-meta')] = { name: meta.name, fastify: '5.x', dependencies: meta.dependencies ?? [] };
-  return plugin;
+  return fp(fn, { fastify: '5.x', name: meta.name, dependencies: meta.dependencies ?? [] });
 }

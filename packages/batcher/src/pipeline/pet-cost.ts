@@ -1,5 +1,5 @@
 /**
- * The cost model the batch window plans with (pets.md §4: α for the shared model, β per PET type, both in ms):
+ * PetS's cost models for the batch window's planner (pets.md §4: α for the shared model, β per PET type, both in ms):
  *
  *   analytic (default)  `analyticCostModel` with constants derived below from the shared model's shape: an
  *                       assumed throughput turns each part's FLOPs into ms, plus fixed launch costs. Its absolute
@@ -9,8 +9,17 @@
  *                       `{ "alpha": CostTableJson, "beta": { "<pet type>": CostTableJson, … } }`.
  *   profiled            tables measured at start-up on this machine (`--profile`), on a small grid.
  */
-import { type AnalyticCostParams, analyticCostModel, type CostModel, CostTable, type CostTableJson, tableCostModel } from '@tessera/batcher';
-import type { EncoderConfig } from '@tessera/engine';
+import { TesseraError } from '@tessera/core';
+
+import { type AnalyticCostParams, analyticCostModel, type CostModel, tableCostModel } from '../coordinated/cost-model.js';
+import { CostTable, type CostTableJson } from '../coordinated/cost-table.js';
+
+/** The shape of a shared encoder, as far as pricing its PET work needs it. */
+export interface EncoderShape {
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+}
 
 /** FLOPs per millisecond assumed by the analytic model: 10 GFLOP/s, a few CPU cores' worth of f32 GEMM. */
 export const ANALYTIC_FLOPS_PER_MS = 1e7;
@@ -19,15 +28,15 @@ export const ANALYTIC_FORWARD_MS_PER_LAYER = 0.02;
 /** Fixed cost of one PET op launch (one site of one layer, one mini-batch), ms. */
 export const ANALYTIC_PET_LAUNCH_MS = 0.005;
 /** The artifact's caps (pets.md §11 #6): at most 32 queries per mini-batch and 128 per macro-batch. */
-export const MAX_MINI = 32;
-export const MAX_MACRO = 128;
+export const PETS_MAX_MINI = 32;
+export const PETS_MAX_MACRO = 128;
 
 /**
  * Per PET type: FLOPs per token per layer (with the generator's default hyperparameters: MaskBert 5% of each weight
  * masked, Diff-Pruning 0.5% non-zeros, adapter bottleneck hidden/12, LoRA rank 8 on query and value, prefix
  * length 8) and the PET op launches per layer.
  */
-export function petWorkPerLayer(config: EncoderConfig): Record<string, { flops: number; launches: number }> {
+export function petWorkPerLayer(config: EncoderShape): Record<string, { flops: number; launches: number }> {
   const h = config.hiddenSize;
   const linear = 4 * h * h + 2 * h * config.intermediateSize; // q, k, v, o, ffn_in, ffn_out
   const bottleneck = Math.max(1, Math.round(h / 12));
@@ -50,7 +59,7 @@ export function petWorkPerLayer(config: EncoderConfig): Record<string, { flops: 
 }
 
 /** The analytic model's constants for a shared model (see the module comment). */
-export function analyticCostParams(config: EncoderConfig): AnalyticCostParams {
+export function petsAnalyticCostParams(config: EncoderShape): AnalyticCostParams {
   const h = config.hiddenSize;
   const layers = config.numLayers;
   const linear = 4 * h * h + 2 * h * config.intermediateSize;
@@ -69,13 +78,13 @@ export function analyticCostParams(config: EncoderConfig): AnalyticCostParams {
     a2: (4 * h * layers) / ANALYTIC_FLOPS_PER_MS,
     k,
     m,
-    maxMini: MAX_MINI,
-    maxMacro: MAX_MACRO,
+    maxMini: PETS_MAX_MINI,
+    maxMacro: PETS_MAX_MACRO,
   };
 }
 
-export function analyticModel(config: EncoderConfig): CostModel {
-  return analyticCostModel(analyticCostParams(config));
+export function petsAnalyticModel(config: EncoderShape): CostModel {
+  return analyticCostModel(petsAnalyticCostParams(config));
 }
 
 /** The JSON form of profiled tables (what --profile-out writes and --cost-tables reads). */
@@ -89,16 +98,15 @@ export function costTablesJson(tables: { alpha: CostTable; beta: ReadonlyMap<str
 }
 
 /** Thrown for a tables file that cannot price every PET type this server runs, or is not tables at all. */
-export class CostTablesError extends Error {
-  readonly code = 'TESSERA_INVALID_COST_TABLES';
+export class CostTablesError extends TesseraError {
+  static override readonly kind = 'invalid' as const;
   constructor(message: string) {
-    super(message);
-    this.name = 'CostTablesError';
+    super('TESSERA_INVALID_COST_TABLES', message);
   }
 }
 
 /** Reads profiled tables; every PET type the server runs must have a β table (else every task of it would fail to plan). */
-export function tablesModel(json: unknown, petTypes: readonly string[], source: string): CostModel {
+export function petsTablesModel(json: unknown, petTypes: readonly string[], source: string): CostModel {
   if (json === null || typeof json !== 'object' || !('alpha' in json) || !('beta' in json)) {
     throw new CostTablesError(`${source}: expected {"alpha": {…}, "beta": {"<pet type>": {…}}} as written by --profile-out`);
   }
@@ -121,7 +129,7 @@ export function tablesModel(json: unknown, petTypes: readonly string[], source: 
  * The small start-up grid of --profile: α up to the artifact's macro cap (128 queries) and the model's positions,
  * β up to the mini cap (32). Lengths are clipped to the model's max positions.
  */
-export function profileGrid(maxPositions: number): { batches: number[]; lengths: number[]; petBatches: number[]; petLengths: number[] } {
+export function petsProfileGrid(maxPositions: number): { batches: number[]; lengths: number[]; petBatches: number[]; petLengths: number[] } {
   const lengths = [...new Set([16, 32, 64, 128, 256, 512].filter((l) => l <= maxPositions).concat(Math.min(maxPositions, 512)))].sort((a, b) => a - b);
-  return { batches: [1, 2, 4, 8, 16, 32, 64, MAX_MACRO], lengths, petBatches: [1, 4, 16, MAX_MINI], petLengths: lengths };
+  return { batches: [1, 2, 4, 8, 16, 32, 64, PETS_MAX_MACRO], lengths, petBatches: [1, 4, 16, PETS_MAX_MINI], petLengths: lengths };
 }

@@ -1,7 +1,7 @@
 /** The per-task readers-writer gate: readers share, writers are alone, admission is first-come first-served. */
 import { describe, expect, it } from 'vitest';
 
-import { TaskGate, TaskGates } from '../src/engine/task-gate.js';
+import { TaskGate, TaskGates } from '../src/pipeline/task-gate.js';
 
 /** A promise and its resolver. */
 function deferred(): { promise: Promise<void>; resolve: () => void } {

@@ -1,0 +1,262 @@
+/**
+ * WorkerEngineClient: the front side of the host protocol's worker-thread transport (the host side is
+ * @tessera/cluster's serveWorkerHost). The engine runs in a worker thread, so a forward pass never blocks the
+ * HTTP event loop; this class turns the worker's messages back into one ordered {@link EventStream} per request,
+ * promise-returning admin calls, and notices.
+ *
+ *   const engine = await WorkerEngineClient.start<MyProtocol>({ entry, workerData, name: 'tessera-x-engine' });
+ *   const stream = engine.submit({ request: { id: 'r1', … }, attempt: 0 });
+ *   for await (const ev of stream) …                           // items in index order, then finish or error
+ *   const stats = await engine.call('stats', null);
+ *
+ * Failure model: if the worker dies (an uncaught error, an abort, `terminate()`), every open stream ends with an
+ * {@link EngineUnavailableError} (503), pending admin calls reject with it, `healthy` turns false and a 'crash'
+ * event fires; later calls fail at once. There is no silent restart: /health reports unhealthy until an operator
+ * (or an orchestrator) restarts the process.
+ */
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+import type { Worker } from 'node:worker_threads';
+
+import { type AdminCalls, EventStream, type FromWorkerHost, type HostMessage, type HostPlacement, type ItemEvent, type ProtocolEvent, type ToWorkerHost } from '@tessera/cluster';
+import { deserializeError, InvalidArgumentError } from '@tessera/core';
+
+import { EngineUnavailableError } from '../http/errors.js';
+import { startWorker, watchWorker, type WorkerEntry } from './start.js';
+
+/** The types of one engine's protocol: what is placed, its items and result, its notices, admin calls and ready info. */
+export interface EngineProtocol {
+  placement: HostPlacement;
+  item: ItemEvent;
+  result: unknown;
+  notice: unknown;
+  admin: AdminCalls;
+  ready: unknown;
+}
+
+export type ProtocolStream<P extends EngineProtocol> = EventStream<P['item'], P['result']>;
+
+/** A request that ended, for metrics (times from performance.now(), ms). */
+export interface RequestEnd<P extends EngineProtocol> {
+  placement: P['placement'];
+  /** Items delivered. */
+  items: number;
+  result: P['result'] | null;
+  error: Error | null;
+  submittedAt: number;
+  firstItemAt: number | null;
+  endedAt: number;
+}
+
+export interface WorkerEngineEvents<P extends EngineProtocol> {
+  notice: [P['notice']];
+  'request-end': [RequestEnd<P>];
+  /** Every batch of request events and notices, in worker order (tests and tracing). */
+  events: [HostMessage<ProtocolEvent<P['item'], P['result']>, P['notice']>[]];
+  crash: [Error];
+}
+
+export interface WorkerEngineOptions {
+  entry: WorkerEntry;
+  workerData: object;
+  /** The thread's name. */
+  name: string;
+  /** Start-up progress lines from the worker. */
+  onProgress?: (line: string) => void;
+  /** How long close() waits for the worker's shutdown before terminating it (default 10 s). */
+  shutdownTimeoutMs?: number;
+}
+
+interface Open<P extends EngineProtocol> {
+  stream: ProtocolStream<P>;
+  placement: P['placement'];
+  submittedAt: number;
+  firstItemAt: number | null;
+}
+
+export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<WorkerEngineEvents<P>> {
+  /** What the worker reported when it became ready. */
+  readonly ready: P['ready'];
+  private readonly worker: Worker;
+  private readonly open = new Map<string, Open<P>>();
+  private readonly calls = new Map<number, { resolve: (value: unknown) => void; reject: (err: Error) => void }>();
+  private nextCallId = 1;
+  private failureReason: Error | null = null;
+  private closing: Promise<void> | null = null;
+  private readonly exited: Promise<number>;
+  private readonly shutdownTimeoutMs: number;
+
+  private constructor(worker: Worker, ready: P['ready'], exited: Promise<number>, shutdownTimeoutMs: number) {
+    super();
+    this.worker = worker;
+    this.ready = ready;
+    this.exited = exited;
+    this.shutdownTimeoutMs = shutdownTimeoutMs;
+    worker.on('message', (msg: FromWorkerHost<ProtocolEvent<P['item'], P['result']>, P['notice'], P['ready']>) => this.onMessage(msg));
+    watchWorker(worker, exited, {
+      closing: () => this.closing !== null,
+      lost: (message, cause) => this.fail(new EngineUnavailableError(message, cause ? { cause } : undefined)),
+    });
+  }
+
+  /** Starts the worker; resolves once it is ready (its start-up failure rejects, rebuilt as the typed error). */
+  static async start<P extends EngineProtocol>(options: WorkerEngineOptions): Promise<WorkerEngineClient<P>> {
+    type Msg = FromWorkerHost<unknown, unknown, P['ready']>;
+    const { worker, ready, exited } = await startWorker<Msg>(options.entry, {
+      workerData: options.workerData,
+      name: options.name,
+      onMessage: (msg) => {
+        if (msg.type === 'progress') options.onProgress?.(msg.line);
+      },
+      failed: (msg) => deserializeError(msg.error),
+      unavailable: (message, opts) => new EngineUnavailableError(message, opts),
+    });
+    return new WorkerEngineClient<P>(worker, ready.info, exited, options.shutdownTimeoutMs ?? 10_000);
+  }
+
+  /** False once the worker crashed or was shut down. */
+  get healthy(): boolean {
+    return this.failureReason === null;
+  }
+
+  /** Why the engine is unavailable, or null while healthy. */
+  get failure(): Error | null {
+    return this.failureReason;
+  }
+
+  /** Requests submitted and not yet ended. */
+  get inFlight(): number {
+    return this.open.size;
+  }
+
+  /** Submits a placement; its events arrive on the returned stream. Throws when the engine is down or the id is in flight. */
+  submit(placement: P['placement'], transfer: ArrayBuffer[] = []): ProtocolStream<P> {
+    if (this.failureReason) throw this.failureReason;
+    const { id } = placement.request;
+    if (this.open.has(id)) throw new InvalidArgumentError(`request id ${id} is already in flight`);
+    const stream: ProtocolStream<P> = new EventStream(id);
+    this.open.set(id, { stream, placement, submittedAt: performance.now(), firstItemAt: null });
+    this.post({ type: 'submit', placement }, transfer);
+    return stream;
+  }
+
+  /** Asks the engine to drop a request; its stream ends with the engine's answer (e.g. a cancelled finish). */
+  cancel(id: string): void {
+    if (this.open.has(id)) this.post({ type: 'cancel', id });
+  }
+
+  /** An admin call; rejects with the worker's typed error (rebuilt) or EngineUnavailableError. */
+  call<K extends keyof P['admin'] & string>(name: K, args: P['admin'][K]['args'], transfer: ArrayBuffer[] = []): Promise<P['admin'][K]['result']> {
+    return this.request((callId) => ({ type: 'admin', callId, name, args }), transfer) as Promise<P['admin'][K]['result']>;
+  }
+
+  /**
+   * Stops the worker: the host's shutdown runs (it answers or cancels what it holds and frees the engine), then
+   * the worker exits. The HTTP layer drains requests before calling this. Terminates the worker after the timeout.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      if (!this.failureReason) {
+        await within(
+          this.request((callId) => ({ type: 'shutdown', callId })).catch(() => undefined),
+          this.shutdownTimeoutMs,
+        );
+        // Exit from the worker's own event loop (no native call in flight), then make sure it is gone.
+        this.worker.postMessage({ type: 'exit', code: 0 } satisfies ToWorkerHost<never>);
+        await within(this.exited, 1_000);
+      }
+      await this.worker.terminate();
+      await this.exited;
+    })();
+    return this.closing;
+  }
+
+  /**
+   * Kills the engine as a crash would: open requests fail with 503, /health turns unhealthy. The worker exits at
+   * its next safe point (between two engine steps); one that does not within `graceMs` is terminated.
+   */
+  async terminate(graceMs = 2_000): Promise<void> {
+    if (!this.failureReason) this.worker.postMessage({ type: 'exit', code: 1 } satisfies ToWorkerHost<never>);
+    await within(this.exited, graceMs);
+    await this.worker.terminate();
+    await this.exited;
+  }
+
+  private request(message: (callId: number) => ToWorkerHost<P['placement']>, transfer: ArrayBuffer[] = []): Promise<unknown> {
+    if (this.failureReason) return Promise.reject(this.failureReason);
+    const callId = this.nextCallId++;
+    return new Promise((resolve, reject) => {
+      this.calls.set(callId, { resolve, reject });
+      this.post(message(callId), transfer);
+    });
+  }
+
+  private post(msg: ToWorkerHost<P['placement']>, transfer: ArrayBuffer[] = []): void {
+    if (this.failureReason) return;
+    this.worker.postMessage(msg, transfer);
+  }
+
+  private onMessage(msg: FromWorkerHost<ProtocolEvent<P['item'], P['result']>, P['notice'], P['ready']>): void {
+    switch (msg.type) {
+      case 'events':
+        this.emit('events', msg.events);
+        for (const m of msg.events) {
+          if ('notice' in m) this.emit('notice', m.notice);
+          else this.onEvent(m.event);
+        }
+        break;
+      case 'reply': {
+        const pending = this.calls.get(msg.callId);
+        if (!pending) return;
+        this.calls.delete(msg.callId);
+        if (msg.ok) pending.resolve(msg.value);
+        else pending.reject(deserializeError(msg.error));
+        break;
+      }
+      case 'fatal':
+        this.fail(new EngineUnavailableError(`the engine failed: ${msg.error.message}`, { cause: deserializeError(msg.error) }));
+        break;
+      default:
+        break;
+    }
+  }
+
+  private onEvent(event: ProtocolEvent<P['item'], P['result']>): void {
+    const open = this.open.get(event.id);
+    if (!open) return;
+    if (!open.stream.accept(event)) return;
+    if (event.kind !== 'finish' && event.kind !== 'error') open.firstItemAt ??= performance.now();
+    if (open.stream.done) this.end(event.id, open);
+  }
+
+  private end(id: string, open: Open<P>, error?: Error): void {
+    this.open.delete(id);
+    if (error) open.stream.fail(error);
+    const outcome = open.stream.outcome;
+    this.emit('request-end', {
+      placement: open.placement,
+      items: open.stream.items.length,
+      result: outcome?.type === 'finish' ? outcome.result : null,
+      error: outcome?.type === 'error' ? outcome.error : null,
+      submittedAt: open.submittedAt,
+      firstItemAt: open.firstItemAt,
+      endedAt: performance.now(),
+    });
+  }
+
+  private fail(err: Error): void {
+    if (this.failureReason) return;
+    this.failureReason = err;
+    for (const [id, open] of [...this.open]) this.end(id, open, err);
+    for (const pending of this.calls.values()) pending.reject(err);
+    this.calls.clear();
+    if (!this.closing) this.emit('crash', err);
+  }
+}
+
+/** Waits for `promise`, at most `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([promise, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
