@@ -131,21 +131,11 @@ describe('decoder stages', () => {
     expect(b.length('dec')).toBe(p2.length);
   });
 
-  /**
-   * A KV cache for layers [first, first + numLayers) only. PagedKvCache's own `firstLayer` where it has one; until
-   * then a view of a numLayers-layer pool answering layer(j) / layerRows(j) for the global j, as `firstLayer` does.
-   */
+  /** A KV cache for layers [first, first + numLayers) only: `layer(j)` takes the global layer index. */
   function blockCache(first: number, numLayers: number): PagedKvCache {
-    const pool = newCache({ numLayers, firstLayer: first } as Partial<PagedKvCacheOptions>);
-    if ((pool as PagedKvCache & { firstLayer?: number }).firstLayer === first) return pool;
-    return new Proxy(pool, {
-      get(target, prop) {
-        if (prop === 'firstLayer') return first;
-        if (prop === 'layer' || prop === 'layerRows') return (j: number) => target[prop](j - first);
-        const value: unknown = Reflect.get(target, prop, target);
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-      },
-    });
+    const cache = newCache({ numLayers, firstLayer: first });
+    expect(cache.firstLayer).toBe(first);
+    return cache;
   }
 
   it('blocks with KV caches of their own layer ranges give the whole forward bit for bit', () => {

@@ -74,11 +74,10 @@ export interface DecoderOutput {
 
 /**
  * The layers a KV cache holds, [first, end). A per-block cache (created with `firstLayer: a`, `numLayers: b - a`)
- * holds [a, b) and answers `layer(j)` for the global index j; a cache without `firstLayer` holds [0, numLayers).
+ * holds [a, b) and answers `layer(j)` for the global index j; one created without it holds [0, numLayers).
  */
 function cacheLayerRange(cache: PagedKvCache): { first: number; end: number } {
-  const first = (cache as PagedKvCache & { readonly firstLayer?: number }).firstLayer ?? 0;
-  return { first, end: first + cache.numLayers };
+  return { first: cache.firstLayer, end: cache.firstLayer + cache.numLayers };
 }
 
 /** Paged-decode attention inputs (see DecoderModel.pagedAttentionInputs). */
