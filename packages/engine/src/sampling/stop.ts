@@ -13,11 +13,11 @@
  * adds beyond the window's already-emitted prefix, so a step costs O(window) rather than O(all tokens), and
  * tokenizers whose decoding depends on the previous token (SentencePiece's leading space) decode in context.
  */
-import type { FinishReason } from '@tessera/core';
+import type { StopReason } from '@tessera/core';
 import { InvalidArgumentError } from '@tessera/native';
 
-/** Why a StopChecker ended a sequence: @tessera/core's FinishReason less 'cancelled' (which only a scheduler decides). */
-export type StopReason = Exclude<FinishReason, 'cancelled'>;
+/** Why a StopChecker ended a sequence: @tessera/core's StopReason (FinishReason less 'cancelled', which only a scheduler decides). */
+export type { StopReason };
 
 export interface StopCheckerOptions {
   /** Token ids that end generation (the model's EOS and any extra stop token ids). */
