@@ -12,17 +12,7 @@ namespace avx2 {
 #include "vec_math.inl"
 #pragma GCC diagnostic pop
 
-using VD = __m256d;
-static inline VD vd_zero() { return _mm256_setzero_pd(); }
-static inline VD vd_lo(V v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
-static inline VD vd_hi(V v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
-static inline VD vd_add(VD a, VD b) { return _mm256_add_pd(a, b); }
-static inline VD vd_fmadd(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
-static inline double vd_hsum(VD v) {
-  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-static inline V v_tail_or(V v, int64_t r, V fill) { return _mm256_blendv_ps(fill, v, _mm256_castsi256_ps(tail_mask(r))); }
+#include "vec_f64_avx2.inl"
 
 #include "norm_body.inl"
 

@@ -109,4 +109,22 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return t;
 }
 
+// ---------------------------------------------------------------- launch shapes of the row kernels (host side)
+
+namespace row_launch {
+
+constexpr int kRefThreads = 128;             // reference kernels: one row (or element) per thread
+constexpr int64_t kMaxRowBlocks = 1 << 20;   // fast kernels: one block per row, grid-strided past this
+
+// Enough threads that each handles about four elements, from one warp up to 512.
+inline int row_threads(int64_t dim) {
+  int t = 32;
+  while (t < 512 && static_cast<int64_t>(t) * 4 < dim) t *= 2;
+  return t;
+}
+inline unsigned ref_grid(int64_t n) { return static_cast<unsigned>((n + kRefThreads - 1) / kRefThreads); }
+inline unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks); }
+
+}  // namespace row_launch
+
 }  // namespace tessera::gpu

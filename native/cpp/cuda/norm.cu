@@ -15,15 +15,11 @@ namespace tessera::gpu {
 
 namespace {
 
-constexpr int kRefThreads = 128;
-constexpr int64_t kMaxRowBlocks = 1 << 20;
-
-// Enough threads that each handles about four elements, from one warp up to 512.
-int row_threads(int64_t dim) {
-  int t = 32;
-  while (t < 512 && static_cast<int64_t>(t) * 4 < dim) t *= 2;
-  return t;
-}
+using row_launch::kMaxRowBlocks;
+using row_launch::kRefThreads;
+using row_launch::ref_grid;
+using row_launch::row_grid;
+using row_launch::row_threads;
 
 __global__ void layer_norm_kernel(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta, float eps, float* out) {
   __shared__ float scratch[32];
@@ -131,8 +127,6 @@ __global__ void softmax_ref_kernel(const float* x, int64_t rows, int64_t dim, fl
   for (int64_t i = 0; i < dim; ++i) yr[i] = static_cast<float>(exp(static_cast<double>(xr[i]) * scale - m) / s);
 }
 
-unsigned ref_grid(int64_t rows) { return static_cast<unsigned>((rows + kRefThreads - 1) / kRefThreads); }
-unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks); }
 
 }  // namespace
 

@@ -17,16 +17,11 @@ namespace tessera::gpu {
 
 namespace {
 
-constexpr int kRefThreads = 128;
-constexpr int64_t kMaxRowBlocks = 1 << 20;
-
-int row_threads(int64_t dim) {
-  int t = 32;
-  while (t < 512 && static_cast<int64_t>(t) * 4 < dim) t *= 2;
-  return t;
-}
-unsigned ref_grid(int64_t n) { return static_cast<unsigned>((n + kRefThreads - 1) / kRefThreads); }
-unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks); }
+using row_launch::kMaxRowBlocks;
+using row_launch::kRefThreads;
+using row_launch::ref_grid;
+using row_launch::row_grid;
+using row_launch::row_threads;
 
 // ---------------------------------------------------------------- norm backward
 

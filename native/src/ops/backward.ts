@@ -13,6 +13,7 @@ import { callNative, InvalidArgumentError, ShapeMismatchError } from '../errors.
 import { checkShapes, expectDtype, expectRank, expectSameShape, formatShape, sameShape } from '../shape.js';
 import { sameBackend, Tensor } from '../tensor.js';
 import { gemm } from './gemm.js';
+import { checkEps, checkRowInput, checkRowParam } from './norm.js';
 import { resolveOut } from './output.js';
 
 export interface BackwardOptions {
@@ -36,24 +37,6 @@ function optionalOut(op: string, name: string, given: Tensor | null | undefined,
     throw new InvalidArgumentError(`${op}: accumulate adds to ${name}, so pass ${name} (or null to skip it)`);
   }
   return resolveOut(op, given, shape, 'f32', backend);
-}
-
-function checkRows(op: string, name: string, x: Tensor): number {
-  expectDtype(op, name, x, 'f32');
-  if (x.rank < 1) throw new ShapeMismatchError(`${op}: ${name} must have rank >= 1, got ${formatShape(x.shape)}`);
-  return x.shape[x.rank - 1]!;
-}
-
-function checkVector(op: string, name: string, p: Tensor | null | undefined, dim: number, x: Tensor): void {
-  if (!p) return;
-  expectDtype(op, name, p, 'f32');
-  if (p.rank !== 1 || p.shape[0] !== dim) {
-    throw new ShapeMismatchError(`${op}: ${name} ${formatShape(p.shape)} must be [${dim}], the last dimension of x ${formatShape(x.shape)}`);
-  }
-}
-
-function checkEps(op: string, eps: number): void {
-  if (!Number.isFinite(eps) || eps < 0) throw new InvalidArgumentError(`${op}: eps must be a finite number >= 0, got ${eps}`);
 }
 
 // ---------------------------------------------------------------- normalisation
@@ -82,10 +65,10 @@ export interface LayerNormGrads {
 export function layerNormBackward(x: Tensor, gamma: Tensor | null | undefined, dy: Tensor, options: LayerNormBackwardOptions = {}): LayerNormGrads {
   const op = 'layerNormBackward';
   const backend = sameBackend(op, x, gamma, dy, options.dx ?? undefined, options.dgamma ?? undefined, options.dbeta ?? undefined);
-  const dim = checkRows(op, 'x', x);
+  const dim = checkRowInput(op, x, 'x');
   expectDtype(op, 'dy', dy, 'f32');
   expectSameShape(op, 'dy', dy, 'x', x);
-  checkVector(op, 'gamma', gamma, dim, x);
+  checkRowParam(op, 'gamma', gamma, x, dim);
   const eps = options.eps ?? 1e-5;
   checkEps(op, eps);
   const accumulate = options.accumulate ?? false;
@@ -111,10 +94,10 @@ export function rmsNormBackward(x: Tensor, gamma: Tensor | null | undefined, dy:
   { dx: Tensor | null; dgamma: Tensor | null } {
   const op = 'rmsNormBackward';
   const backend = sameBackend(op, x, gamma, dy, options.dx ?? undefined, options.dgamma ?? undefined);
-  const dim = checkRows(op, 'x', x);
+  const dim = checkRowInput(op, x, 'x');
   expectDtype(op, 'dy', dy, 'f32');
   expectSameShape(op, 'dy', dy, 'x', x);
-  checkVector(op, 'gamma', gamma, dim, x);
+  checkRowParam(op, 'gamma', gamma, x, dim);
   const eps = options.eps ?? 1e-6;
   checkEps(op, eps);
   const accumulate = options.accumulate ?? false;
@@ -136,7 +119,7 @@ export interface SoftmaxBackwardOptions extends BackwardOptions {
 export function softmaxBackward(y: Tensor, dy: Tensor, options: SoftmaxBackwardOptions = {}): Tensor {
   const op = 'softmaxBackward';
   const backend = sameBackend(op, y, dy, options.out);
-  checkRows(op, 'y', y);
+  checkRowInput(op, y, 'y');
   expectDtype(op, 'dy', dy, 'f32');
   expectSameShape(op, 'dy', dy, 'y', y);
   const scale = options.scale ?? 1;
@@ -304,7 +287,7 @@ export interface ColumnSumOptions extends ParamGradOptions {
 export function columnSum(x: Tensor, options: ColumnSumOptions = {}): Tensor {
   const op = 'columnSum';
   const backend = sameBackend(op, x, options.out);
-  const cols = checkRows(op, 'x', x);
+  const cols = checkRowInput(op, x, 'x');
   const accumulate = options.accumulate ?? false;
   if (accumulate && !options.out) throw new InvalidArgumentError(`${op}: accumulate adds to out, so pass it`);
   const out = resolveOut(op, options.out, [cols], 'f32', backend);
@@ -331,7 +314,7 @@ export function linearBackward(x: Tensor, weight: Tensor, dy: Tensor, options: L
   { dx: Tensor | null; dWeight: Tensor | null; dBias: Tensor | null } {
   const op = 'linearBackward';
   const backend = sameBackend(op, x, weight, dy, options.dx ?? undefined, options.dWeight ?? undefined, options.dBias ?? undefined);
-  const inFeatures = checkRows(op, 'x', x);
+  const inFeatures = checkRowInput(op, x, 'x');
   expectDtype(op, 'weight', weight, ['f32', 'f16', 'bf16']);
   expectRank(op, 'weight', weight, 2);
   const [outFeatures, wIn] = weight.shape as [number, number];

@@ -33,13 +33,15 @@ export interface SoftmaxOptions extends RowOpOptions {
   scale?: number;
 }
 
-function checkRowInput(op: string, x: Tensor): number {
-  expectDtype(op, 'x', x, 'f32');
-  if (x.rank < 1) throw new ShapeMismatchError(`${op}: x must have rank >= 1, got ${formatShape(x.shape)}`);
+/** An f32 tensor of rows (rank ≥ 1); returns its row length. Shared with the backward ops (backward.ts). */
+export function checkRowInput(op: string, x: Tensor, name = 'x'): number {
+  expectDtype(op, name, x, 'f32');
+  if (x.rank < 1) throw new ShapeMismatchError(`${op}: ${name} must have rank >= 1, got ${formatShape(x.shape)}`);
   return x.shape[x.rank - 1]!;
 }
 
-function checkRowParam(op: string, name: string, p: Tensor | null | undefined, x: Tensor, dim: number): void {
+/** A per-column parameter (gamma, beta): f32 [dim], dim the last dimension of x. */
+export function checkRowParam(op: string, name: string, p: Tensor | null | undefined, x: Tensor, dim: number): void {
   if (!p) return;
   expectDtype(op, name, p, 'f32');
   if (p.rank !== 1 || p.shape[0] !== dim) {
@@ -47,7 +49,7 @@ function checkRowParam(op: string, name: string, p: Tensor | null | undefined, x
   }
 }
 
-function checkEps(op: string, eps: number): void {
+export function checkEps(op: string, eps: number): void {
   if (!Number.isFinite(eps) || eps < 0) throw new InvalidArgumentError(`${op}: eps must be a finite number >= 0, got ${eps}`);
 }
 

@@ -98,22 +98,12 @@ interface RequestState {
   cancelRequested: boolean;
 }
 
-interface Counters {
-  steps: number;
-  rows: number;
-  tokensGenerated: number;
-  promptTokens: number;
-  recomputedTokens: number;
-  wastedRows: number;
-  preemptions: number;
-  layoutBuilds: number;
-  adapterLoads: number;
-  submitted: number;
-  finished: number;
-  cancelled: number;
-  failed: number;
-  listenerErrors: number;
-}
+/** The monotonic counters of {@link SchedulerStats}, kept as the scheduler goes. */
+type Counters = Pick<
+  SchedulerStats,
+  | 'steps' | 'rows' | 'tokensGenerated' | 'promptTokens' | 'recomputedTokens' | 'wastedRows' | 'preemptions'
+  | 'layoutBuilds' | 'adapterLoads' | 'submitted' | 'finished' | 'cancelled' | 'failed' | 'listenerErrors'
+>;
 
 /** The plan in flight and what complete() needs to read its outcome. */
 interface InFlight {

@@ -3,6 +3,7 @@
  * lengths clip(round(N(mean, std)), 1, maxLength), each assigned a uniformly random task, and tasks assigned
  * uniformly random PET types. Seeded, so a pool is the same on every machine.
  */
+import { mulberry32 } from '@tessera/core';
 import { PlanError } from './errors.js';
 import type { CbQuery } from './types.js';
 
@@ -72,18 +73,6 @@ function bad(message: string): PlanError {
 
 function checkSeed(where: string, seed: unknown): void {
   if (typeof seed !== 'number' || !Number.isInteger(seed)) throw bad(`${where}: seed must be an integer, got ${String(seed)}`);
-}
-
-/** mulberry32: uniform floats in [0, 1) from a 32-bit seed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Box–Muller; 1 − u keeps the logarithm's argument in (0, 1]. */
