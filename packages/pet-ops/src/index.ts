@@ -245,3 +245,7 @@ export {
   PETS_DEMO_TASKS,
   PETS_DEMO_VERSION,
 } from './host/demo.js';
+export {
+  PLAN_STRATEGIES,
+  PetsHostMetrics,
+} from './host/metrics.js';
