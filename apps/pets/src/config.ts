@@ -77,29 +77,48 @@ Batching and the engine
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
 
-export interface CliConfig {
-  modelDir: string | undefined;
+/** The serving options, each documented once: the command line sets them all (defaults filled in), buildServer takes any. */
+export interface ServingOptions {
+  /** The shared model's tag in the API (default: the model directory's name). */
   tag: string | undefined;
-  demo: boolean;
-  demoDir: string | undefined;
+  /** `POST /v1/tasks {"path": …}` reads parameter files only inside this directory (default: path registration off). */
   paramsRoot: string | undefined;
+  /** The largest parameter file accepted, upload or path, in MiB (default 64; fractions allowed). */
   maxParamsMiB: number;
+  /** Device memory for the shared model plus the loaded tasks, in MiB (default 1024; fractions allowed). */
   budgetMiB: number;
-  host: string;
-  port: number;
+  /** Longest input in tokens (default: the model's max positions). */
   maxInputTokens: number | undefined;
+  /** Most texts in one classify request (default 64). */
   maxBatchInputs: number;
-  logLevel: string;
+  /** Batching strategy of each window (default 'auto'). */
   strategy: StrategyOption;
+  /** The batch window: closes `windowMs` after its first query, or at `windowQueries` queries (defaults 10, 128). */
   windowMs: number;
   windowQueries: number;
+  /** Profiled α/β tables (a JSON file as --profile writes it) instead of the analytic cost model. */
   costTables: string | undefined;
+  /** Profile α/β tables at start-up (and write them to `profileOut` when given). */
   profile: boolean;
   profileOut: string | undefined;
+  /** Batch layout in the engine (default 'padded', as PetS's dense batches). */
   layout: LayoutOption;
+  /** PET operator scheduling (default 'intensity': Algorithm 2). */
   scheduling: SchedulingOption;
+  /** PET operator streams (default 'dynamic'). */
   streams: number | 'dynamic';
+  /** CPU kernel threads of the engine (default: TESSERA_THREADS or all cores). */
   threads: number | undefined;
+}
+
+export interface CliConfig extends ServingOptions {
+  /** The shared model's directory; undefined: serve the demo. */
+  modelDir: string | undefined;
+  demo: boolean;
+  demoDir: string | undefined;
+  host: string;
+  port: number;
+  logLevel: string;
 }
 
 function streamsOf(value: string | undefined): number | 'dynamic' {

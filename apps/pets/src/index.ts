@@ -26,4 +26,4 @@ export type {
 } from './engine/protocol.js';
 export { ApiError, petsErrors } from './api/errors.js';
 export { encodeClassifyInputs, type InputLimits, softmax } from './api/inputs.js';
-export { PetsMetrics } from './plugins/metrics.js';
+export { PetsHostMetrics as PetsMetrics } from '@tessera/pet-ops';

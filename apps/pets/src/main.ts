@@ -23,10 +23,12 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   }
   const say = (line: string) => process.stdout.write(`[pets] ${line}\n`);
 
-  let { modelDir, tag, paramsRoot } = config;
+  const { modelDir: dir, demo: serveDemo, demoDir, host, port, logLevel, ...serving } = config;
+  let modelDir = dir;
+  let { tag, paramsRoot } = serving;
   let startupTasks: StartupTask[] = [];
-  if (modelDir === undefined || config.demo) {
-    const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say);
+  if (modelDir === undefined || serveDemo) {
+    const demo = ensureDemo(demoDir ?? defaultDemoDir(), say);
     if (!demo.generated) say(`using the demo in ${demo.dir}`);
     modelDir = demo.modelDir;
     tag ??= demo.modelName;
@@ -35,29 +37,8 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   }
 
   say(`loading the shared model ${modelDir}${startupTasks.length > 0 ? ` and ${startupTasks.length} task(s)` : ''}`);
-  const app = await buildServer({
-    modelDir,
-    tag,
-    paramsRoot,
-    maxParamsMiB: config.maxParamsMiB,
-    budgetMiB: config.budgetMiB,
-    strategy: config.strategy,
-    layout: config.layout,
-    scheduling: config.scheduling,
-    streams: config.streams,
-    windowMs: config.windowMs,
-    windowQueries: config.windowQueries,
-    costTables: config.costTables,
-    profile: config.profile,
-    profileOut: config.profileOut,
-    maxInputTokens: config.maxInputTokens,
-    maxBatchInputs: config.maxBatchInputs,
-    threads: config.threads,
-    startupTasks,
-    logger: { level: config.logLevel },
-    onProgress: say,
-  });
-  const address = await listen(app, { host: config.host, port: config.port });
+  const app = await buildServer({ ...serving, modelDir, tag, paramsRoot, startupTasks, logger: { level: logLevel }, onProgress: say });
+  const address = await listen(app, { host, port });
   const tasks = app.engine.startupTasks;
   const example = tasks[0]?.id ?? '<task id>';
   const cost = app.engine.cost;

@@ -23,7 +23,7 @@ import { createTesseraServer, listenWithGrace } from '@tessera/server-kit';
 
 import { petsErrors } from './api/errors.js';
 import type { InputLimits } from './api/inputs.js';
-import { DEFAULTS, type LayoutOption, type SchedulingOption, type StrategyOption } from './config.js';
+import { DEFAULTS, type ServingOptions } from './config.js';
 import { MIB, PetsEngineClient } from './engine/client.js';
 import type { StartupTask, WorkerInit } from './engine/protocol.js';
 import { petsMetrics } from './plugins/metrics.js';
@@ -50,39 +50,9 @@ declare module 'fastify' {
   }
 }
 
-export interface ServerOptions {
+export interface ServerOptions extends Partial<{ [K in keyof ServingOptions]: ServingOptions[K] | undefined }> {
   /** A Hugging Face BERT-style encoder directory: the shared model. */
   modelDir: string;
-  /** The shared model's tag in the API (default: the directory's name). */
-  tag?: string | undefined;
-  /** `POST /v1/tasks {"path": …}` reads parameter files only inside this directory (default: path registration off). */
-  paramsRoot?: string | undefined;
-  /** The largest parameter file accepted, in MiB (default 64; fractions allowed). */
-  maxParamsMiB?: number | undefined;
-  /** Device memory for the shared model plus the loaded tasks, in MiB (default 1024; fractions allowed). */
-  budgetMiB?: number | undefined;
-  /** Batching strategy of each window (default 'auto'). */
-  strategy?: StrategyOption | undefined;
-  /** Batch layout in the engine (default 'padded', as PetS's dense batches). */
-  layout?: LayoutOption | undefined;
-  /** PET operator scheduling (default 'intensity': Algorithm 2). */
-  scheduling?: SchedulingOption | undefined;
-  /** PET operator streams (default 'dynamic'). */
-  streams?: number | 'dynamic' | undefined;
-  /** The batch window: closes `windowMs` after its first query, or at `windowQueries` queries (defaults 10, 128). */
-  windowMs?: number | undefined;
-  windowQueries?: number | undefined;
-  /** Profiled α/β tables (a JSON file as --profile writes it) instead of the analytic cost model. */
-  costTables?: string | undefined;
-  /** Profile α/β tables at start-up (and write them to `profileOut` when given). */
-  profile?: boolean | undefined;
-  profileOut?: string | undefined;
-  /** Longest input in tokens (default: the model's max positions). */
-  maxInputTokens?: number | undefined;
-  /** Most texts in one classify request (default 64). */
-  maxBatchInputs?: number | undefined;
-  /** CPU kernel threads of the engine (default: TESSERA_THREADS or all cores). */
-  threads?: number | undefined;
   /** Tasks registered (and possibly loaded) at start-up, from parameter files on disk. */
   startupTasks?: readonly StartupTask[] | undefined;
   /** fastify's logger option (default: off). */

@@ -6,12 +6,11 @@ import { describe, expect, it } from 'vitest';
 
 import { deserializeError, serializeError, TesseraError } from '@tessera/core';
 import { BudgetExceededError } from '@tessera/native';
-import { DeviceBudgetError, PetConfigError, PetFormatError, PetShapeError, TaskStateError, UnknownPetTypeError, UnknownSharedModelError, UnknownTaskError } from '@tessera/pet-ops';
+import { DeviceBudgetError, PetConfigError, PetFormatError, PetShapeError, PetTypeMismatchError, TaskStateError, UnknownPetTypeError, UnknownSharedModelError, UnknownTaskError } from '@tessera/pet-ops';
 import { describeSchemaErrors, EngineUnavailableError, errorBody, errorReply, paramOf } from '@tessera/server-kit';
 
 import { ApiError, petsErrors } from '../src/api/errors.js';
 import { UNION_FIELD_HINTS } from '../src/api/schemas.js';
-import { PetTypeMismatchError } from '../src/engine/protocol.js';
 
 /** What the HTTP side sees after the error crossed the thread boundary (structured clone). */
 function remote(err: unknown): Error {

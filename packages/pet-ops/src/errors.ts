@@ -113,4 +113,15 @@ export class DeviceBudgetError extends PetOpsError {
   }
 }
 
-registerErrors(PetOpsError, UnknownPetTypeError, PetShapeError, PetConfigError, PetFormatError, UnknownTaskError, UnknownSharedModelError, TaskStateError, DeviceBudgetError);
+/** A parameter file holds another PET type than its registration declares. */
+export class PetTypeMismatchError extends PetOpsError {
+  static override readonly kind: ErrorKind = 'invalid';
+  /** The declared type. */
+  readonly petType: string;
+  constructor(source: string, declared: string, inFile: string) {
+    super('TESSERA_PET_TYPE_MISMATCH', `${source}: the registration says pet_type ${JSON.stringify(declared)} but the parameter file holds a ${JSON.stringify(inFile)} task`);
+    this.petType = declared;
+  }
+}
+
+registerErrors(PetOpsError, UnknownPetTypeError, PetShapeError, PetConfigError, PetFormatError, UnknownTaskError, UnknownSharedModelError, TaskStateError, DeviceBudgetError, PetTypeMismatchError);

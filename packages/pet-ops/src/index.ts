@@ -11,6 +11,8 @@
  *   tasks/        TaskManager (register / load / unload, memory accounting), maxTasks (Table 5), loadUntilFull
  *   engine/       the PET inference engine (PIE): macro-batches, operator scheduling (Algorithm 2), heads, α/β
  *                 profiling targets, and one task's merged model in onnxruntime (the numerics oracle, SeqS baseline)
+ *   host/         PetsHost: the engine side of a PetS server (TaskManager + PetEngine, task admin from parameter
+ *                 bytes, the executor a batching loop drives, stats, profiling tasks), its records, the demo
  */
 export {
   type HostTensor,
@@ -36,6 +38,7 @@ export {
   PetFormatError,
   PetOpsError,
   PetShapeError,
+  PetTypeMismatchError,
   TaskStateError,
   UnknownPetTypeError,
   UnknownSharedModelError,
@@ -213,3 +216,36 @@ export {
   PetTaskOnnxModel,
   sharedHostWeights,
 } from './engine/reference-run.js';
+export type {
+  ClassifyResult,
+  EncodedInput,
+  MacroBatchRecord,
+  MemorySummary,
+  ModelSummary,
+  PetsHostOptions,
+  PetsHostStats,
+  PlanRecord,
+  RegisterTask,
+  StartupTask,
+  TaskState,
+  TaskSummary,
+} from './host/types.js';
+export {
+  type PetsExecutor,
+  PetsHost,
+  type PetsMacroBatch,
+  type PetsProfileTarget,
+  type TaskPipeline,
+  taskSummary,
+} from './host/pets-host.js';
+export {
+  ensurePetsDemo,
+  type PetsDemo,
+  PETS_DEMO_MODEL_NAME,
+  PETS_DEMO_TASKS,
+  PETS_DEMO_VERSION,
+} from './host/demo.js';
+export {
+  PLAN_STRATEGIES,
+  PetsHostMetrics,
+} from './host/metrics.js';

@@ -2,67 +2,17 @@
  * PetS's instance of the host protocol (@tessera/cluster), between the HTTP thread and the engine worker thread
  * (server-kit's WorkerEngineClient ⇄ cluster's serveWorkerHost). A classify request is placed with its inputs'
  * token ids; its events are one `result` item per input (index = the input's position), then `finish`. Admin calls
- * register, load, unload and delete tasks and read stats; the `memory` notice follows every change of the task set
- * or of what is loaded, so /health never waits on a batch. Errors cross as core's serializeError.
+ * are PetsHost's task calls and stats; the `memory` notice follows every change of the task set or of what is
+ * loaded, so /health never waits on a batch. Errors cross as core's serializeError. The records themselves
+ * (TaskSummary, MemorySummary, ModelSummary, EncodedInput, ClassifyResult, stats) are @tessera/pet-ops' host types.
  *
  * A parameter file travels as bytes (an upload, or a file the HTTP thread read inside --params-root), transferred,
  * not copied: the worker never opens a path a client named.
  */
 import type { ItemEvent } from '@tessera/cluster';
-import { registerErrors, TesseraError } from '@tessera/core';
+import type { ClassifyResult, EncodedInput, MemorySummary, ModelSummary, PetsHostStats, RegisterTask, StartupTask, TaskSummary } from '@tessera/pet-ops';
 
-/** One input of a classify request, tokenized on the HTTP thread. */
-export interface EncodedInput {
-  ids: number[];
-  /** Token type ids (0 for the first text, 1 for the pair); absent: all 0. */
-  tokenTypes?: number[];
-}
-
-/** One input's result: the task head's logits and the label they pick. */
-export interface ClassifyResult {
-  label: string;
-  labelIndex: number;
-  logits: number[];
-}
-
-export type TaskState = 'registered' | 'loaded';
-
-export interface TaskSummary {
-  id: string;
-  name: string | null;
-  petType: string;
-  sharedModel: string;
-  labels: string[];
-  state: TaskState;
-  /** Bytes of the task's parameters as stored (compressed: bit-packed masks, CSR). */
-  storedBytes: number;
-  /** Device bytes while loaded, else null. */
-  deviceBytes: number | null;
-}
-
-export interface MemorySummary {
-  budgetBytes: number;
-  sharedBytes: number;
-  petBytes: number;
-  loadedTasks: number;
-  registeredTasks: number;
-}
-
-export interface ModelSummary {
-  tag: string;
-  /** The model directory (absolute). */
-  dir: string;
-  architecture: string;
-  hiddenSize: number;
-  numLayers: number;
-  maxPositions: number;
-  vocabSize: number;
-  typeVocabSize: number;
-  /** Which backend runs the kernels: 'cpu' or 'cuda'. */
-  device: string;
-  /** The PET types this engine can run. */
-  petTypes: string[];
-}
+export type { ClassifyResult, EncodedInput, MacroBatchRecord, MemorySummary, ModelSummary, PlanRecord, RegisterTask, StartupTask, TaskState, TaskSummary } from '@tessera/pet-ops';
 
 /** How the worker prices batches: which cost model the planner uses. */
 export interface CostSummary {
@@ -71,50 +21,8 @@ export interface CostSummary {
   file: string | null;
 }
 
-/** One executed macro-batch, for the metrics. */
-export interface MacroBatchRecord {
-  /** Queries (rows) in it. */
-  queries: number;
-  /** PET segments (mini-batches). */
-  segments: number;
-  /** Distinct tasks. */
-  tasks: number;
-  /** Its padded length. */
-  maxLength: number;
-  totalMs: number;
-  petMs: number;
-  sharedMs: number;
-  /** Token rows the shared operators computed, and how many of them were padding. */
-  rows: number;
-  paddingRows: number;
-}
-
-/** One window's plan, for the metrics. */
-export interface PlanRecord {
-  /** The strategy used: the configured one, or the one 'auto' picked. */
-  strategy: string;
-  queries: number;
-  batches: number;
-}
-
-/** What /metrics needs from the worker, sampled when scraped. Lists are drained: records since the previous call. */
-export interface EngineStats {
-  memory: MemorySummary;
-  /** Queries waiting in the open window or its planned batches. */
-  pendingQueries: number;
-  queriesClassified: number;
-  batches: MacroBatchRecord[];
-  plans: PlanRecord[];
-}
-
-/** A task registered at start-up (the demo's), from a parameter file on disk. */
-export interface StartupTask {
-  path: string;
-  petType: string;
-  id?: string;
-  name?: string;
-  load: boolean;
-}
+/** What /metrics needs from the worker, sampled when scraped (PetsHost's stats). */
+export type EngineStats = PetsHostStats;
 
 /** workerData of the engine worker. */
 export interface WorkerInit {
@@ -132,18 +40,6 @@ export interface WorkerInit {
   startupTasks: StartupTask[];
   /** The module to run, for the dev bootstrap (worker-dev.mjs): the TypeScript worker's URL. */
   entry?: string;
-}
-
-/** What a register call carries: the task's metadata and its parameter file's bytes. */
-export interface RegisterTask {
-  petType: string;
-  sharedModel: string;
-  params: Uint8Array;
-  /** Where the bytes came from ('upload', or the path under --params-root), for messages. */
-  source: string;
-  id?: string;
-  name?: string;
-  load: boolean;
 }
 
 /** A classify request: a task and its inputs. `id` is the idempotency key. */
@@ -178,14 +74,3 @@ export interface PetsProtocol {
   };
   ready: PetsReady;
 }
-
-/** The parameter file says it holds another PET type than the registration's `pet_type`. */
-export class PetTypeMismatchError extends TesseraError {
-  static override readonly kind = 'invalid' as const;
-  readonly petType: string;
-  constructor(source: string, declared: string, inFile: string) {
-    super('TESSERA_PET_TYPE_MISMATCH', `${source}: the registration says pet_type ${JSON.stringify(declared)} but the parameter file holds a ${JSON.stringify(inFile)} task`);
-    this.petType = declared;
-  }
-}
-registerErrors(PetTypeMismatchError);

@@ -13,6 +13,7 @@ export {
   petsAnalyticCostParams,
   petsAnalyticModel,
   petsProfileGrid,
+  profilePetsCostTables,
   petsTablesModel,
   petWorkPerLayer,
 } from './pet-cost.js';

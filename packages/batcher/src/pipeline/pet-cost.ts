@@ -13,6 +13,7 @@ import { TesseraError } from '@tessera/core';
 
 import { type AnalyticCostParams, analyticCostModel, type CostModel, tableCostModel } from '../coordinated/cost-model.js';
 import { CostTable, type CostTableJson } from '../coordinated/cost-table.js';
+import { type CostProfilerTarget, profileCostTables } from '../coordinated/profiler.js';
 
 /** The shape of a shared encoder, as far as pricing its PET work needs it. */
 export interface EncoderShape {
@@ -132,4 +133,32 @@ export function petsTablesModel(json: unknown, petTypes: readonly string[], sour
 export function petsProfileGrid(maxPositions: number): { batches: number[]; lengths: number[]; petBatches: number[]; petLengths: number[] } {
   const lengths = [...new Set([16, 32, 64, 128, 256, 512].filter((l) => l <= maxPositions).concat(Math.min(maxPositions, 512)))].sort((a, b) => a - b);
   return { batches: [1, 2, 4, 8, 16, 32, 64, PETS_MAX_MACRO], lengths, petBatches: [1, 4, 16, PETS_MAX_MINI], petLengths: lengths };
+}
+
+/**
+ * Profiles PetS's α/β tables on `target` (pet-ops' petsCostProfilerTarget, with a task of every type loaded) over the
+ * start-up grid of {@link petsProfileGrid}: one warm-up and three timed runs per cell, progress reported as a line
+ * every tenth of the cells. Write the result with {@link costTablesJson}; price with `tableCostModel(alpha, beta)`.
+ */
+export async function profilePetsCostTables(
+  target: CostProfilerTarget,
+  maxPositions: number,
+  progress: (line: string) => void = () => {},
+): Promise<{ alpha: CostTable; beta: Map<string, CostTable> }> {
+  const grid = petsProfileGrid(maxPositions);
+  let reported = 0;
+  return profileCostTables(target, {
+    ...grid,
+    repeats: 3,
+    warmup: 1,
+    maxMini: grid.petBatches.at(-1)!,
+    maxMacro: grid.batches.at(-1)!,
+    onProgress: (done, total) => {
+      const tenth = Math.floor((10 * done) / total);
+      if (tenth > reported || done === total) {
+        reported = tenth;
+        progress(`profiling α/β tables: ${done}/${total} cells (${Math.round((100 * done) / total)}%)`);
+      }
+    },
+  });
 }
