@@ -19,12 +19,11 @@ import {
   type CbQuery,
   type CostModel,
   type MacroBatch,
-  assignPetTypes,
-  generateCbPool,
   planBatches,
   profileCostTables,
   tableCostModel,
 } from '@tessera/batcher';
+import { assignPetTypes, generateCbPool } from '@tessera/batcher/bench';
 import {
   type LoadedPet,
   type PetMacroBatchInput,

@@ -7,9 +7,9 @@ import { rng } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
 import {
   type CbQuery, type CostModel, CostModelError, CostTable, type MacroBatch, type MiniBatch, PlanError, type PlanOptions,
-  analyticCostModel, assignPetTypes, cbTaskNames, estimateCost, generateCbPool, interTaskBatching, intraTaskBatching,
-  planBatches, tableCostModel,
+  analyticCostModel, estimateCost, interTaskBatching, intraTaskBatching, planBatches, tableCostModel,
 } from '../src/index.js';
+import { assignPetTypes, cbTaskNames, generateCbPool } from '../src/bench.js';
 
 const lengthsOf = (qs: readonly CbQuery[]): number[] => qs.map((q) => q.length);
 const shape = (batches: readonly MacroBatch[]): string[][] =>

@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
-  type CostProfilerTarget, CostModelError, CostTable, assignPetTypes, cbTaskNames, generateCbPool, planBatches,
-  profileCostTables, tableCostModel,
+  type CostProfilerTarget, CostModelError, CostTable, planBatches, profileCostTables, tableCostModel,
 } from '../src/index.js';
+import { assignPetTypes, cbTaskNames, generateCbPool } from '../src/bench.js';
 
 const trueAlpha = (N: number, L: number): number => 2 + 0.01 * N * L;
 const trueBeta = (pt: string, n: number, l: number): number => (pt === 'adapter' ? 0.5 : 0.25) + 0.001 * n * l;

@@ -12,9 +12,8 @@ const errors: unknown[][] = [];
 vi.spyOn(console, 'error').mockImplementation((...args: unknown[]) => void errors.push(args));
 
 // #region coordinated-readme-example
-import {
-  BatchWindow, analyticCostModel, assignPetTypes, cbTaskNames, generateCbPool, planBatches, systemClock,
-} from '@tessera/batcher';
+import { BatchWindow, analyticCostModel, planBatches, systemClock } from '@tessera/batcher';
+import { assignPetTypes, cbTaskNames, generateCbPool } from '@tessera/batcher/bench';
 
 // The paper's Fig. 12 workload: 1024 queries over 32 tasks, lengths ~ N(32, 4), each task a random PET type.
 const types = assignPetTypes(cbTaskNames(32), ['maskbert', 'diff', 'bitfit', 'adapter'], 1);

@@ -1,6 +1,7 @@
 /** The seeded PetS workload generator (pets.md §7 artifact facts, §10 recipe): Gaussian lengths, uniform tasks and PET types. */
 import { describe, expect, it } from 'vitest';
-import { PlanError, assignPetTypes, cbTaskNames, generateCbPool } from '../src/index.js';
+import { assignPetTypes, cbTaskNames, generateCbPool } from '../src/bench.js';
+import { PlanError } from '../src/index.js';
 
 describe('generateCbPool / assignPetTypes', () => {
   it('draws lengths clip(round(N(mean, std)), 1, maxLength) and uniform tasks', () => {

@@ -12,7 +12,6 @@ export {
 export {
   BatchWindow, type BatchWindowErrorContext, type BatchWindowOptions, type BatchWindowStats, type WindowTimer, systemTimer,
 } from './window.js';
-export { type CbPoolOptions, assignPetTypes, cbTaskNames, generateCbPool } from './workload.js';
 export {
   BatchWindowClosedError, CostModelError, type CostModelErrorCode, PlanError, type PlanErrorCode,
 } from './errors.js';
