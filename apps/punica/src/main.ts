@@ -2,14 +2,13 @@
  * The `tessera-punica` command: parse flags, generate the demo when no model is given, then run the role: the
  * single-process server (default), or a cluster scheduler, worker or frontend on Redis (`--role`). `pnpm --filter @tessera/punica start` runs this file from source.
  */
-import { isEntryPoint, runMain, usageExitCode } from '@tessera/server-kit';
+import { isEntryPoint, runMain, stopOnSignal, usageExitCode } from '@tessera/server-kit';
 
 import { startClusterScheduler } from './cluster/scheduler-role.js';
 import { startClusterWorker } from './cluster/worker-role.js';
 import { parseCli, USAGE } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
-import { MIB } from './engine/client.js';
-import { buildServer, discoverAdapters, listen } from './server.js';
+import { buildServer, discoverAdapters, listen, MIB } from './server.js';
 
 export async function main(argv: readonly string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let config;
@@ -35,7 +34,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       log: say,
     });
     say(`scheduling on ${config.redisUrl} (prefix ${config.clusterPrefix}); Ctrl-C stops it`);
-    onSignal(() => scheduler.close());
+    stopOnSignal(() => scheduler.close(), { prefix: '[punica]' });
     return 0;
   }
 
@@ -63,7 +62,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       threads: config.threads ?? null,
       log: say,
     });
-    onSignal(() => worker.close());
+    stopOnSignal(() => worker.close(), { prefix: '[punica]' });
     return 0;
   }
 
@@ -101,25 +100,6 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     ].join('\n'),
   );
   return 0;
-}
-
-/** Runs `stop` once on SIGINT or SIGTERM, then exits; a second signal exits at once. */
-function onSignal(stop: () => Promise<void>): void {
-  let stopping = false;
-  const handler = (signal: NodeJS.Signals) => {
-    if (stopping) process.exit(1);
-    stopping = true;
-    process.stdout.write(`[punica] ${signal}: stopping\n`);
-    stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        process.stderr.write(`[punica] ${err instanceof Error ? err.message : String(err)}\n`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGINT', handler);
-  process.on('SIGTERM', handler);
 }
 
 // A typed error (Redis down at start-up, a bad model directory) is printed by its message, anything else with its stack.

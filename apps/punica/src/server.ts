@@ -1,36 +1,59 @@
 /**
  * The composition root. A request's path through the app:
  *
- *   routes/           HTTP endpoints (completions, chat, models, adapters, health, metrics)
- *     → openai/       schemas, the chat template, model-name resolution, the shared generation path, SSE
- *       → engine/     EngineClient (this thread) ⇄ protocol ⇄ worker.ts (engine thread: model, KV cache,
- *                     adapter cache, SGMV delta, continuous batcher)
- *   plugins/          cross-cutting: the engine and its decorators, metrics, OpenAI-style errors
+ *   routes/        HTTP endpoints: completions, chat, models, adapters (health and metrics: server-kit)
+ *     → openai/    schemas, the chat template, model-name resolution, the generation path, error wording
+ *       → PunicaHost (engine/protocol.ts): the host protocol's front side, served by
+ *           the engine worker thread (server-kit's WorkerEngineClient ⇄ engine/worker.ts: model, KV cache,
+ *           adapter cache, SGMV delta, EngineLoop), or, with `cluster`, the Punica scheduler and worker processes
+ *           on Redis (cluster/frontend.ts)
  *
- * `buildServer` returns a ready fastify instance (the engine worker is up; tests drive it with `inject` or
- * `listen`); `listen` adds the graceful shutdown: on SIGINT/SIGTERM stop accepting, let in-flight requests and
- * streams finish, then stop the engine worker.
+ * `buildServer` returns a ready fastify instance from server-kit's createTesseraServer (the engine is up; tests drive
+ * it with `inject` or `listen`); `listen` adds the graceful shutdown: on SIGINT/SIGTERM stop accepting, let
+ * in-flight requests and streams finish, then stop the engine worker.
  */
 import { readdirSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 
-import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
+import { readHfConfig, TextTokenizer } from '@tessera/engine';
+import { createTesseraServer, listenWithGrace } from '@tessera/server-kit';
 
-import { gracefulClose, listenWithGrace } from '@tessera/server-kit';
-
-import { MIB } from './engine/client.js';
-import { enginePlugin } from './plugins/engine.js';
-import { errorsPlugin } from './plugins/errors.js';
-import { metricsPlugin } from './plugins/metrics.js';
+import { connectClusterFrontend } from './cluster/frontend.js';
+import { type PunicaHost, startWorkerHost } from './engine/protocol.js';
+import { punicaMetrics } from './metrics.js';
+import { punicaErrors } from './openai/errors.js';
+import type { GenerationDeps } from './openai/generation.js';
+import { ModelRegistry } from './openai/model-registry.js';
 import adapterRoutes, { adapterNameProblem } from './routes/adapters.js';
 import chatCompletionRoutes from './routes/chat-completions.js';
 import completionRoutes from './routes/completions.js';
-import healthRoutes from './routes/health.js';
-import metricsRoutes from './routes/metrics.js';
 import modelRoutes from './routes/models.js';
+
+export const MIB = 1024 * 1024;
+
+export interface ModelInfo {
+  name: string;
+  contextLength: number;
+  vocabSize: number;
+  device: string;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The engine, over a worker thread or Redis. */
+    engine: PunicaHost;
+    /** The base model's name and the registered adapters. */
+    models: ModelRegistry;
+    /** The model's tokenizer, on the HTTP thread: prompts and limits are checked before anything reaches the engine (pure JS: this thread never loads the addon). */
+    tokenizer: TextTokenizer;
+    modelInfo: ModelInfo;
+    generationDeps: GenerationDeps;
+  }
+}
 
 export interface ServerOptions {
   /** A Hugging Face Llama-style model directory. */
@@ -90,40 +113,71 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     seen.add(a.name);
   }
   const maxBatch = options.maxBatch ?? 32;
+  const modelDir = resolve(options.modelDir);
+  const config = readHfConfig(modelDir);
+  if (config.family !== 'decoder') throw new Error(`${modelDir} holds a ${config.architecture}; the Punica server serves decoder (causal LM) models`);
+  const tokenizer = TextTokenizer.fromDir(modelDir);
+  const name = options.modelName ?? basename(modelDir);
 
-  // pluginTimeout 0: the engine plugin loads the model and the start-up adapters before it resolves; that takes as
-  // long as the model and the machine make it, and a worker that fails rejects the start on its own.
-  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle', pluginTimeout: 0 })
-    .withTypeProvider<TypeBoxTypeProvider>()
-    .setValidatorCompiler(TypeBoxValidatorCompiler);
-
-  await app.register(gracefulClose({ name: 'tessera-punica-graceful-close' }));
-  await app.register(errorsPlugin);
-  await app.register(enginePlugin, {
-    modelDir: options.modelDir,
-    ...(options.modelName !== undefined ? { modelName: options.modelName } : {}),
-    adapters,
-    engine: {
-      maxBatch,
-      kvBudgetBytes: (options.kvBudgetMiB ?? 64) * MIB,
-      adapterBudgetBytes: (options.adapterBudgetMiB ?? 64) * MIB,
-      hostAdapterBudgetBytes: (options.hostAdapterBudgetMiB ?? 256) * MIB,
-      threads: options.threads ?? null,
-      ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}),
+  return createTesseraServer<PunicaHost>({
+    name: 'tessera-punica',
+    logger: options.logger,
+    validatorCompiler: TypeBoxValidatorCompiler,
+    errors: punicaErrors,
+    async engine(app) {
+      let engine: PunicaHost;
+      if (options.cluster) {
+        app.log.info({ model: modelDir, adapters: adapters.length }, 'connecting to the cluster scheduler on Redis');
+        engine = await connectClusterFrontend({ redis: options.cluster.redis, modelDir, adapters });
+      } else {
+        app.log.info({ model: modelDir, adapters: adapters.length }, 'starting the engine worker');
+        const init = {
+          modelDir,
+          adapters,
+          maxBatch,
+          kvBudgetBytes: (options.kvBudgetMiB ?? 64) * MIB,
+          adapterBudgetBytes: (options.adapterBudgetMiB ?? 64) * MIB,
+          hostAdapterBudgetBytes: (options.hostAdapterBudgetMiB ?? 256) * MIB,
+          threads: options.threads ?? null,
+        };
+        engine = await startWorkerHost(init, options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {});
+      }
+      app.log.info({ device: engine.ready.model.device, kvPages: engine.ready.model.kvPages }, 'engine ready');
+      engine.on('crash', (err) => app.log.error({ err }, 'the engine worker crashed; /health reports unhealthy'));
+      return engine;
     },
-    cluster: options.cluster,
+    // Answered on the HTTP thread from the host's state, so it stays fast while the engine computes.
+    health: (engine) => ({
+      healthy: engine.healthy,
+      body: {
+        status: engine.healthy ? 'ok' : 'unhealthy',
+        model: name,
+        device: engine.ready.model.device,
+        requests_in_flight: engine.inFlight,
+        ...(engine.healthy ? {} : { error: engine.failure?.message ?? 'the engine is not running' }),
+      },
+    }),
+    metrics: (registry, engine) => punicaMetrics(registry, engine, { model: name, maxLora: maxBatch }),
+    async routes(app, engine) {
+      const now = Math.floor(Date.now() / 1000);
+      const models = new ModelRegistry({ name, root: modelDir, maxModelLen: config.maxPositions, created: now });
+      // In the order they were given (the worker registers them concurrently).
+      const started = new Map(engine.ready.adapters.map((a) => [a.name, a]));
+      for (const { name: adapter } of adapters) {
+        const a = started.get(adapter);
+        if (a) models.add({ name: a.name, path: a.path, rank: a.rank, created: now });
+      }
+      const modelInfo: ModelInfo = { name, contextLength: config.maxPositions, vocabSize: config.vocabSize, device: engine.ready.model.device };
+      app.decorate('models', models);
+      app.decorate('tokenizer', tokenizer);
+      app.decorate('modelInfo', modelInfo);
+      app.decorate('generationDeps', { engine, registry: models, contextLength: modelInfo.contextLength, vocabSize: modelInfo.vocabSize });
+      await app.register(completionRoutes);
+      await app.register(chatCompletionRoutes);
+      await app.register(modelRoutes);
+      if ((options.adapterAdmin ?? true) && !options.cluster) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
+    },
   });
-  await app.register(metricsPlugin, { maxLora: maxBatch });
-
-  await app.register(completionRoutes);
-  await app.register(chatCompletionRoutes);
-  await app.register(modelRoutes);
-  if ((options.adapterAdmin ?? true) && !options.cluster) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
-  await app.register(healthRoutes);
-  await app.register(metricsRoutes);
-
-  await app.ready();
-  return app;
 }
 
 export interface ListenOptions {

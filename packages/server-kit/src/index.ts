@@ -3,8 +3,10 @@
  *
  * - http/: createTesseraServer (fastify with the engine host, /health, /metrics, graceful close) and errors → HTTP
  *   by kind in one place (HttpError, EngineUnavailableError, STATUS_BY_KIND)
+ * - host/: EngineHost, the one interface routes talk to, and StreamEngineHost for transports that yield streams (Redis)
  * - worker/: WorkerEngineClient, the front side of the host protocol over a worker thread (the host side is
  *   @tessera/cluster's serveWorkerHost), and the worker's start-up
+ * - http/streams: answering with a request's stream (cancel on disconnect, status after the first output, SSE)
  * - plugins/: fastify plugins (fastify-plugin), graceful close, schema-validation error messages
  * - cli/: flag and environment parsing, the main() bootstrap, listening with a graceful shutdown, the repository root
  *
@@ -24,12 +26,23 @@ export {
   httpStatus,
   STATUS_BY_KIND,
 } from './http/errors.js';
-export { type EngineProtocol, type ProtocolStream, type RequestEnd, WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
+export {
+  type EngineHost,
+  type EngineHostEvents,
+  type EngineProtocol,
+  type ProtocolStream,
+  type RequestEnd,
+  StreamEngineHost,
+  type StreamTransport,
+} from './host/engine-host.js';
+export { WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
+export { openStream, sendSse, SSE_HEADERS, sseData } from './http/streams.js';
+export { CumulativeTotals, defineMetrics, type MetricOf, type MetricSpec } from './http/metrics.js';
 export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';
 export { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
-export { isEntryPoint, runMain, usageExitCode } from './cli/main.js';
+export { isEntryPoint, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
 export { repositoryRoot } from './cli/repository.js';
 export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

@@ -3,9 +3,9 @@
  * evicts on KV exhaustion so the scheduler can migrate the request, and @tessera/cluster's host worker feeds it
  * from this host's BullMQ queue, streams its tokens to Redis and publishes its load every half second.
  *
- *   BullMQ queue host.<id> ─add/cancel─▶ batcherEngine(ContinuousBatcher) ─events─▶ request streams + scheduler inbox
+ *   BullMQ queue host.<id> ─add/cancel─▶ batcherEngine(EngineLoop) ─events─▶ request streams + scheduler inbox
  */
-import { batcherEngine, connectRedis, type HostWorkerHandle, type RedisOptions, startHostWorker } from '@tessera/cluster';
+import { connectRedis, type HostWorkerHandle, type RedisOptions, startHostWorker } from '@tessera/cluster';
 
 import { buildEngineStack, type EngineStackOptions } from '../engine/stack.js';
 
@@ -35,9 +35,8 @@ export async function startClusterWorker(options: ClusterWorkerOptions): Promise
   try {
     for (const { name, path } of options.adapters) await stack.register(name, path);
     log(`engine ready: ${options.modelDir} on ${stack.model.backend.device}, ${stack.kv.numPages} KV pages, ${options.adapters.length} adapter(s)`);
-    const engine = batcherEngine(stack.batcher, { adapters: stack.cache });
     loop = stack.batcher.run(abort.signal);
-    handle = await startHostWorker({ ...options.redis, hostId: options.hostId, engine });
+    handle = await startHostWorker({ ...options.redis, hostId: options.hostId, engine: stack.host });
   } catch (err) {
     abort.abort();
     await loop;
