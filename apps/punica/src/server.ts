@@ -1,8 +1,9 @@
 /**
  * The composition root. A request's path through the app:
  *
- *   routes/        HTTP endpoints: completions, chat, models, adapters (health and metrics: server-kit)
- *     → openai/    schemas, the chat template, model-name resolution, the generation path, error wording
+ *   server-kit     /v1/completions and /v1/chat/completions (OpenAI's schemas, chat template, SSE), /health, /metrics
+ *   routes/        Punica's endpoints: /v1/models (adapters with lineage and residency), runtime adapter loading
+ *     → openai/    model-name resolution (base, adapter, base:adapter), error wording, the model card schemas
  *       → PunicaHost (engine/protocol.ts): the host protocol's front side, served by
  *           the engine worker thread (server-kit's WorkerEngineClient ⇄ engine/worker.ts: model, KV cache,
  *           adapter cache, SGMV delta, EngineLoop), or, with `cluster`, the Punica scheduler and worker processes
@@ -20,17 +21,14 @@ import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
-import { createTesseraServer, listenWithGrace } from '@tessera/server-kit';
+import { createTesseraServer, listenWithGrace, openaiGenerationRoutes } from '@tessera/server-kit';
 
 import { connectClusterFrontend } from './cluster/frontend.js';
 import { type PunicaHost, startWorkerHost } from './engine/protocol.js';
 import { punicaMetrics } from './metrics.js';
-import { punicaErrors } from './openai/errors.js';
-import type { GenerationDeps } from './openai/generation.js';
+import { punicaErrors, requestError } from './openai/errors.js';
 import { ModelRegistry } from './openai/model-registry.js';
 import adapterRoutes, { adapterNameProblem } from './routes/adapters.js';
-import chatCompletionRoutes from './routes/chat-completions.js';
-import completionRoutes from './routes/completions.js';
 import modelRoutes from './routes/models.js';
 
 export const MIB = 1024 * 1024;
@@ -51,7 +49,6 @@ declare module 'fastify' {
     /** The model's tokenizer, on the HTTP thread: prompts and limits are checked before anything reaches the engine (pure JS: this thread never loads the addon). */
     tokenizer: TextTokenizer;
     modelInfo: ModelInfo;
-    generationDeps: GenerationDeps;
   }
 }
 
@@ -171,9 +168,18 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       app.decorate('models', models);
       app.decorate('tokenizer', tokenizer);
       app.decorate('modelInfo', modelInfo);
-      app.decorate('generationDeps', { engine, registry: models, contextLength: modelInfo.contextLength, vocabSize: modelInfo.vocabSize });
-      await app.register(completionRoutes);
-      await app.register(chatCompletionRoutes);
+      await app.register(openaiGenerationRoutes, {
+        backend: {
+          resolve: (model) => models.resolve(model),
+          tokenizer,
+          contextLength: config.maxPositions,
+          vocabSize: config.vocabSize,
+          submit: (request) => engine.submit({ request, attempt: 0, generated: [] }),
+          cancel: (id) => engine.cancel(id),
+          requestError,
+          errors: punicaErrors,
+        },
+      });
       await app.register(modelRoutes);
       if ((options.adapterAdmin ?? true) && !options.cluster) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
     },

@@ -5,14 +5,7 @@
  * words the body in the API's vocabulary: OpenAI's and vLLM's public codes instead of TESSERA_* ones.
  */
 import { UnknownAdapterError } from '@tessera/adapter-swap';
-import { type ErrorMappingOptions, type ErrorReply, errorBody, errorReply, HttpError } from '@tessera/server-kit';
-
-import { UNION_FIELD_HINTS } from './schemas.js';
-
-/** 400 with a parameter name: the request itself is wrong. */
-export function badRequest(message: string, param: string | null = null, code: string | null = null): HttpError {
-  return new HttpError(400, code, message, { param });
-}
+import { type ErrorMappingOptions, type ErrorReply, HttpError, OPENAI_UNION_FIELD_HINTS } from '@tessera/server-kit';
 
 /** 404 for a `model` that is neither the base model nor a registered adapter (OpenAI's wording and code). */
 export function modelNotFound(model: string): HttpError {
@@ -34,7 +27,7 @@ const CODES: Readonly<Record<string, string>> = {
 };
 
 export const punicaErrors: ErrorMappingOptions = {
-  unionHints: UNION_FIELD_HINTS,
+  unionHints: OPENAI_UNION_FIELD_HINTS,
   // OpenAI's body has exactly four keys.
   fields: false,
   describe(err: Error, reply: ErrorReply): ErrorReply {
@@ -51,9 +44,4 @@ export const punicaErrors: ErrorMappingOptions = {
 /** An engine error about the request for `model`: an adapter that went away is that model's 404. */
 export function requestError(err: unknown, model: string): unknown {
   return err instanceof UnknownAdapterError ? modelNotFound(model) : err;
-}
-
-/** The error body of any thrown value (for an error that arrives after an SSE stream started). */
-export function errorBodyOf(err: unknown): { error: Record<string, unknown> } {
-  return errorBody(errorReply(err, punicaErrors));
 }

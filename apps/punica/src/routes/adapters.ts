@@ -19,10 +19,10 @@ import { isAbsolute, relative, resolve, sep } from 'node:path';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 
-import { errorReply, HttpError, httpStatus } from '@tessera/server-kit';
+import { badRequest, ErrorBody, errorReply, HttpError, httpStatus } from '@tessera/server-kit';
 
-import { badRequest, punicaErrors } from '../openai/errors.js';
-import { ErrorBody, LoadLoraAdapterRequest, UnloadLoraAdapterRequest } from '../openai/schemas.js';
+import { punicaErrors } from '../openai/errors.js';
+import { LoadLoraAdapterRequest, UnloadLoraAdapterRequest } from '../openai/schemas.js';
 
 /** vLLM answers both routes with a plain-text line. */
 const SuccessText = Type.String();

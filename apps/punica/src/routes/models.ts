@@ -7,7 +7,9 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 
 import { modelNotFound } from '../openai/errors.js';
-import { ErrorBody, ModelCard, ModelList, ModelParams } from '../openai/schemas.js';
+import { ErrorBody } from '@tessera/server-kit';
+
+import { ModelCard, ModelList, ModelParams } from '../openai/schemas.js';
 
 async function modelCards(app: FastifyInstance): Promise<ModelCard[]> {
   const { base } = app.models;

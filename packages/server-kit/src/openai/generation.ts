@@ -1,8 +1,8 @@
 /**
- * The generation path shared by /v1/completions and /v1/chat/completions, after the body passed its schema:
+ * The generation path shared by /v1/completions and /v1/chat/completions (routes.ts), after the body passed its schema:
  *
  *   rejectUnsupported  → 400 for fields this server cannot honour (n > 1, logprobs, penalties, …)
- *   registry.resolve   → which adapter (404 model_not_found for an unknown one)
+ *   backend.resolve    → which adapter (the server's 404 for an unknown model name)
  *   tokens + limits    → prompt token ids; max_tokens checked against the context (400 context_length_exceeded)
  *   engine.submit      → the host protocol (worker thread or Redis); the first event is awaited before the status
  *                        line is sent, so a failure at admission is still a proper 4xx/5xx and not a 200 stream with an error in it
@@ -14,24 +14,37 @@ import { randomBytes } from 'node:crypto';
 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
-import type { FinishedResult, GenerateRequest, StreamOutput, TokenEvent } from '@tessera/cluster';
-import { EngineUnavailableError, openStream, sendSse, sseData } from '@tessera/server-kit';
+import type { EventStream, FinishedResult, GenerateRequest, StreamOutput, TokenEvent } from '@tessera/cluster';
 
-import type { PunicaHost } from '../engine/protocol.js';
-import { badRequest, errorBodyOf, requestError } from './errors.js';
-import type { ModelRegistry } from './model-registry.js';
+import { type ErrorMappingOptions, EngineUnavailableError, errorBody, errorReply, HttpError } from '../http/errors.js';
+import { openStream, sendSse, sseData } from '../http/streams.js';
 import type { FinishReason, Usage } from './schemas.js';
 
 /** The end of an OpenAI stream. */
 const SSE_DONE = 'data: [DONE]\n\n';
 
-/** What a generation route needs from the app. */
-export interface GenerationDeps {
-  engine: PunicaHost;
-  registry: ModelRegistry;
+/** What the generation routes need from the server: its model names, tokenizer and limits, and its engine. */
+export interface GenerationBackend {
+  /** The adapter a `model` value selects (null: the base model); throws the server's 404 for an unknown name. */
+  resolve(model: string): { adapter: string | null };
+  /** The model's tokenizer (BOS included by its template). */
+  tokenizer: { encode(text: string): number[] };
   /** Most tokens a sequence may hold (prompt + completion): the model's max_position_embeddings. */
   contextLength: number;
   vocabSize: number;
+  /** Submits a request (its id is the completion id); its items are the generated tokens with their text. */
+  submit(request: GenerateRequest): EventStream<TokenEvent, FinishedResult>;
+  /** Drops a request (a client that went away); its stream ends with a cancelled finish. */
+  cancel(id: string): void;
+  /** The API's error for an engine error about a request for `model` (e.g. an adapter gone: that model's 404). */
+  requestError?(err: unknown, model: string): unknown;
+  /** How errors are worded, for an error that arrives after an SSE stream started. */
+  errors?: ErrorMappingOptions;
+}
+
+/** 400 with a parameter name: the request itself is wrong. */
+export function badRequest(message: string, param: string | null = null, code: string | null = null): HttpError {
+  return new HttpError(400, code, message, { param });
 }
 
 /** Fields both endpoints share (see schemas.ts). */
@@ -156,24 +169,24 @@ export function usageOf(result: Pick<FinishedResult, 'promptTokens' | 'completio
 }
 
 /** Submits the plan and answers the HTTP request: a JSON body, or an SSE stream. */
-export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  const { engine } = deps;
+export async function respond(backend: GenerationBackend, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const { id, adapter, prompt, maxTokens, sampling, stop, ignoreEos } = plan;
+  const requestError = (err: unknown) => (backend.requestError ? backend.requestError(err, plan.model) : err);
   let outputs: AsyncGenerator<StreamOutput<TokenEvent, FinishedResult>>;
   try {
-    const stream = engine.submit({ request: { id, adapter, prompt, maxTokens, sampling, stop, ignoreEos }, attempt: 0, generated: [] });
+    const stream = backend.submit({ id, adapter, prompt, maxTokens, sampling, stop, ignoreEos });
     // The status line waits for the first event: an error at admission (adapter gone, adapter load failed) still
     // gets its own status code. A client that goes away cancels the request (its KV pages are freed at once).
-    outputs = await openStream(request, reply, stream, () => engine.cancel(id));
+    outputs = await openStream(request, reply, stream, () => backend.cancel(id));
   } catch (err) {
-    throw requestError(err, plan.model);
+    throw requestError(err);
   }
   const created = Math.floor(Date.now() / 1000);
 
   if (!plan.stream) {
     let text = '';
     for await (const e of outputs) {
-      if (e.type === 'error') throw requestError(e.error, plan.model);
+      if (e.type === 'error') throw requestError(e.error);
       if (e.type === 'token') text += e.text;
       else {
         const result = { ...e.result, text: e.result.text || text };
@@ -196,12 +209,12 @@ export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape:
           if (e.result.finishReason === 'cancelled') return;
           yield sseData(shape.chunk(plan, created, '', openAiFinishReason(e.result.finishReason)));
           if (plan.includeUsage) yield sseData(shape.usageChunk(plan, created, usageOf(e.result)));
-        } else yield sseData(errorBodyOf(requestError(e.error, plan.model)));
+        } else yield sseData(errorBody(errorReply(requestError(e.error), backend.errors)));
         yield SSE_DONE;
         return;
       }
     } finally {
-      engine.cancel(id);
+      backend.cancel(id);
     }
   }
   return sendSse(reply, frames());
