@@ -4,8 +4,7 @@
  */
 import { isEntryPoint, runMain, stopOnSignal, usageExitCode } from '@tessera/server-kit';
 
-import { startClusterScheduler } from './cluster/scheduler-role.js';
-import { startClusterWorker } from './cluster/worker-role.js';
+import { startClusterScheduler, startClusterWorker } from './cluster/roles.js';
 import { parseCli, USAGE } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
 import { buildServer, discoverAdapters, listen, MIB } from './server.js';

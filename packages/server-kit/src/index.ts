@@ -42,6 +42,7 @@ export { WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions }
 export { openStream, sendSse, SSE_HEADERS, sseData } from './http/streams.js';
 export { CumulativeTotals, defineMetrics, type MetricOf, type MetricSpec } from './http/metrics.js';
 export { openaiGenerationRoutes, promptTokens } from './openai/routes.js';
+export { generationMetrics, type GenerationSample, LATENCY_BUCKETS } from './openai/metrics.js';
 export {
   badRequest,
   completionBudget,
