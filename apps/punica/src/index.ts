@@ -10,6 +10,5 @@ export { defaultDemoDir, DEMO_ADAPTERS, DEMO_MODEL_NAME, type Demo, ensureDemo }
 export { type CliConfig, parseCli, USAGE, UsageError } from './config.js';
 export { type AdapterNotice, type AdapterStatus, type EngineStats, type ModelSummary, type PunicaHost, type PunicaProtocol, startWorkerHost, type WorkerInit } from './engine/protocol.js';
 export { connectClusterFrontend } from './cluster/frontend.js';
-export { modelNotFound, punicaErrors } from './openai/errors.js';
-export { ModelRegistry } from './openai/model-registry.js';
+export { punicaErrors, requestError } from './openai/errors.js';
 export { punicaMetrics } from './metrics.js';

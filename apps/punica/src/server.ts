@@ -21,13 +21,12 @@ import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
-import { createTesseraServer, listenWithGrace, openaiGenerationRoutes } from '@tessera/server-kit';
+import { createTesseraServer, listenWithGrace, ModelRegistry, openaiGenerationRoutes } from '@tessera/server-kit';
 
 import { connectClusterFrontend } from './cluster/frontend.js';
 import { type PunicaHost, startWorkerHost } from './engine/protocol.js';
 import { punicaMetrics } from './metrics.js';
 import { punicaErrors, requestError } from './openai/errors.js';
-import { ModelRegistry } from './openai/model-registry.js';
 import adapterRoutes, { adapterNameProblem } from './routes/adapters.js';
 import modelRoutes from './routes/models.js';
 

@@ -60,6 +60,7 @@ export {
   usageOf,
 } from './openai/generation.js';
 export { CHAT_ROLE_PREFIX, messageText, renderChat } from './openai/chat-template.js';
+export { type AdapterEntry, type BaseModelEntry, ModelRegistry, modelNotFound } from './openai/model-registry.js';
 export {
   ChatCompletionRequest,
   ChatCompletionResponse,
@@ -75,8 +76,9 @@ export {
 export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';
-export { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
+export { flagOrEnv, type FlagSpec, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
 export { isEntryPoint, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
 export { repositoryRoot } from './cli/repository.js';
+export { ensureGenerated, generatedDirectory } from './cli/generated-dir.js';
 export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

@@ -5,12 +5,7 @@
  * words the body in the API's vocabulary: OpenAI's and vLLM's public codes instead of TESSERA_* ones.
  */
 import { UnknownAdapterError } from '@tessera/adapter-swap';
-import { type ErrorMappingOptions, type ErrorReply, HttpError, OPENAI_UNION_FIELD_HINTS } from '@tessera/server-kit';
-
-/** 404 for a `model` that is neither the base model nor a registered adapter (OpenAI's wording and code). */
-export function modelNotFound(model: string): HttpError {
-  return new HttpError(404, 'model_not_found', `The model \`${model}\` does not exist.`, { type: 'invalid_request_error', param: 'model' });
-}
+import { type ErrorMappingOptions, type ErrorReply, modelNotFound, OPENAI_UNION_FIELD_HINTS } from '@tessera/server-kit';
 
 /** The public code of the engine's typed errors (by their stable TESSERA_* code); any other is null. */
 const CODES: Readonly<Record<string, string>> = {

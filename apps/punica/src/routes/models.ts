@@ -6,8 +6,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 
-import { modelNotFound } from '../openai/errors.js';
-import { ErrorBody } from '@tessera/server-kit';
+import { ErrorBody, modelNotFound } from '@tessera/server-kit';
 
 import { ModelCard, ModelList, ModelParams } from '../openai/schemas.js';
 
