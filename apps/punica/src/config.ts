@@ -71,36 +71,13 @@ A cluster is one scheduler, any number of workers and frontends on one Redis, e.
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
 
-export interface CliConfig {
-  modelDir: string | undefined;
-  modelName: string | undefined;
-  adaptersDir: string | undefined;
-  demo: boolean;
-  demoDir: string | undefined;
-  host: string;
-  port: number;
-  adapterAdmin: boolean;
-  adapterRoot: string | undefined;
-  logLevel: string;
-  maxBatch: number;
-  kvBudgetMiB: number;
-  adapterBudgetMiB: number;
-  hostAdapterBudgetMiB: number;
-  threads: number | undefined;
-  /** null: the single-process server. */
-  role: ClusterRole | null;
-  redisUrl: string;
-  clusterPrefix: string;
-  hostId: string;
-  lightlyLoadedFraction: number;
-  idleReleaseSeconds: number;
-}
+export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 export type ClusterRole = 'frontend' | 'worker' | 'scheduler';
 const ROLES: readonly ClusterRole[] = ['frontend', 'worker', 'scheduler'];
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
-export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
   const values = parseFlags(argv, FLAGS.options);
   if (values.help) return null;
   const str = flagOrEnv(values, env);

@@ -5,7 +5,7 @@
  *   const app = await buildServer({ modelDir: './my-llama', adaptersDir: './adapters' });
  *   await listen(app, { port: 8000 });
  */
-export { buildServer, discoverAdapters, listen, type ListenOptions, MIB, type ModelInfo, type ServerOptions } from './server.js';
+export { buildServer, discoverAdapters, listen, type ListenOptions, MIB, type ServerOptions } from './server.js';
 export { defaultDemoDir, DEMO_ADAPTERS, DEMO_MODEL_NAME, type Demo, ensureDemo } from './demo.js';
 export { type CliConfig, parseCli, USAGE, UsageError } from './config.js';
 export { type AdapterNotice, type AdapterStatus, type EngineStats, type ModelSummary, type PunicaHost, type PunicaProtocol, startWorkerHost, type WorkerInit } from './engine/protocol.js';

@@ -86,7 +86,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   process.stdout.write(
     [
       '',
-      `[punica] serving ${app.models.base.name} (${config.role === 'frontend' ? `cluster frontend on ${config.redisUrl}` : app.modelInfo.device}) with ${adapters.length} adapter(s) on ${address}`,
+      `[punica] serving ${app.models.base.name} (${config.role === 'frontend' ? `cluster frontend on ${config.redisUrl}` : app.engine.ready.model.device}) with ${adapters.length} adapter(s) on ${address}`,
       ...(adapters.length > 0 ? [`[punica] adapters: ${adapters.join(', ')}`] : []),
       '[punica] try:',
       `  curl ${address}/v1/completions -H 'content-type: application/json' \\`,

@@ -13,15 +13,14 @@
  * it with `inject` or `listen`); `listen` adds the graceful shutdown: on SIGINT/SIGTERM stop accepting, let
  * in-flight requests and streams finish, then stop the engine worker.
  */
-import { readdirSync, statSync } from 'node:fs';
-import { basename, join, resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 
 import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
-import { createTesseraServer, listenWithGrace, ModelRegistry, openaiGenerationRoutes } from '@tessera/server-kit';
+import { createTesseraServer, listenWithGrace, type ListenWithGraceOptions, ModelRegistry, openaiGenerationRoutes, subdirectories } from '@tessera/server-kit';
 
 import { connectClusterFrontend } from './cluster/frontend.js';
 import { type PunicaHost, startWorkerHost } from './engine/protocol.js';
@@ -32,13 +31,6 @@ import modelRoutes from './routes/models.js';
 
 export const MIB = 1024 * 1024;
 
-export interface ModelInfo {
-  name: string;
-  contextLength: number;
-  vocabSize: number;
-  device: string;
-}
-
 declare module 'fastify' {
   interface FastifyInstance {
     /** The engine, over a worker thread or Redis. */
@@ -47,7 +39,6 @@ declare module 'fastify' {
     models: ModelRegistry;
     /** The model's tokenizer, on the HTTP thread: prompts and limits are checked before anything reaches the engine (pure JS: this thread never loads the addon). */
     tokenizer: TextTokenizer;
-    modelInfo: ModelInfo;
   }
 }
 
@@ -87,15 +78,11 @@ export interface ServerOptions {
 
 /** The adapters in `dir`: one per subdirectory (hidden ones skipped), named after it, in name order. */
 export function discoverAdapters(dir: string): { name: string; path: string }[] {
-  const root = resolve(dir);
-  return readdirSync(root, { withFileTypes: true })
-    .filter((d) => !d.name.startsWith('.') && (d.isDirectory() || (d.isSymbolicLink() && statSync(join(root, d.name)).isDirectory())))
-    .map((d) => {
-      const problem = adapterNameProblem(d.name);
-      if (problem) throw new Error(`adapter directory ${join(root, d.name)}: its name ${problem}`);
-      return { name: d.name, path: join(root, d.name) };
-    })
-    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return subdirectories(dir).map((a) => {
+    const problem = adapterNameProblem(a.name);
+    if (problem) throw new Error(`adapter directory ${a.path}: its name ${problem}`);
+    return a;
+  });
 }
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
@@ -163,10 +150,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         const a = started.get(adapter);
         if (a) models.add({ name: a.name, path: a.path, rank: a.rank, created: now });
       }
-      const modelInfo: ModelInfo = { name, contextLength: config.maxPositions, vocabSize: config.vocabSize, device: engine.ready.model.device };
       app.decorate('models', models);
       app.decorate('tokenizer', tokenizer);
-      app.decorate('modelInfo', modelInfo);
       await app.register(openaiGenerationRoutes, {
         backend: {
           resolve: (model) => models.resolve(model),
@@ -185,18 +170,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 }
 
-export interface ListenOptions {
-  host?: string;
-  port?: number;
-  /** How long a signal-triggered shutdown may take before the process exits anyway (default 30 s). */
-  graceMs?: number;
-}
+export type ListenOptions = Partial<ListenWithGraceOptions>;
 
-/**
- * Listens and installs the graceful shutdown (close-with-grace): on SIGINT, SIGTERM or an uncaught error, stop
- * accepting connections, let in-flight requests and streams finish, then stop the engine worker; exit when done
- * or after `graceMs`. A second signal exits at once. Resolves with the address.
- */
+/** Listens (default 127.0.0.1:8000) with server-kit's graceful shutdown; resolves with the address. */
 export async function listen(app: FastifyInstance, options: ListenOptions = {}): Promise<string> {
-  return listenWithGrace(app, { host: options.host ?? '127.0.0.1', port: options.port ?? 8000, ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }) });
+  return listenWithGrace(app, { host: '127.0.0.1', port: 8000, ...options });
 }

@@ -79,6 +79,6 @@ export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schem
 export { flagOrEnv, type FlagSpec, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
 export { isEntryPoint, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
-export { repositoryRoot } from './cli/repository.js';
+export { isInside, repositoryRoot, subdirectories } from './cli/repository.js';
 export { ensureGenerated, generatedDirectory } from './cli/generated-dir.js';
 export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

@@ -5,37 +5,26 @@
  * ({@link startWorkerHost}: server-kit's WorkerEngineClient ⇄ worker.ts) or, as a cluster frontend, by the Punica
  * scheduler and worker processes on Redis (cluster/frontend.ts). The routes do not know which.
  */
-import type { FinishedResult, Placement, TokenEvent } from '@tessera/cluster';
-import { type EngineHost, EngineUnavailableError, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
+import type { FinishedResult, HostSample, Placement, TokenEvent } from '@tessera/cluster';
+import { type EngineHost, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
 
 export type { FinishedResult, GenerateRequest } from '@tessera/cluster';
-
-export type Residency = 'disk' | 'host' | 'device';
 
 export interface AdapterStatus {
   name: string;
   /** Absolute directory. */
   path: string;
-  residency: Residency;
+  residency: 'disk' | 'host' | 'device';
   /** The adapter's LoRA rank (max over modules), read from adapter_config.json at registration. */
   rank: number;
   pins: number;
 }
 
-/** What /metrics needs from the engine, sampled when scraped. */
-export interface EngineStats {
-  running: number;
-  waiting: number;
-  /** Distinct adapters of running / waiting requests. */
-  runningAdapters: string[];
-  waitingAdapters: string[];
+/** What /metrics needs from the engine, sampled when scraped: the loop's queues and steps, KV pages, the adapter cache. */
+export interface EngineStats extends HostSample {
   kv: { usedPages: number; numPages: number };
   /** The adapter cache's counters and sizes (AdapterCache.stats()). */
   adapters: { registered: number; residentCount: number; residentBytes: number; deviceBudgetBytes: number; hostCount: number; hits: number; misses: number; loads: number; loadFailures: number; deviceEvictions: number; hostEvictions: number };
-  /** Engine steps, and the rows (sequences) of each step, since the previous stats call (drained). */
-  steps: number;
-  batchSizes: number[];
-  preemptions: number;
 }
 
 export interface ModelSummary {
@@ -86,24 +75,15 @@ export interface WorkerInit {
   threads: number | null;
 }
 
-/**
- * One engine worker per process. The native addon keeps JS-facing state in process-wide statics (its tensor
- * class's constructor reference), so a second JS environment loading it (a second worker, at the same time or
- * after the first one ended) corrupts memory. Until the addon keeps that state per environment, a second start
- * is refused with a clear error instead.
- */
-let engineStarted = false;
-
 /** Starts the engine worker; resolves once the model is loaded and the start-up adapters are registered. */
-export async function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?: number } = {}): Promise<WorkerEngineClient<PunicaProtocol>> {
-  if (engineStarted) {
-    throw new EngineUnavailableError('an engine worker was already started in this process; the native addon supports one engine per process (run another process for another engine)');
-  }
-  engineStarted = true;
+export function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?: number } = {}): Promise<WorkerEngineClient<PunicaProtocol>> {
   return WorkerEngineClient.start<PunicaProtocol>({
     entry: workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }),
     workerData: init,
     name: 'tessera-engine',
+    // Until the native addon keeps its JS-facing state per environment, a second engine (at the same time or after
+    // the first one ended) would corrupt memory: it is refused instead.
+    oncePerProcess: 'the native addon supports one engine per process (run another process for another engine)',
     ...(options.shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.shutdownTimeoutMs } : {}),
   });
 }

@@ -26,33 +26,10 @@ serveWorkerHost<P['placement'], HostEvent, AdapterNotice, P['admin'], P['ready']
   /** Reads the adapter once (validating it against the model) and registers it; refused while it is unloading. */
   const register = (name: string, path: string): Promise<AdapterStatus> => (host.retiring(name) ? Promise.reject(duplicateAdapter(name)) : stack.register(name, path));
 
-  let lastSteps = 0;
-  let lastHistogram = new Map<number, number>();
-  function stats(): EngineStats {
-    const b = batcher.stats();
-    // Adapters of requests that produced a token (in the running batch) and of those still waiting for admission.
-    const running = new Set<string>();
-    const waiting = new Set<string>();
-    for (const r of host.requests()) if (r.adapter !== null) (r.tokens > 0 ? running : waiting).add(r.adapter);
-    // Batch sizes since the previous call, from the loop's cumulative histogram (sequences per step → steps).
-    const batchSizes: number[] = [];
-    for (const [size, count] of b.batchSizeHistogram) for (let i = lastHistogram.get(size) ?? 0; i < count; i++) batchSizes.push(size);
-    lastHistogram = new Map(b.batchSizeHistogram);
-    const steps = b.steps - lastSteps;
-    lastSteps = b.steps;
+  const stats = (): EngineStats => {
     const { usedPages, numPages } = kv.stats();
-    return {
-      running: b.running,
-      waiting: b.queued,
-      runningAdapters: [...running].sort(),
-      waitingAdapters: [...waiting].sort(),
-      kv: { usedPages, numPages },
-      adapters: cache.stats(),
-      steps,
-      batchSizes,
-      preemptions: b.preemptions,
-    };
-  }
+    return { ...host.sample(), kv: { usedPages, numPages }, adapters: cache.stats() };
+  };
 
   // Every start-up adapter is read once and checked against the model, concurrently (the reads are async I/O).
   // All reads settle before an unusable one fails start-up, naming it, so no read is left in flight.

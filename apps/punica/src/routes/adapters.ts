@@ -14,12 +14,12 @@
  * off with `--no-adapter-admin` (vLLM guards them behind VLLM_ALLOW_RUNTIME_LORA_UPDATING).
  */
 import { realpath, stat } from 'node:fs/promises';
-import { isAbsolute, relative, resolve, sep } from 'node:path';
+import { resolve } from 'node:path';
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 
-import { badRequest, ErrorBody, errorReply, HttpError, httpStatus } from '@tessera/server-kit';
+import { badRequest, ErrorBody, errorReply, HttpError, httpStatus, isInside } from '@tessera/server-kit';
 
 import { punicaErrors } from '../openai/errors.js';
 import { LoadLoraAdapterRequest, UnloadLoraAdapterRequest } from '../openai/schemas.js';
@@ -45,10 +45,6 @@ export function adapterNameProblem(name: string): string | null {
   return null;
 }
 
-function isInside(root: string, path: string): boolean {
-  const rel = relative(root, path);
-  return rel === '' || (!rel.startsWith(`..${sep}`) && rel !== '..' && !isAbsolute(rel));
-}
 
 const adapters: FastifyPluginAsyncTypebox<AdapterRoutesOptions> = async (app, options) => {
   const root = options.adapterRoot === undefined ? null : await realpath(resolve(options.adapterRoot));

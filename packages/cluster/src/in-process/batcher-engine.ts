@@ -34,8 +34,23 @@ export interface HeldRequest {
   tokens: number;
 }
 
+/** The loop's queues and steps for a server's metrics (a sample drains the step record since the previous one). */
+export interface HostSample {
+  running: number;
+  waiting: number;
+  /** Distinct adapters of the requests that produced a token (in the running batch), and of those still waiting. */
+  runningAdapters: string[];
+  waitingAdapters: string[];
+  /** Steps, and the rows (sequences) of each step, since the previous sample. */
+  steps: number;
+  batchSizes: number[];
+  /** Preemptions so far (cumulative). */
+  preemptions: number;
+}
+
 /** A HostEngine over a loop, with what an admin needs besides placements. */
 export interface BatcherHostEngine extends HostEngine {
+  sample(): HostSample;
   /** The requests held (queued or running), in submission order. */
   requests(): HeldRequest[];
   /**
@@ -60,6 +75,9 @@ export function batcherEngine(batcher: HostableLoop, options: BatcherEngineOptio
       for (const w of waiters) w();
     }
   };
+
+  let lastSteps = 0;
+  let lastHistogram = new Map<number, number>();
 
   return {
     submit(placement: Placement, sink: HostEventSink): void {
@@ -117,6 +135,21 @@ export function batcherEngine(batcher: HostableLoop, options: BatcherEngineOptio
     },
 
     requests: () => [...held.values()].map((r) => ({ ...r })),
+
+    sample(): HostSample {
+      const s = batcher.stats();
+      const running = new Set<string>();
+      const waiting = new Set<string>();
+      for (const r of held.values()) if (r.adapter !== null) (r.tokens > 0 ? running : waiting).add(r.adapter);
+      // Batch sizes since the previous sample, from the loop's cumulative histogram (sequences per step → steps).
+      const batchSizes: number[] = [];
+      for (const [size, count] of s.batchSizeHistogram) for (let i = lastHistogram.get(size) ?? 0; i < count; i++) batchSizes.push(size);
+      lastHistogram = new Map(s.batchSizeHistogram);
+      const steps = s.steps - lastSteps;
+      lastSteps = s.steps;
+      const sorted = (set: Set<string>) => [...set].sort();
+      return { running: s.running, waiting: s.queued, runningAdapters: sorted(running), waitingAdapters: sorted(waiting), steps, batchSizes, preemptions: s.preemptions };
+    },
 
     retiring: (adapter) => retiring.has(adapter),
 

@@ -39,7 +39,15 @@ export interface WorkerEngineOptions {
   onProgress?: (line: string) => void;
   /** How long close() waits for the worker's shutdown before terminating it (default 10 s). */
   shutdownTimeoutMs?: number;
+  /**
+   * Set when the worker loads something a process may load only once (the native addon keeps JS-facing state in
+   * process-wide statics): a second such start in this process is refused with EngineUnavailableError naming it.
+   */
+  oncePerProcess?: string;
 }
+
+/** Whether a worker with `oncePerProcess` was started in this process. */
+let startedOnce = false;
 
 interface Open<P extends EngineProtocol> {
   stream: ProtocolStream<P>;
@@ -78,6 +86,10 @@ export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<W
 
   /** Starts the worker; resolves once it is ready (its start-up failure rejects, rebuilt as the typed error). */
   static async start<P extends EngineProtocol>(options: WorkerEngineOptions): Promise<WorkerEngineClient<P>> {
+    if (options.oncePerProcess !== undefined) {
+      if (startedOnce) throw new EngineUnavailableError(`an engine worker was already started in this process; ${options.oncePerProcess}`);
+      startedOnce = true;
+    }
     type Msg = FromWorkerHost<unknown, unknown, P['ready']>;
     const { worker, ready, exited } = await startWorker<Msg>(options.entry, {
       workerData: options.workerData,
