@@ -9,6 +9,9 @@
  * `model` picks the base model or an adapter (the server's `resolve`); both stream with `stream: true`.
  *
  *   await app.register(openaiGenerationRoutes, { backend: { resolve, tokenizer, contextLength, vocabSize, submit, cancel } });
+ *
+ * The server validates with TypeBoxValidatorCompiler (createTesseraServer's validatorCompiler): fastify's default
+ * ajv would coerce types (a token id list into strings).
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 
