@@ -166,7 +166,7 @@ describe('openStream and sendSse', () => {
         })(),
       );
     });
-    app.setErrorHandler((err, _request, reply) => void reply.code(httpStatus(err)).send({ message: err.message }));
+    app.setErrorHandler((err, _request, reply) => void reply.code(httpStatus(err)).send({ message: (err as Error).message }));
     const refused = await app.inject({ method: 'GET', url: '/refused' });
     expect(refused.statusCode).toBe(400);
     const ok = await app.inject({ method: 'GET', url: '/ok' });
