@@ -3,10 +3,55 @@
  */
 import { hostname } from 'node:os';
 
-import { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
+import { flagOrEnv, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
 
 /** What parseCli throws for a bad command line. */
 export { UsageError };
+
+const FLAGS = flagTable([
+  [
+    'Model and adapters',
+    [
+      { flag: 'model', arg: '<dir>', help: 'Hugging Face Llama-style model directory', env: 'PUNICA_MODEL' },
+      { flag: 'model-name', arg: '<id>', help: "the base model's id in the API (default: dir name)", env: 'PUNICA_MODEL_NAME' },
+      { flag: 'adapters', arg: '<dir>', help: 'register every subdirectory as a PEFT LoRA adapter', env: 'PUNICA_ADAPTERS' },
+      { flag: 'demo', help: 'serve the demo even if --model is set', env: 'PUNICA_DEMO=1' },
+      { flag: 'demo-dir', arg: '<dir>', help: 'where the demo is generated and cached', env: 'PUNICA_DEMO_DIR' },
+    ],
+  ],
+  [
+    'HTTP',
+    [
+      { flag: 'host', arg: '<addr>', help: 'listen address (default 127.0.0.1)', env: 'PUNICA_HOST' },
+      { flag: 'port', arg: '<n>', help: 'listen port (default 8000)', env: 'PUNICA_PORT' },
+      { flag: 'no-adapter-admin', help: 'disable /v1/load_lora_adapter and /v1/unload_lora_adapter', env: 'PUNICA_ADAPTER_ADMIN=0' },
+      { flag: 'adapter-root', arg: '<dir>', help: 'runtime-loaded adapters must live inside this dir', env: 'PUNICA_ADAPTER_ROOT' },
+      { flag: 'log-level', arg: '<level>', help: 'fatal|error|warn|info|debug|trace|silent (info)', env: 'PUNICA_LOG_LEVEL' },
+    ],
+  ],
+  [
+    'Engine',
+    [
+      { flag: 'max-batch', arg: '<n>', help: 'most sequences per engine step (default 32)', env: 'PUNICA_MAX_BATCH' },
+      { flag: 'kv-budget-mib', arg: '<n>', help: 'KV-cache size in MiB (default 64)', env: 'PUNICA_KV_BUDGET_MIB' },
+      { flag: 'adapter-budget-mib', arg: '<n>', help: 'device memory for resident adapters (default 64)', env: 'PUNICA_ADAPTER_BUDGET_MIB' },
+      { flag: 'host-adapter-budget-mib', arg: '<n>', help: 'host cache of read adapters (default 256, 0 = off)', env: 'PUNICA_HOST_ADAPTER_BUDGET_MIB' },
+      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'PUNICA_THREADS' },
+    ],
+  ],
+  [
+    'Cluster (BullMQ on Redis; without --role everything runs in this one process)',
+    [
+      { flag: 'role', arg: '<role>', help: 'frontend | worker | scheduler', env: 'PUNICA_ROLE' },
+      { flag: 'redis', arg: '<url>', help: 'Redis of the cluster (default REDIS_URL or redis://127.0.0.1:6379)', env: 'PUNICA_REDIS_URL' },
+      { flag: 'cluster-prefix', arg: '<name>', help: "namespace of the cluster's keys and queues (tessera)", env: 'PUNICA_CLUSTER_PREFIX' },
+      { flag: 'host-id', arg: '<id>', help: "worker: this host's id; placement ties go to the highest (default: hostname-pid)", env: 'PUNICA_HOST_ID' },
+      { flag: 'lightly-loaded', arg: '<f>', help: 'scheduler: a host below f × max batch is lightly loaded (0.5)', env: 'PUNICA_LIGHTLY_LOADED' },
+      { flag: 'idle-release-s', arg: '<n>', help: 'scheduler: a host idle this long is releasable (60)', env: 'PUNICA_IDLE_RELEASE_S' },
+      { flag: 'help', short: 'h', help: 'show this help' },
+    ],
+  ],
+]);
 
 export const USAGE = `tessera-punica: an OpenAI-compatible multi-LoRA server (Punica on one machine)
 
@@ -16,32 +61,7 @@ Usage: tessera-punica [options]
 Without --model, serves the demo: a tiny generated Llama-style model and eight LoRA adapters, generated once
 into .tessera/demo at the repository root (or --demo-dir) and reused afterwards.
 
-Model and adapters
-  --model <dir>                 Hugging Face Llama-style model directory            PUNICA_MODEL
-  --model-name <id>             the base model's id in the API (default: dir name)  PUNICA_MODEL_NAME
-  --adapters <dir>              register every subdirectory as a PEFT LoRA adapter  PUNICA_ADAPTERS
-  --demo                        serve the demo even if --model is set               PUNICA_DEMO=1
-  --demo-dir <dir>              where the demo is generated and cached              PUNICA_DEMO_DIR
-HTTP
-  --host <addr>                 listen address (default 127.0.0.1)                  PUNICA_HOST
-  --port <n>                    listen port (default 8000)                          PUNICA_PORT
-  --no-adapter-admin            disable /v1/load_lora_adapter and /v1/unload_lora_adapter   PUNICA_ADAPTER_ADMIN=0
-  --adapter-root <dir>          runtime-loaded adapters must live inside this dir   PUNICA_ADAPTER_ROOT
-  --log-level <level>           fatal|error|warn|info|debug|trace|silent (info)     PUNICA_LOG_LEVEL
-Engine
-  --max-batch <n>               most sequences per engine step (default 32)         PUNICA_MAX_BATCH
-  --kv-budget-mib <n>           KV-cache size in MiB (default 64)                   PUNICA_KV_BUDGET_MIB
-  --adapter-budget-mib <n>      device memory for resident adapters (default 64)    PUNICA_ADAPTER_BUDGET_MIB
-  --host-adapter-budget-mib <n> host cache of read adapters (default 256, 0 = off)  PUNICA_HOST_ADAPTER_BUDGET_MIB
-  --threads <n>                 CPU kernel threads (default: TESSERA_THREADS or all cores)  PUNICA_THREADS
-Cluster (BullMQ on Redis; without --role everything runs in this one process)
-  --role <role>                 frontend | worker | scheduler                       PUNICA_ROLE
-  --redis <url>                 Redis of the cluster (default REDIS_URL or redis://127.0.0.1:6379)  PUNICA_REDIS_URL
-  --cluster-prefix <name>       namespace of the cluster's keys and queues (tessera) PUNICA_CLUSTER_PREFIX
-  --host-id <id>                worker: this host's id; placement ties go to the highest (default: hostname-pid)  PUNICA_HOST_ID
-  --lightly-loaded <f>          scheduler: a host below f × max batch is lightly loaded (0.5)  PUNICA_LIGHTLY_LOADED
-  --idle-release-s <n>          scheduler: a host idle this long is releasable (60)  PUNICA_IDLE_RELEASE_S
-  -h, --help                    show this help
+${FLAGS.usage}
 
 A cluster is one scheduler, any number of workers and frontends on one Redis, e.g.:
   tessera-punica --role scheduler --redis redis://127.0.0.1:6379
@@ -51,60 +71,14 @@ A cluster is one scheduler, any number of workers and frontends on one Redis, e.
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
 
-export interface CliConfig {
-  modelDir: string | undefined;
-  modelName: string | undefined;
-  adaptersDir: string | undefined;
-  demo: boolean;
-  demoDir: string | undefined;
-  host: string;
-  port: number;
-  adapterAdmin: boolean;
-  adapterRoot: string | undefined;
-  logLevel: string;
-  maxBatch: number;
-  kvBudgetMiB: number;
-  adapterBudgetMiB: number;
-  hostAdapterBudgetMiB: number;
-  threads: number | undefined;
-  /** null: the single-process server. */
-  role: ClusterRole | null;
-  redisUrl: string;
-  clusterPrefix: string;
-  hostId: string;
-  lightlyLoadedFraction: number;
-  idleReleaseSeconds: number;
-}
+export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 export type ClusterRole = 'frontend' | 'worker' | 'scheduler';
 const ROLES: readonly ClusterRole[] = ['frontend', 'worker', 'scheduler'];
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
-export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
-  const values = parseFlags(argv, {
-    model: { type: 'string' },
-    'model-name': { type: 'string' },
-    adapters: { type: 'string' },
-    demo: { type: 'boolean' },
-    'demo-dir': { type: 'string' },
-    host: { type: 'string' },
-    port: { type: 'string' },
-    'no-adapter-admin': { type: 'boolean' },
-    'adapter-root': { type: 'string' },
-    'log-level': { type: 'string' },
-    'max-batch': { type: 'string' },
-    'kv-budget-mib': { type: 'string' },
-    'adapter-budget-mib': { type: 'string' },
-    'host-adapter-budget-mib': { type: 'string' },
-    threads: { type: 'string' },
-    role: { type: 'string' },
-    redis: { type: 'string' },
-    'cluster-prefix': { type: 'string' },
-    'host-id': { type: 'string' },
-    'lightly-loaded': { type: 'string' },
-    'idle-release-s': { type: 'string' },
-    help: { type: 'boolean', short: 'h' },
-  });
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
+  const values = parseFlags(argv, FLAGS.options);
   if (values.help) return null;
   const str = flagOrEnv(values, env);
   const logLevel = parseChoiceFlag('--log-level', str('log-level', 'PUNICA_LOG_LEVEL'), LOG_LEVELS, 'info');

@@ -3,11 +3,9 @@
  * once with the engine's generator (real Hugging Face and PEFT files) and reused on later starts. `pnpm start`
  * without --model serves it.
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-import { repositoryRoot } from '@tessera/server-kit';
+import { ensureGenerated, generatedDirectory } from '@tessera/server-kit';
 import { generateLoraAdapter, generateModel } from '@tessera/engine';
 
 /** Bump when the demo's recipe changes, so a cached demo from an older recipe is regenerated. */
@@ -40,56 +38,28 @@ export interface Demo {
 
 /** `.tessera/demo` under the repository root (or the current directory outside a checkout). */
 export function defaultDemoDir(): string {
-  return join(repositoryRoot(dirname(fileURLToPath(import.meta.url))) ?? process.cwd(), '.tessera', 'demo');
+  return generatedDirectory(import.meta.url, 'demo');
 }
 
-function isCurrent(dir: string): boolean {
-  try {
-    const marker = JSON.parse(readFileSync(join(dir, 'demo.json'), 'utf8')) as { version?: unknown };
-    return marker.version === DEMO_VERSION;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Returns the demo under `dir`, generating it first when it is missing or from an older recipe. Generation
- * writes into a sibling temporary directory and renames it into place, so an interrupted run never leaves a
- * half-written demo that a later start would trust.
- */
+/** Returns the demo under `dir`, generating it first when it is missing or from an older recipe (DEMO_VERSION). */
 export function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) => void = () => {}): Demo {
-  const root = resolve(dir);
-  const layout = (base: string) => ({ modelDir: join(base, DEMO_MODEL_NAME), adaptersDir: join(base, 'adapters') });
-  if (isCurrent(root)) return { dir: root, ...layout(root), modelName: DEMO_MODEL_NAME, generated: false };
-
-  const staging = `${root}.tmp-${process.pid}`;
-  rmSync(staging, { recursive: true, force: true });
-  mkdirSync(staging, { recursive: true });
-  const paths = layout(staging);
-  log(`generating the demo model ${DEMO_MODEL_NAME} (tiny Llama-style decoder, seed ${MODEL_SEED})`);
-  const model = generateModel(paths.modelDir, { family: 'decoder', size: 'tiny', seed: MODEL_SEED });
-  log(`  ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}, vocabulary ${model.config.vocabSize}, ${(model.bytes / 1024).toFixed(0)} KiB of weights`);
-  DEMO_ADAPTERS.forEach((a, i) => {
-    const out = generateLoraAdapter(join(paths.adaptersDir, a.name), {
-      base: model.config,
-      rank: a.rank,
-      alpha: 2 * a.rank,
-      targets: a.targets,
-      seed: MODEL_SEED + 1 + i,
-      baseModelNameOrPath: DEMO_MODEL_NAME,
+  const { dir: root, generated } = ensureGenerated(dir, DEMO_VERSION, (staging) => {
+    log(`generating the demo model ${DEMO_MODEL_NAME} (tiny Llama-style decoder, seed ${MODEL_SEED})`);
+    const model = generateModel(join(staging, DEMO_MODEL_NAME), { family: 'decoder', size: 'tiny', seed: MODEL_SEED });
+    log(`  ${model.config.numLayers} layers, hidden ${model.config.hiddenSize}, vocabulary ${model.config.vocabSize}, ${(model.bytes / 1024).toFixed(0)} KiB of weights`);
+    DEMO_ADAPTERS.forEach((a, i) => {
+      const out = generateLoraAdapter(join(staging, 'adapters', a.name), {
+        base: model.config,
+        rank: a.rank,
+        alpha: 2 * a.rank,
+        targets: a.targets,
+        seed: MODEL_SEED + 1 + i,
+        baseModelNameOrPath: DEMO_MODEL_NAME,
+      });
+      log(`generating adapter ${i + 1}/${DEMO_ADAPTERS.length}: ${a.name} (rank ${a.rank}, ${a.targets.join(', ')}; ${(out.bytes / 1024).toFixed(0)} KiB)`);
     });
-    log(`generating adapter ${i + 1}/${DEMO_ADAPTERS.length}: ${a.name} (rank ${a.rank}, ${a.targets.join(', ')}; ${(out.bytes / 1024).toFixed(0)} KiB)`);
+    return { model: DEMO_MODEL_NAME, adapters: DEMO_ADAPTERS.map((a) => a.name) };
   });
-  writeFileSync(join(staging, 'demo.json'), `${JSON.stringify({ version: DEMO_VERSION, model: DEMO_MODEL_NAME, adapters: DEMO_ADAPTERS.map((a) => a.name) }, null, 2)}\n`);
-  // Another process (a cluster worker and frontend started together) may have finished first: same seeds, same
-  // files, so keep its copy rather than deleting a demo it may be reading.
-  if (isCurrent(root)) {
-    rmSync(staging, { recursive: true, force: true });
-    return { dir: root, ...layout(root), modelName: DEMO_MODEL_NAME, generated: false };
-  }
-  rmSync(root, { recursive: true, force: true });
-  mkdirSync(dirname(root), { recursive: true });
-  renameSync(staging, root);
-  log(`demo written to ${root}`);
-  return { dir: root, ...layout(root), modelName: DEMO_MODEL_NAME, generated: true };
+  if (generated) log(`demo written to ${root}`);
+  return { dir: root, modelDir: join(root, DEMO_MODEL_NAME), adaptersDir: join(root, 'adapters'), modelName: DEMO_MODEL_NAME, generated };
 }

@@ -2,14 +2,12 @@
  * The `tessera-punica` command: parse flags, generate the demo when no model is given, then run the role: the
  * single-process server (default), or a cluster scheduler, worker or frontend on Redis (`--role`). `pnpm --filter @tessera/punica start` runs this file from source.
  */
-import { isEntryPoint, runMain, usageExitCode } from '@tessera/server-kit';
+import { isEntryPoint, runMain, stopOnSignal, usageExitCode } from '@tessera/server-kit';
 
-import { startClusterScheduler } from './cluster/scheduler-role.js';
-import { startClusterWorker } from './cluster/worker-role.js';
+import { startClusterScheduler, startClusterWorker } from './cluster/roles.js';
 import { parseCli, USAGE } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
-import { MIB } from './engine/client.js';
-import { buildServer, discoverAdapters, listen } from './server.js';
+import { buildServer, discoverAdapters, listen, MIB } from './server.js';
 
 export async function main(argv: readonly string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let config;
@@ -35,7 +33,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       log: say,
     });
     say(`scheduling on ${config.redisUrl} (prefix ${config.clusterPrefix}); Ctrl-C stops it`);
-    onSignal(() => scheduler.close());
+    stopOnSignal(() => scheduler.close(), { prefix: '[punica]' });
     return 0;
   }
 
@@ -63,7 +61,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       threads: config.threads ?? null,
       log: say,
     });
-    onSignal(() => worker.close());
+    stopOnSignal(() => worker.close(), { prefix: '[punica]' });
     return 0;
   }
 
@@ -88,7 +86,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   process.stdout.write(
     [
       '',
-      `[punica] serving ${app.models.base.name} (${config.role === 'frontend' ? `cluster frontend on ${config.redisUrl}` : app.modelInfo.device}) with ${adapters.length} adapter(s) on ${address}`,
+      `[punica] serving ${app.models.base.name} (${config.role === 'frontend' ? `cluster frontend on ${config.redisUrl}` : app.engine.ready.model.device}) with ${adapters.length} adapter(s) on ${address}`,
       ...(adapters.length > 0 ? [`[punica] adapters: ${adapters.join(', ')}`] : []),
       '[punica] try:',
       `  curl ${address}/v1/completions -H 'content-type: application/json' \\`,
@@ -101,25 +99,6 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     ].join('\n'),
   );
   return 0;
-}
-
-/** Runs `stop` once on SIGINT or SIGTERM, then exits; a second signal exits at once. */
-function onSignal(stop: () => Promise<void>): void {
-  let stopping = false;
-  const handler = (signal: NodeJS.Signals) => {
-    if (stopping) process.exit(1);
-    stopping = true;
-    process.stdout.write(`[punica] ${signal}: stopping\n`);
-    stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        process.stderr.write(`[punica] ${err instanceof Error ? err.message : String(err)}\n`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGINT', handler);
-  process.on('SIGTERM', handler);
 }
 
 // A typed error (Redis down at start-up, a bad model directory) is printed by its message, anything else with its stack.

@@ -1,36 +1,46 @@
 /**
  * The composition root. A request's path through the app:
  *
- *   routes/           HTTP endpoints (completions, chat, models, adapters, health, metrics)
- *     → openai/       schemas, the chat template, model-name resolution, the shared generation path, SSE
- *       → engine/     EngineClient (this thread) ⇄ protocol ⇄ worker.ts (engine thread: model, KV cache,
- *                     adapter cache, SGMV delta, continuous batcher)
- *   plugins/          cross-cutting: the engine and its decorators, metrics, OpenAI-style errors
+ *   server-kit     /v1/completions and /v1/chat/completions (OpenAI's schemas, chat template, SSE), /health, /metrics
+ *   routes/        Punica's endpoints: /v1/models (adapters with lineage and residency), runtime adapter loading
+ *     → openai/    model-name resolution (base, adapter, base:adapter), error wording, the model card schemas
+ *       → PunicaHost (engine/protocol.ts): the host protocol's front side, served by
+ *           the engine worker thread (server-kit's WorkerEngineClient ⇄ engine/worker.ts: model, KV cache,
+ *           adapter cache, SGMV delta, EngineLoop), or, with `cluster`, the Punica scheduler and worker processes
+ *           on Redis (cluster/frontend.ts)
  *
- * `buildServer` returns a ready fastify instance (the engine worker is up; tests drive it with `inject` or
- * `listen`); `listen` adds the graceful shutdown: on SIGINT/SIGTERM stop accepting, let in-flight requests and
- * streams finish, then stop the engine worker.
+ * `buildServer` returns a ready fastify instance from server-kit's createTesseraServer (the engine is up; tests drive
+ * it with `inject` or `listen`); `listen` adds the graceful shutdown: on SIGINT/SIGTERM stop accepting, let
+ * in-flight requests and streams finish, then stop the engine worker.
  */
-import { readdirSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 
-import { type TypeBoxTypeProvider, TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
+import { readHfConfig, TextTokenizer } from '@tessera/engine';
+import { createTesseraServer, listenWithGrace, type ListenWithGraceOptions, ModelRegistry, openaiGenerationRoutes, subdirectories } from '@tessera/server-kit';
 
-import { gracefulClose, listenWithGrace } from '@tessera/server-kit';
-
-import { MIB } from './engine/client.js';
-import { enginePlugin } from './plugins/engine.js';
-import { errorsPlugin } from './plugins/errors.js';
-import { metricsPlugin } from './plugins/metrics.js';
+import { connectClusterFrontend } from './cluster/frontend.js';
+import { type PunicaHost, startWorkerHost } from './engine/protocol.js';
+import { punicaMetrics } from './metrics.js';
+import { punicaErrors, requestError } from './openai/errors.js';
 import adapterRoutes, { adapterNameProblem } from './routes/adapters.js';
-import chatCompletionRoutes from './routes/chat-completions.js';
-import completionRoutes from './routes/completions.js';
-import healthRoutes from './routes/health.js';
-import metricsRoutes from './routes/metrics.js';
 import modelRoutes from './routes/models.js';
+
+export const MIB = 1024 * 1024;
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The engine, over a worker thread or Redis. */
+    engine: PunicaHost;
+    /** The base model's name and the registered adapters. */
+    models: ModelRegistry;
+    /** The model's tokenizer, on the HTTP thread: prompts and limits are checked before anything reaches the engine (pure JS: this thread never loads the addon). */
+    tokenizer: TextTokenizer;
+  }
+}
 
 export interface ServerOptions {
   /** A Hugging Face Llama-style model directory. */
@@ -68,15 +78,11 @@ export interface ServerOptions {
 
 /** The adapters in `dir`: one per subdirectory (hidden ones skipped), named after it, in name order. */
 export function discoverAdapters(dir: string): { name: string; path: string }[] {
-  const root = resolve(dir);
-  return readdirSync(root, { withFileTypes: true })
-    .filter((d) => !d.name.startsWith('.') && (d.isDirectory() || (d.isSymbolicLink() && statSync(join(root, d.name)).isDirectory())))
-    .map((d) => {
-      const problem = adapterNameProblem(d.name);
-      if (problem) throw new Error(`adapter directory ${join(root, d.name)}: its name ${problem}`);
-      return { name: d.name, path: join(root, d.name) };
-    })
-    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return subdirectories(dir).map((a) => {
+    const problem = adapterNameProblem(a.name);
+    if (problem) throw new Error(`adapter directory ${a.path}: its name ${problem}`);
+    return a;
+  });
 }
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
@@ -90,54 +96,83 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     seen.add(a.name);
   }
   const maxBatch = options.maxBatch ?? 32;
+  const modelDir = resolve(options.modelDir);
+  const config = readHfConfig(modelDir);
+  if (config.family !== 'decoder') throw new Error(`${modelDir} holds a ${config.architecture}; the Punica server serves decoder (causal LM) models`);
+  const tokenizer = TextTokenizer.fromDir(modelDir);
+  const name = options.modelName ?? basename(modelDir);
 
-  // pluginTimeout 0: the engine plugin loads the model and the start-up adapters before it resolves; that takes as
-  // long as the model and the machine make it, and a worker that fails rejects the start on its own.
-  const app = Fastify({ logger: options.logger ?? false, forceCloseConnections: 'idle', pluginTimeout: 0 })
-    .withTypeProvider<TypeBoxTypeProvider>()
-    .setValidatorCompiler(TypeBoxValidatorCompiler);
-
-  await app.register(gracefulClose({ name: 'tessera-punica-graceful-close' }));
-  await app.register(errorsPlugin);
-  await app.register(enginePlugin, {
-    modelDir: options.modelDir,
-    ...(options.modelName !== undefined ? { modelName: options.modelName } : {}),
-    adapters,
-    engine: {
-      maxBatch,
-      kvBudgetBytes: (options.kvBudgetMiB ?? 64) * MIB,
-      adapterBudgetBytes: (options.adapterBudgetMiB ?? 64) * MIB,
-      hostAdapterBudgetBytes: (options.hostAdapterBudgetMiB ?? 256) * MIB,
-      threads: options.threads ?? null,
-      ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}),
+  return createTesseraServer<PunicaHost>({
+    name: 'tessera-punica',
+    logger: options.logger,
+    validatorCompiler: TypeBoxValidatorCompiler,
+    errors: punicaErrors,
+    async engine(app) {
+      let engine: PunicaHost;
+      if (options.cluster) {
+        app.log.info({ model: modelDir, adapters: adapters.length }, 'connecting to the cluster scheduler on Redis');
+        engine = await connectClusterFrontend({ redis: options.cluster.redis, modelDir, adapters });
+      } else {
+        app.log.info({ model: modelDir, adapters: adapters.length }, 'starting the engine worker');
+        const init = {
+          modelDir,
+          adapters,
+          maxBatch,
+          kvBudgetBytes: (options.kvBudgetMiB ?? 64) * MIB,
+          adapterBudgetBytes: (options.adapterBudgetMiB ?? 64) * MIB,
+          hostAdapterBudgetBytes: (options.hostAdapterBudgetMiB ?? 256) * MIB,
+          threads: options.threads ?? null,
+        };
+        engine = await startWorkerHost(init, options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {});
+      }
+      app.log.info({ device: engine.ready.model.device, kvPages: engine.ready.model.kvPages }, 'engine ready');
+      engine.on('crash', (err) => app.log.error({ err }, 'the engine worker crashed; /health reports unhealthy'));
+      return engine;
     },
-    cluster: options.cluster,
+    // Answered on the HTTP thread from the host's state, so it stays fast while the engine computes.
+    health: (engine) => ({
+      healthy: engine.healthy,
+      body: {
+        status: engine.healthy ? 'ok' : 'unhealthy',
+        model: name,
+        device: engine.ready.model.device,
+        requests_in_flight: engine.inFlight,
+        ...(engine.healthy ? {} : { error: engine.failure?.message ?? 'the engine is not running' }),
+      },
+    }),
+    metrics: (registry, engine) => punicaMetrics(registry, engine, { model: name, maxLora: maxBatch }),
+    async routes(app, engine) {
+      const now = Math.floor(Date.now() / 1000);
+      const models = new ModelRegistry({ name, root: modelDir, maxModelLen: config.maxPositions, created: now });
+      // In the order they were given (the worker registers them concurrently).
+      const started = new Map(engine.ready.adapters.map((a) => [a.name, a]));
+      for (const { name: adapter } of adapters) {
+        const a = started.get(adapter);
+        if (a) models.add({ name: a.name, path: a.path, rank: a.rank, created: now });
+      }
+      app.decorate('models', models);
+      app.decorate('tokenizer', tokenizer);
+      await app.register(openaiGenerationRoutes, {
+        backend: {
+          resolve: (model) => models.resolve(model),
+          tokenizer,
+          contextLength: config.maxPositions,
+          vocabSize: config.vocabSize,
+          submit: (request) => engine.submit({ request, attempt: 0, generated: [] }),
+          cancel: (id) => engine.cancel(id),
+          requestError,
+          errors: punicaErrors,
+        },
+      });
+      await app.register(modelRoutes);
+      if ((options.adapterAdmin ?? true) && !options.cluster) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
+    },
   });
-  await app.register(metricsPlugin, { maxLora: maxBatch });
-
-  await app.register(completionRoutes);
-  await app.register(chatCompletionRoutes);
-  await app.register(modelRoutes);
-  if ((options.adapterAdmin ?? true) && !options.cluster) await app.register(adapterRoutes, { adapterRoot: options.adapterRoot });
-  await app.register(healthRoutes);
-  await app.register(metricsRoutes);
-
-  await app.ready();
-  return app;
 }
 
-export interface ListenOptions {
-  host?: string;
-  port?: number;
-  /** How long a signal-triggered shutdown may take before the process exits anyway (default 30 s). */
-  graceMs?: number;
-}
+export type ListenOptions = Partial<ListenWithGraceOptions>;
 
-/**
- * Listens and installs the graceful shutdown (close-with-grace): on SIGINT, SIGTERM or an uncaught error, stop
- * accepting connections, let in-flight requests and streams finish, then stop the engine worker; exit when done
- * or after `graceMs`. A second signal exits at once. Resolves with the address.
- */
+/** Listens (default 127.0.0.1:8000) with server-kit's graceful shutdown; resolves with the address. */
 export async function listen(app: FastifyInstance, options: ListenOptions = {}): Promise<string> {
-  return listenWithGrace(app, { host: options.host ?? '127.0.0.1', port: options.port ?? 8000, ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }) });
+  return listenWithGrace(app, { host: '127.0.0.1', port: 8000, ...options });
 }

@@ -12,7 +12,7 @@ import { redisUrlFromEnv } from '@tessera/cluster';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { type ClusterScheduler, startClusterScheduler } from '../src/cluster/scheduler-role.js';
+import { type ClusterScheduler, startClusterScheduler } from '../src/cluster/roles.js';
 import { buildServer } from '../src/server.js';
 import { type Fixture, makeFixture, parseSse, serve } from './support/fixture.js';
 

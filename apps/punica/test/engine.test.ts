@@ -10,8 +10,10 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import type { EngineEventMessage } from '../src/engine/protocol.js';
-import type { EngineClient, RequestEnd } from '../src/engine/client.js';
+import type { HostEvent } from '@tessera/cluster';
+import type { RequestEnd, WorkerEngineClient } from '@tessera/server-kit';
+
+import type { AdapterNotice, PunicaProtocol } from '../src/engine/protocol.js';
 import { ALL_TARGETS, type AdapterSpec, type Fixture, makeFixture, metricValue, MODEL_NAME, parseSse, serve } from './support/fixture.js';
 
 const TENANTS: AdapterSpec[] = Array.from({ length: 16 }, (_, i) => ({
@@ -25,14 +27,16 @@ const COLD: AdapterSpec = { name: 'cold-big', rank: 64, targets: ALL_TARGETS, se
 let fixture: Fixture;
 let app: FastifyInstance;
 let address: string;
-/** Every engine event, in the order the worker produced them. */
-const trace: EngineEventMessage[] = [];
-const ends: RequestEnd[] = [];
+/** Every engine event and notice, in the order the worker produced them. */
+const trace: (HostEvent | AdapterNotice)[] = [];
+const ends: RequestEnd<PunicaProtocol>[] = [];
+const worker = () => app.engine as WorkerEngineClient<PunicaProtocol>;
+const endOf = (id: string) => ends.find((e) => e.placement.request.id === id);
 
 beforeAll(async () => {
   fixture = makeFixture([...TENANTS, COLD]);
   app = await serve(fixture, { maxBatch: 32 });
-  app.engine.on('events', (events) => trace.push(...events));
+  worker().on('events', (events) => trace.push(...events.map((m) => ('event' in m ? m.event : m.notice))));
   app.engine.on('request-end', (end) => ends.push(end));
   address = await app.listen({ host: '127.0.0.1', port: 0 });
 });
@@ -47,7 +51,7 @@ async function postJson(path: string, body: unknown, signal?: AbortSignal): Prom
 }
 
 function tokensOf(id: string): number[] {
-  return trace.filter((e): e is Extract<EngineEventMessage, { kind: 'token' }> => e.kind === 'token' && e.id === id).map((e) => e.token);
+  return trace.filter((e): e is Extract<HostEvent, { kind: 'token' }> => e.kind === 'token' && e.id === id).map((e) => e.token);
 }
 
 async function metrics(): Promise<string> {
@@ -87,10 +91,10 @@ describe('greedy equivalence under batching (E2E T15)', () => {
       expect(res.status).toBe(200);
       alone.push(tokensOf(((await res.json()) as { id: string }).id));
     }
-    await app.engine.stats(); // drains the batch-size record of the sequential round
+    await app.engine.call('stats', null); // drains the batch-size record of the sequential round
 
     const together = await Promise.all(requests.map(async (body) => (await (await postJson('/v1/completions', body)).json()) as { id: string; usage: { completion_tokens: number } }));
-    const { batchSizes } = await app.engine.stats();
+    const { batchSizes } = await app.engine.call('stats', null);
     expect(Math.max(...batchSizes)).toBeGreaterThanOrEqual(8);
 
     together.forEach((res, i) => {
@@ -159,9 +163,9 @@ describe('responsiveness and cancellation', () => {
     await stream.next();
     abort.abort();
 
-    await expect.poll(() => ends.find((e) => e.id === first.id)?.finishReason, { timeout: 10_000, interval: 10 }).toBe('cancelled');
-    const end = ends.find((e) => e.id === first.id)!;
-    expect(end.completionTokens).toBeLessThan(230);
+    await expect.poll(() => endOf(first.id)?.result?.finishReason, { timeout: 10_000, interval: 10 }).toBe('cancelled');
+    const end = endOf(first.id)!;
+    expect(end.result!.completionTokens).toBeLessThan(230);
 
     await Promise.all(others.map(async (s) => {
       for (let f = await s.next(); f !== null; f = await s.next()) if (f === '[DONE]') break;
@@ -179,7 +183,7 @@ describe('a crashed engine worker', () => {
   it('fails in-flight and new requests with 503, and /health reports unhealthy', async () => {
     const stream = sseReader(await postJson('/v1/completions', { model: TENANTS[1]!.name, prompt: 'doomed', max_tokens: 200, temperature: 0, ignore_eos: true, stream: true }));
     await stream.next();
-    await (app.engine as EngineClient).terminate();
+    await worker().terminate();
 
     const frames: unknown[] = [];
     for (let f = await stream.next(); f !== null; f = await stream.next()) frames.push(f);

@@ -19,7 +19,7 @@ describe('app.close() (what SIGINT / SIGTERM trigger through close-with-grace)',
     const app = await serve(fixture);
     const address = await app.listen({ host: '127.0.0.1', port: 0 });
     const order: string[] = [];
-    app.engine.on('request-end', (end) => order.push(`request-end:${end.finishReason}`));
+    app.engine.on('request-end', (end) => order.push(`request-end:${end.result?.finishReason ?? null}`));
 
     const res = await fetch(`${address}/v1/completions`, {
       method: 'POST',

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { EngineClient } from '../src/engine/client.js';
+import { startWorkerHost } from '../src/engine/protocol.js';
 import { type Fixture, makeFixture, serve } from './support/fixture.js';
 
 let fixture: Fixture;
@@ -34,6 +34,7 @@ describe('start-up adapters', () => {
   });
 
   it('a second engine in the same process is refused (the native addon supports one per process)', async () => {
-    await expect(EngineClient.start({ modelDir: fixture.modelDir })).rejects.toThrow(/one engine per process/);
+    const init = { modelDir: fixture.modelDir, adapters: [], maxBatch: 8, kvBudgetBytes: 1 << 20, adapterBudgetBytes: 1 << 20, hostAdapterBudgetBytes: 0, threads: 1 };
+    await expect(startWorkerHost(init)).rejects.toThrow(/one engine per process/);
   });
 });

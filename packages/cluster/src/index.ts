@@ -49,7 +49,7 @@ export {
 } from './scheduler/punica-scheduler.js';
 export { type ClientEvent, ClientStream } from './client/client-stream.js';
 export { EngineLoop, type EngineLoopOptions } from './in-process/engine-loop.js';
-export { type BatcherEngineOptions, type HostableLoop, batcherEngine } from './in-process/batcher-engine.js';
+export { type BatcherEngineOptions, type BatcherHostEngine, type HeldRequest, type HostSample, type HostableLoop, batcherEngine } from './in-process/batcher-engine.js';
 export { type DeliveredItem, EventStream, type StreamOutput } from './client/event-stream.js';
 export { serveWorkerHost, type WorkerHostSpec, type WorkerHostStarted } from './worker-thread/serve.js';
 export { InProcessEngineHost } from './in-process/in-process-host.js';

@@ -3,8 +3,13 @@
  *
  * - http/: createTesseraServer (fastify with the engine host, /health, /metrics, graceful close) and errors → HTTP
  *   by kind in one place (HttpError, EngineUnavailableError, STATUS_BY_KIND)
+ * - host/: EngineHost, the one interface routes talk to, and StreamEngineHost for transports that yield streams (Redis)
  * - worker/: WorkerEngineClient, the front side of the host protocol over a worker thread (the host side is
  *   @tessera/cluster's serveWorkerHost), and the worker's start-up
+ * - http/streams: answering with a request's stream (cancel on disconnect, status after the first output, SSE);
+ *   http/metrics: a server's metrics as one table, counters that follow an engine's cumulative totals
+ * - openai/: OpenAI's generation endpoints (/v1/completions, /v1/chat/completions: schemas, chat template, sampling
+ *   and limits, JSON or SSE answers) over any engine that streams tokens
  * - plugins/: fastify plugins (fastify-plugin), graceful close, schema-validation error messages
  * - cli/: flag and environment parsing, the main() bootstrap, listening with a graceful shutdown, the repository root
  *
@@ -24,12 +29,56 @@ export {
   httpStatus,
   STATUS_BY_KIND,
 } from './http/errors.js';
-export { type EngineProtocol, type ProtocolStream, type RequestEnd, WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
+export {
+  type EngineHost,
+  type EngineHostEvents,
+  type EngineProtocol,
+  type ProtocolStream,
+  type RequestEnd,
+  StreamEngineHost,
+  type StreamTransport,
+} from './host/engine-host.js';
+export { WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
+export { openStream, sendSse, SSE_HEADERS, sseData } from './http/streams.js';
+export { CumulativeTotals, defineMetrics, type MetricOf, type MetricSpec } from './http/metrics.js';
+export { openaiGenerationRoutes, promptTokens } from './openai/routes.js';
+export { generationMetrics, type GenerationSample, LATENCY_BUCKETS } from './openai/metrics.js';
+export {
+  badRequest,
+  completionBudget,
+  completionId,
+  DEFAULT_COMPLETION_MAX_TOKENS,
+  type GenerationBackend,
+  type GenerationPlan,
+  openAiFinishReason,
+  rejectUnsupportedSampling,
+  respond,
+  type ResponseShape,
+  type SamplingBody,
+  samplingOf,
+  stopStrings,
+  usageOf,
+} from './openai/generation.js';
+export { CHAT_ROLE_PREFIX, messageText, renderChat } from './openai/chat-template.js';
+export { type AdapterEntry, type BaseModelEntry, ModelRegistry, modelNotFound } from './openai/model-registry.js';
+export {
+  ChatCompletionRequest,
+  ChatCompletionResponse,
+  ChatMessage,
+  CompletionRequest,
+  CompletionResponse,
+  ErrorBody,
+  FinishReason,
+  Nullable,
+  UNION_FIELD_HINTS as OPENAI_UNION_FIELD_HINTS,
+  Usage,
+} from './openai/schemas.js';
 export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';
-export { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
-export { isEntryPoint, runMain, usageExitCode } from './cli/main.js';
+export { flagOrEnv, type FlagSpec, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
+export { isEntryPoint, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
-export { repositoryRoot } from './cli/repository.js';
+export { isInside, repositoryRoot, subdirectories } from './cli/repository.js';
+export { ensureGenerated, generatedDirectory } from './cli/generated-dir.js';
 export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

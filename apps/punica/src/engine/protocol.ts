@@ -1,90 +1,30 @@
 /**
- * The message protocol between the HTTP thread ({@link EngineClient}) and the engine worker thread. Everything
- * crossing the boundary is structured-clone data (no classes, no functions): errors travel as
- * {@link SerializedError} and are rebuilt on the other side. The same messages would serve a worker process fed
- * by a queue (ARCHITECTURE decision 3): submit, stream tokens/results, cancel, admin.
- *
- *   main → worker   submit, cancel, admin { load-adapter | unload-adapter | adapters | stats | shutdown }
- *   worker → main   ready | init-failed, events [token | finish | error | adapter], reply, fatal
- *
- * Per-request and adapter events are sent in batches (one `events` message per engine step), in the order they
- * happened, so the client observes a single ordered stream: a token that the worker produced while an adapter
- * was loading arrives between that adapter's `load-start` and `loaded` events.
+ * Punica on the host protocol (@tessera/cluster): placements of a GenerateRequest in, token events with their
+ * attempt and absolute index out, then the FinishedResult; admin calls for the adapters and the statistics.
+ * `PunicaHost` is the one interface the routes use; it is served by the engine worker thread of this process
+ * ({@link startWorkerHost}: server-kit's WorkerEngineClient ⇄ worker.ts) or, as a cluster frontend, by the Punica
+ * scheduler and worker processes on Redis (cluster/frontend.ts). The routes do not know which.
  */
+import type { FinishedResult, HostSample, Placement, TokenEvent } from '@tessera/cluster';
+import { type EngineHost, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
 
-/** A generation request as the engine sees it: tokens in, sampling and stopping as the batcher takes them. */
-export interface SubmitRequest {
-  /** Unique per request (the HTTP layer's completion id). */
-  id: string;
-  /** A registered adapter's name, or null for the base model. */
-  adapter: string | null;
-  /** Prompt token ids (BOS included when the tokenizer's template adds it). */
-  prompt: number[];
-  /** Most tokens to generate (EOS included). */
-  maxTokens: number;
-  sampling: { temperature?: number; topK?: number; topP?: number; seed?: number };
-  stop: string[];
-  ignoreEos: boolean;
-}
-
-/** Why a request ended, as the batcher reports it. */
-export type EngineFinishReason = 'eos' | 'stop' | 'length' | 'cancelled';
-
-export interface FinishedResult {
-  id: string;
-  tokens: number[];
-  text: string;
-  finishReason: EngineFinishReason;
-  promptTokens: number;
-  completionTokens: number;
-}
-
-/** An Error flattened for postMessage: the class name, the typed error code, and the adapter it names, if any. */
-export interface SerializedError {
-  name: string;
-  message: string;
-  code: string | null;
-  adapter: string | null;
-}
-
-export type Residency = 'disk' | 'host' | 'device';
+export type { FinishedResult, GenerateRequest } from '@tessera/cluster';
 
 export interface AdapterStatus {
   name: string;
   /** Absolute directory. */
   path: string;
-  residency: Residency;
+  residency: 'disk' | 'host' | 'device';
   /** The adapter's LoRA rank (max over modules), read from adapter_config.json at registration. */
   rank: number;
   pins: number;
 }
 
-/** What /metrics needs from the worker, sampled when scraped. */
-export interface EngineStats {
-  running: number;
-  waiting: number;
-  /** Distinct adapters (null = base model omitted) of running / waiting requests. */
-  runningAdapters: string[];
-  waitingAdapters: string[];
-  kv: { usedPages: number; numPages: number; sequences: number; bytesPerPage: number };
-  adapters: {
-    registered: number;
-    residentCount: number;
-    residentBytes: number;
-    deviceBudgetBytes: number;
-    hostCount: number;
-    hostBytes: number;
-    hits: number;
-    misses: number;
-    loads: number;
-    loadFailures: number;
-    deviceEvictions: number;
-    hostEvictions: number;
-  };
-  /** Engine steps and the rows (sequences) of each step since the previous stats call (drained). */
-  steps: number;
-  batchSizes: number[];
-  preemptions: number;
+/** What /metrics needs from the engine, sampled when scraped: the loop's queues and steps, KV pages, the adapter cache. */
+export interface EngineStats extends HostSample {
+  kv: { usedPages: number; numPages: number };
+  /** The adapter cache's counters and sizes (AdapterCache.stats()). */
+  adapters: { registered: number; residentCount: number; residentBytes: number; deviceBudgetBytes: number; hostCount: number; hits: number; misses: number; loads: number; loadFailures: number; deviceEvictions: number; hostEvictions: number };
 }
 
 export interface ModelSummary {
@@ -93,13 +33,36 @@ export interface ModelSummary {
   architecture: string;
   maxPositions: number;
   vocabSize: number;
-  numLayers: number;
-  hiddenSize: number;
-  /** Which backend runs the kernels: 'cpu' or 'cuda'. */
+  /** Which backend runs the kernels: 'cpu', 'cuda', or 'cluster' behind a frontend. */
   device: string;
-  /** KV pages and page size in tokens. */
   kvPages: number;
 }
+
+/** The adapter cache's events (ordered with the token events of the same engine step). */
+export type AdapterNotice =
+  | { kind: 'adapter-load-start'; name: string; from: 'disk' | 'host' }
+  | { kind: 'adapter-loaded'; name: string; seconds: number; bytes: number }
+  | { kind: 'adapter-load-failed'; name: string; message: string }
+  | { kind: 'adapter-evicted'; name: string; tier: 'host' | 'device'; reason: string };
+
+export interface PunicaProtocol {
+  placement: Placement;
+  item: TokenEvent;
+  result: FinishedResult;
+  notice: AdapterNotice;
+  admin: {
+    /** Reads the adapter once (validating it against the model) and registers it; it becomes resident on first use. */
+    'load-adapter': { args: { name: string; path: string }; result: AdapterStatus };
+    /** Refuses new requests for it at once, lets the running ones finish, then frees it. */
+    'unload-adapter': { args: string; result: null };
+    adapters: { args: null; result: AdapterStatus[] };
+    stats: { args: null; result: EngineStats };
+  };
+  ready: { model: ModelSummary; adapters: AdapterStatus[] };
+}
+
+/** What the routes, health and metrics use: the host protocol's front side, over a worker thread or Redis. */
+export type PunicaHost = EngineHost<PunicaProtocol>;
 
 /** workerData of the engine worker. */
 export interface WorkerInit {
@@ -110,63 +73,17 @@ export interface WorkerInit {
   adapterBudgetBytes: number;
   hostAdapterBudgetBytes: number;
   threads: number | null;
-  /** The module to run, for the dev bootstrap (worker-dev.mjs): the TypeScript worker's URL. */
-  entry?: string;
 }
 
-// main → worker
-
-export type AdminCall =
-  | { op: 'load-adapter'; name: string; path: string }
-  | { op: 'unload-adapter'; name: string }
-  | { op: 'adapters' }
-  | { op: 'stats' }
-  | { op: 'shutdown' };
-
-export interface AdminResults {
-  'load-adapter': AdapterStatus;
-  'unload-adapter': null;
-  adapters: AdapterStatus[];
-  stats: EngineStats;
-  shutdown: null;
-}
-
-export type ToWorker =
-  | { type: 'submit'; request: SubmitRequest }
-  | { type: 'cancel'; id: string }
-  | { type: 'admin'; callId: number; call: AdminCall }
-  /** Exit now with `code`, abandoning everything (EngineClient.terminate: a crash at a safe point). */
-  | { type: 'exit'; code: number };
-
-// worker → main
-
-export type EngineEventMessage =
-  | { kind: 'token'; id: string; token: number; text: string }
-  | { kind: 'finish'; id: string; result: FinishedResult }
-  | { kind: 'error'; id: string; error: SerializedError }
-  | { kind: 'adapter-load-start'; name: string; from: 'disk' | 'host' }
-  | { kind: 'adapter-loaded'; name: string; seconds: number; bytes: number }
-  | { kind: 'adapter-load-failed'; name: string; error: SerializedError }
-  | { kind: 'adapter-evicted'; name: string; tier: 'host' | 'device'; reason: string };
-
-export type FromWorker =
-  | { type: 'ready'; model: ModelSummary; adapters: AdapterStatus[] }
-  | { type: 'init-failed'; error: SerializedError }
-  | { type: 'events'; events: EngineEventMessage[] }
-  | { type: 'reply'; callId: number; ok: true; value: unknown }
-  | { type: 'reply'; callId: number; ok: false; error: SerializedError }
-  | { type: 'fatal'; error: SerializedError }
-  | { type: 'closed' };
-
-export function serializeError(err: unknown): SerializedError {
-  if (err instanceof Error) {
-    const e = err as Error & { code?: unknown; adapter?: unknown };
-    return {
-      name: e.name,
-      message: e.message,
-      code: typeof e.code === 'string' ? e.code : null,
-      adapter: typeof e.adapter === 'string' ? e.adapter : null,
-    };
-  }
-  return { name: 'Error', message: String(err), code: null, adapter: null };
+/** Starts the engine worker; resolves once the model is loaded and the start-up adapters are registered. */
+export function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?: number } = {}): Promise<WorkerEngineClient<PunicaProtocol>> {
+  return WorkerEngineClient.start<PunicaProtocol>({
+    entry: workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }),
+    workerData: init,
+    name: 'tessera-engine',
+    // Until the native addon keeps its JS-facing state per environment, a second engine (at the same time or after
+    // the first one ended) would corrupt memory: it is refused instead.
+    oncePerProcess: 'the native addon supports one engine per process (run another process for another engine)',
+    ...(options.shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.shutdownTimeoutMs } : {}),
+  });
 }

@@ -16,7 +16,7 @@
  */
 import { AdapterCache, AdapterExistsError } from '@tessera/adapter-swap';
 import type { KvExhaustionPolicy } from '@tessera/batcher';
-import { batcherEngine, EngineLoop, type HostEngine } from '@tessera/cluster';
+import { batcherEngine, type BatcherHostEngine, EngineLoop } from '@tessera/cluster';
 import { type DecoderModel, loadDecoder, PagedKvCache, StepRunner, TextTokenizer } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
 import { loraAdapterSource, readLoraForSgmv, SgmvLoraDelta } from '@tessera/sgmv-kernel';
@@ -41,8 +41,8 @@ export interface EngineStack {
   cache: AdapterCache<unknown, unknown>;
   /** The step loop (Scheduler + StepRunner): submit / cancel / step / run / stats. */
   batcher: EngineLoop;
-  /** The loop as a host-protocol engine (placements in, host events out; load reports). */
-  host: HostEngine;
+  /** The loop as a host-protocol engine (placements in, host events out; load reports; held requests, retiring adapters). */
+  host: BatcherHostEngine;
   /** Reads the adapter once (validating it against the model: modules, shapes, dtypes) and registers it. */
   register(name: string, path: string): Promise<AdapterStatus>;
   /** Unregisters an adapter (its weights are freed; callers make sure no request uses it). */

@@ -1,54 +1,42 @@
 /**
- * OpenAI-style errors: every non-2xx reply of the server is `{ error: { message, type, param, code } }`, the body
- * the `openai` client parses into its typed errors (NotFoundError, BadRequestError, …). Routes throw
- * {@link ApiError}; the error-handler plugin turns it (and fastify's own validation errors) into that body.
+ * OpenAI-style errors: every non-2xx reply is `{ error: { message, type, param, code } }`, the body the `openai`
+ * client parses into its typed errors (NotFoundError, BadRequestError, …). The status comes from the error's kind
+ * (server-kit's one table: invalid 400, not_found 404, conflict 409, capacity 507, unavailable 503); this file only
+ * words the body in the API's vocabulary: OpenAI's and vLLM's public codes instead of TESSERA_* ones.
  */
+import { UnknownAdapterError } from '@tessera/adapter-swap';
+import { type ErrorMappingOptions, type ErrorReply, modelNotFound, OPENAI_UNION_FIELD_HINTS } from '@tessera/server-kit';
 
-/** The `type` field: OpenAI's vocabulary. */
-export type ApiErrorType = 'invalid_request_error' | 'not_found_error' | 'server_error' | 'service_unavailable_error';
+/** The public code of the engine's typed errors (by their stable TESSERA_* code); any other is null. */
+const CODES: Readonly<Record<string, string>> = {
+  TESSERA_UNKNOWN_ADAPTER: 'model_not_found',
+  TESSERA_CONTEXT_TOO_LONG: 'context_length_exceeded',
+  TESSERA_KV_TOO_SMALL: 'kv_cache_too_small',
+  TESSERA_ADAPTER_EXISTS: 'adapter_exists',
+  TESSERA_ADAPTER_TOO_LARGE: 'adapter_too_large',
+  TESSERA_ADAPTER_IN_USE: 'adapter_in_use',
+  TESSERA_ADAPTER_LOAD_FAILED: 'adapter_load_failed',
+  TESSERA_BUDGET_EXCEEDED: 'insufficient_capacity',
+  TESSERA_KV_EXHAUSTED: 'insufficient_capacity',
+  TESSERA_ENGINE_UNAVAILABLE: 'engine_unavailable',
+};
 
-export interface OpenAiErrorBody {
-  error: { message: string; type: ApiErrorType; param: string | null; code: string | null };
-}
+export const punicaErrors: ErrorMappingOptions = {
+  unionHints: OPENAI_UNION_FIELD_HINTS,
+  // OpenAI's body has exactly four keys.
+  fields: false,
+  describe(err: Error, reply: ErrorReply): ErrorReply {
+    const code = (err as { code?: unknown }).code;
+    if (typeof code !== 'string' || !code.startsWith('TESSERA_')) return reply;
+    const described = { ...reply, code: CODES[code] ?? null };
+    if (code === 'TESSERA_UNKNOWN_ADAPTER') return { ...described, type: 'invalid_request_error' };
+    if (code === 'TESSERA_ADAPTER_EXISTS') return { ...described, param: 'lora_name' };
+    if (code === 'TESSERA_KV_TOO_SMALL') return { ...described, message: `${reply.message} (the server's KV cache, --kv-budget-mib, cannot hold this request)` };
+    return described;
+  },
+};
 
-export class ApiError extends Error {
-  readonly statusCode: number;
-  readonly type: ApiErrorType;
-  readonly param: string | null;
-  readonly code: string | null;
-
-  constructor(statusCode: number, message: string, options: { type?: ApiErrorType; param?: string | null; code?: string | null; cause?: unknown } = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
-    this.name = 'ApiError';
-    this.statusCode = statusCode;
-    this.type = options.type ?? defaultType(statusCode);
-    this.param = options.param ?? null;
-    this.code = options.code ?? null;
-  }
-
-  toBody(): OpenAiErrorBody {
-    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
-  }
-}
-
-function defaultType(status: number): ApiErrorType {
-  if (status === 404) return 'not_found_error';
-  if (status === 503) return 'service_unavailable_error';
-  if (status >= 500) return 'server_error';
-  return 'invalid_request_error';
-}
-
-/** 400 with a parameter name: the request itself is wrong. */
-export function badRequest(message: string, param: string | null = null, code: string | null = null): ApiError {
-  return new ApiError(400, message, { param, code });
-}
-
-/** 404 for a `model` that is neither the base model nor a registered adapter (OpenAI's wording and code). */
-export function modelNotFound(model: string): ApiError {
-  return new ApiError(404, `The model \`${model}\` does not exist.`, { type: 'invalid_request_error', param: 'model', code: 'model_not_found' });
-}
-
-/** 503: the engine worker is gone (crashed or shut down); the request was not (or no longer) served. */
-export function engineUnavailable(reason: string): ApiError {
-  return new ApiError(503, `The engine is unavailable: ${reason}`, { code: 'engine_unavailable' });
+/** An engine error about the request for `model`: an adapter that went away is that model's 404. */
+export function requestError(err: unknown, model: string): unknown {
+  return err instanceof UnknownAdapterError ? modelNotFound(model) : err;
 }

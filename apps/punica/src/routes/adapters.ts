@@ -14,14 +14,15 @@
  * off with `--no-adapter-admin` (vLLM guards them behind VLLM_ALLOW_RUNTIME_LORA_UPDATING).
  */
 import { realpath, stat } from 'node:fs/promises';
-import { isAbsolute, relative, resolve, sep } from 'node:path';
+import { resolve } from 'node:path';
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 
-import { ApiError, badRequest } from '../openai/errors.js';
-import { toApiError } from '../openai/generation.js';
-import { ErrorBody, LoadLoraAdapterRequest, UnloadLoraAdapterRequest } from '../openai/schemas.js';
+import { badRequest, ErrorBody, errorReply, HttpError, httpStatus, isInside } from '@tessera/server-kit';
+
+import { punicaErrors } from '../openai/errors.js';
+import { LoadLoraAdapterRequest, UnloadLoraAdapterRequest } from '../openai/schemas.js';
 
 /** vLLM answers both routes with a plain-text line. */
 const SuccessText = Type.String();
@@ -44,10 +45,6 @@ export function adapterNameProblem(name: string): string | null {
   return null;
 }
 
-function isInside(root: string, path: string): boolean {
-  const rel = relative(root, path);
-  return rel === '' || (!rel.startsWith(`..${sep}`) && rel !== '..' && !isAbsolute(rel));
-}
 
 const adapters: FastifyPluginAsyncTypebox<AdapterRoutesOptions> = async (app, options) => {
   const root = options.adapterRoot === undefined ? null : await realpath(resolve(options.adapterRoot));
@@ -71,13 +68,14 @@ const adapters: FastifyPluginAsyncTypebox<AdapterRoutesOptions> = async (app, op
 
     if (!app.models.reserve(name)) throw badRequest(`The lora adapter '${name}' has already been loaded.`, 'lora_name', 'adapter_exists');
     try {
-      const status = await app.engine.loadAdapter(name, path);
+      const status = await app.engine.call('load-adapter', { name, path });
       app.models.settle(name, { name, path: status.path, rank: status.rank, created: Math.floor(Date.now() / 1000) });
     } catch (err) {
       app.models.settle(name, null);
-      const api = toApiError(err);
-      if (api.statusCode === 400) throw new ApiError(400, `lora adapter ${JSON.stringify(name)} at ${path} cannot be loaded: ${api.message}`, { param: api.param ?? 'lora_path', code: api.code ?? 'invalid_adapter', cause: err });
-      throw api;
+      if (httpStatus(err) !== 400) throw err;
+      // A malformed adapter (its files, or a mismatch with the model): the same 400, saying which adapter.
+      const r = errorReply(err, punicaErrors);
+      throw new HttpError(400, r.code ?? 'invalid_adapter', `lora adapter ${JSON.stringify(name)} at ${path} cannot be loaded: ${r.message}`, { param: r.param ?? 'lora_path', cause: err });
     }
     request.log.info({ adapter: name, path }, 'adapter registered');
     return reply.type('text/plain; charset=utf-8').send(`Success: LoRA adapter '${name}' added successfully.`);
@@ -86,13 +84,13 @@ const adapters: FastifyPluginAsyncTypebox<AdapterRoutesOptions> = async (app, op
   app.post('/v1/unload_lora_adapter', { schema: { body: UnloadLoraAdapterRequest, response: { 200: SuccessText, '4xx': ErrorBody, '5xx': ErrorBody } } }, async (request, reply) => {
     const { lora_name: name } = request.body;
     const entry = app.models.remove(name);
-    if (!entry) throw new ApiError(404, `The lora adapter '${name}' cannot be found.`, { type: 'invalid_request_error', param: 'lora_name', code: 'model_not_found' });
+    if (!entry) throw new HttpError(404, 'model_not_found', `The lora adapter '${name}' cannot be found.`, { type: 'invalid_request_error', param: 'lora_name' });
     try {
-      await app.engine.unloadAdapter(name);
+      await app.engine.call('unload-adapter', name);
     } catch (err) {
       // Still registered in the engine (or the engine is down): keep serving it under its name.
       if (app.engine.healthy) app.models.add(entry);
-      throw toApiError(err);
+      throw err;
     }
     request.log.info({ adapter: name }, 'adapter unregistered');
     return reply.type('text/plain; charset=utf-8').send(`Success: LoRA adapter '${name}' removed successfully.`);

@@ -6,18 +6,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 
-import { modelNotFound } from '../openai/errors.js';
-import { toApiError } from '../openai/generation.js';
-import { ErrorBody, ModelCard, ModelList, ModelParams } from '../openai/schemas.js';
+import { ErrorBody, modelNotFound } from '@tessera/server-kit';
+
+import { ModelCard, ModelList, ModelParams } from '../openai/schemas.js';
 
 async function modelCards(app: FastifyInstance): Promise<ModelCard[]> {
   const { base } = app.models;
-  let residency: Map<string, ModelCard['residency']>;
-  try {
-    residency = new Map((await app.engine.adapters()).map((a) => [a.name, a.residency]));
-  } catch (err) {
-    throw toApiError(err);
-  }
+  const residency = new Map((await app.engine.call('adapters', null)).map((a) => [a.name, a.residency]));
   const cards: ModelCard[] = [
     { id: base.name, object: 'model', created: base.created, owned_by: 'tessera', root: base.root, parent: null, max_model_len: base.maxModelLen, residency: 'device' },
   ];

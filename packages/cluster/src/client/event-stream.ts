@@ -31,6 +31,7 @@ export class EventStream<Item extends ItemEvent, Result, Other extends RequestEv
   private ended = false;
   private ending: { type: 'finish'; result: Result } | { type: 'error'; error: Error } | null = null;
   private readonly revive: (error: SerializedError) => Error;
+  private readonly observers: ((output: StreamOutput<Item, Result>) => void)[] = [];
   /** Events dropped by rules 1 and 2 (duplicates and superseded attempts), for tests and metrics. */
   dropped = 0;
 
@@ -95,6 +96,11 @@ export class EventStream<Item extends ItemEvent, Result, Other extends RequestEv
     this.push({ type: 'finish', result });
   }
 
+  /** Calls `observer` with every output from now on, as it is queued (metrics, tracing); earlier ones are not replayed. */
+  observe(observer: (output: StreamOutput<Item, Result>) => void): void {
+    this.observers.push(observer);
+  }
+
   async *[Symbol.asyncIterator](): AsyncIterator<StreamOutput<Item, Result>> {
     for (;;) {
       const next = this.queue.shift();
@@ -128,6 +134,7 @@ export class EventStream<Item extends ItemEvent, Result, Other extends RequestEv
       this.ending = event as { type: 'finish'; result: Result } | { type: 'error'; error: Error };
     }
     this.queue.push(event);
+    for (const observer of this.observers) observer(event);
     const wake = this.wake;
     this.wake = null;
     wake?.();

@@ -172,3 +172,44 @@ class HostWorker implements HostWorkerHandle {
     process.emitWarning(`tessera host ${this.hostId}: ${what} failed: ${(err as Error)?.message ?? String(err)}`);
   }
 }
+
+/** What {@link runRedisHost} runs: an engine, the loop that steps it, and how to free it. */
+export interface RunnableHost {
+  engine: HostEngine;
+  loop: { run(signal: AbortSignal): Promise<void> };
+  dispose(): void;
+}
+
+/**
+ * A cluster host process's life: Redis is checked first (a host without it can do nothing, so it fails before
+ * `start` loads a model), then `start` builds the engine, its loop runs, and the host worker takes placements.
+ * close() stops taking placements, lets the loop finish its step, then frees the engine.
+ */
+export async function runRedisHost(options: Omit<HostWorkerOptions, 'engine'> & { start: () => Promise<RunnableHost> }): Promise<HostWorkerHandle> {
+  const { start, ...workerOptions } = options;
+  const probe = await connectRedis(options, `worker ${options.hostId}`);
+  await probe.quit();
+  const host = await start();
+  const abort = new AbortController();
+  const loop = host.loop.run(abort.signal);
+  const stop = async () => {
+    abort.abort();
+    await loop;
+    host.dispose();
+  };
+  let handle: HostWorkerHandle;
+  try {
+    handle = await startHostWorker({ ...workerOptions, engine: host.engine });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  let closing: Promise<void> | null = null;
+  return {
+    hostId: handle.hostId,
+    close() {
+      closing ??= handle.close().then(stop);
+      return closing;
+    },
+  };
+}

@@ -23,6 +23,8 @@ export {
   DEFAULT_REPORT_TTL_MS,
   type HostWorkerHandle,
   type HostWorkerOptions,
+  runRedisHost,
+  type RunnableHost,
   startHostWorker,
 } from './host-worker.js';
 export {

@@ -34,6 +34,10 @@ export interface SchedulerServiceOptions extends RedisOptions, PunicaSchedulerOp
    * its key lives. Default: only the key's own TTL (set by the host, HostWorkerOptions.reportTtlMs) decides.
    */
   hostTtlMs?: number;
+  /** An operator's log: placements, queueing, migrations, lost hosts, and the autoscale signal when it changes. */
+  log?: (line: string) => void;
+  /** How often the autoscale signal is checked for changes, with `log` (default 5 s). */
+  autoscaleEveryMs?: number;
 }
 
 export interface SchedulerService {
@@ -151,7 +155,32 @@ export async function startSchedulerService(options: SchedulerServiceOptions): P
     await service.close();
     throw err;
   }
-  return service;
+  if (!options.log) return service;
+  const stopLog = logSchedulerEvents(scheduler, options.log, options.autoscaleEveryMs ?? 5_000);
+  return {
+    scheduler,
+    async close() {
+      stopLog();
+      await service.close();
+    },
+  };
+}
+
+/** Logs the scheduler's decisions, and its autoscale signal whenever it changes; returns the stop function. */
+function logSchedulerEvents(s: PunicaScheduler, log: (line: string) => void, everyMs: number): () => void {
+  s.on('placed', (e) => log(`placed ${e.id} on ${e.hostId} (attempt ${e.attempt}${e.migrated ? `, resuming after ${e.generated} tokens` : ''})`));
+  s.on('queued', (e) => log(`queued ${e.id}: no host has a batch slot and KV room`));
+  s.on('evicted', (e) => log(`${e.hostId} ran out of KV: migrating ${e.id} after ${e.generated} tokens`));
+  s.on('host-lost', (e) => log(`host ${e.hostId} stopped reporting: re-placing ${e.requests.length} request(s)`));
+  let last = '';
+  const timer = setInterval(() => {
+    const a = s.autoscale();
+    const line = `autoscale: ${s.hostIds().length} host(s), ${s.queued} queued, need host: ${a.needHost ? 'yes' : 'no'}, releasable: ${a.releasable.join(', ') || 'none'}`;
+    if (line !== last) log(line);
+    last = line;
+  }, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 class RedisSchedulerService implements SchedulerService {

@@ -63,3 +63,37 @@ export function parseChoiceFlag<T extends string, F>(name: string, value: string
   if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`${name} must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
   return value as T;
 }
+
+/** One flag of a command: its parseArgs option and its usage line. */
+export interface FlagSpec {
+  /** The long name, without `--`. */
+  flag: string;
+  short?: string;
+  /** Its value's placeholder ('<dir>'); none for a boolean flag. */
+  arg?: string;
+  help: string;
+  /** The environment equivalent, as the usage shows it ('PUNICA_MODEL', 'PUNICA_DEMO=1'). */
+  env?: string;
+}
+
+/**
+ * A command's flags, declared once: the options for {@link parseFlags} (a flag with `arg` takes a string, one
+ * without is a boolean) and the usage text, one heading per section and one aligned line per flag.
+ */
+export function flagTable(sections: readonly (readonly [heading: string, flags: readonly FlagSpec[]])[]): {
+  options: NonNullable<ParseArgsConfig['options']>;
+  usage: string;
+} {
+  const options: NonNullable<ParseArgsConfig['options']> = {};
+  const lines: string[] = [];
+  for (const [heading, flags] of sections) {
+    lines.push(heading);
+    for (const f of flags) {
+      options[f.flag] = { type: f.arg === undefined ? 'boolean' : 'string', ...(f.short ? { short: f.short } : {}) };
+      const name = `${f.short ? `-${f.short}, ` : ''}--${f.flag}${f.arg ? ` ${f.arg}` : ''}`;
+      const env = f.env ? `${' '.repeat(Math.max(2, 52 - f.help.length))}${f.env}` : '';
+      lines.push(`  ${name.padEnd(30)}${f.help}${env}`);
+    }
+  }
+  return { options, usage: lines.join('\n') };
+}

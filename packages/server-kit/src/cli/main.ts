@@ -43,3 +43,25 @@ export function runMain(main: () => Promise<number>, options: { prefix: string }
     },
   );
 }
+
+/**
+ * For a process without an HTTP server (a cluster scheduler or engine host): runs `stop` once on SIGINT or SIGTERM,
+ * then exits (1 if it failed, printed after `prefix`); a second signal exits at once.
+ */
+export function stopOnSignal(stop: () => Promise<void>, options: { prefix: string }): void {
+  let stopping = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    process.stdout.write(`${options.prefix} ${signal}: stopping\n`);
+    stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`${options.prefix} ${err instanceof Error ? err.message : String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', handler);
+  process.on('SIGTERM', handler);
+}

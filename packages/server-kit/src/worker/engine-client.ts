@@ -18,42 +18,16 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { Worker } from 'node:worker_threads';
 
-import { type AdminCalls, EventStream, type FromWorkerHost, type HostMessage, type HostPlacement, type ItemEvent, type ProtocolEvent, type ToWorkerHost } from '@tessera/cluster';
+import { EventStream, type FromWorkerHost, type HostMessage, type ProtocolEvent, type ToWorkerHost } from '@tessera/cluster';
 import { deserializeError, InvalidArgumentError } from '@tessera/core';
 
+import { type EngineHostEvents, type EngineProtocol, type ProtocolStream, type RequestEnd } from '../host/engine-host.js';
 import { EngineUnavailableError } from '../http/errors.js';
 import { startWorker, watchWorker, type WorkerEntry } from './start.js';
 
-/** The types of one engine's protocol: what is placed, its items and result, its notices, admin calls and ready info. */
-export interface EngineProtocol {
-  placement: HostPlacement;
-  item: ItemEvent;
-  result: unknown;
-  notice: unknown;
-  admin: AdminCalls;
-  ready: unknown;
-}
-
-export type ProtocolStream<P extends EngineProtocol> = EventStream<P['item'], P['result']>;
-
-/** A request that ended, for metrics (times from performance.now(), ms). */
-export interface RequestEnd<P extends EngineProtocol> {
-  placement: P['placement'];
-  /** Items delivered. */
-  items: number;
-  result: P['result'] | null;
-  error: Error | null;
-  submittedAt: number;
-  firstItemAt: number | null;
-  endedAt: number;
-}
-
-export interface WorkerEngineEvents<P extends EngineProtocol> {
-  notice: [P['notice']];
-  'request-end': [RequestEnd<P>];
+export interface WorkerEngineEvents<P extends EngineProtocol> extends EngineHostEvents<P> {
   /** Every batch of request events and notices, in worker order (tests and tracing). */
   events: [HostMessage<ProtocolEvent<P['item'], P['result']>, P['notice']>[]];
-  crash: [Error];
 }
 
 export interface WorkerEngineOptions {
@@ -65,7 +39,15 @@ export interface WorkerEngineOptions {
   onProgress?: (line: string) => void;
   /** How long close() waits for the worker's shutdown before terminating it (default 10 s). */
   shutdownTimeoutMs?: number;
+  /**
+   * Set when the worker loads something a process may load only once (the native addon keeps JS-facing state in
+   * process-wide statics): a second such start in this process is refused with EngineUnavailableError naming it.
+   */
+  oncePerProcess?: string;
 }
+
+/** Whether a worker with `oncePerProcess` was started in this process. */
+let startedOnce = false;
 
 interface Open<P extends EngineProtocol> {
   stream: ProtocolStream<P>;
@@ -74,6 +56,9 @@ interface Open<P extends EngineProtocol> {
   firstItemAt: number | null;
 }
 
+export type { EngineProtocol, ProtocolStream, RequestEnd } from '../host/engine-host.js';
+
+/** The worker-thread {@link EngineHost} (assignable to it for a concrete protocol). */
 export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<WorkerEngineEvents<P>> {
   /** What the worker reported when it became ready. */
   readonly ready: P['ready'];
@@ -101,6 +86,10 @@ export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<W
 
   /** Starts the worker; resolves once it is ready (its start-up failure rejects, rebuilt as the typed error). */
   static async start<P extends EngineProtocol>(options: WorkerEngineOptions): Promise<WorkerEngineClient<P>> {
+    if (options.oncePerProcess !== undefined) {
+      if (startedOnce) throw new EngineUnavailableError(`an engine worker was already started in this process; ${options.oncePerProcess}`);
+      startedOnce = true;
+    }
     type Msg = FromWorkerHost<unknown, unknown, P['ready']>;
     const { worker, ready, exited } = await startWorker<Msg>(options.entry, {
       workerData: options.workerData,

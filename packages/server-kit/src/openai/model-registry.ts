@@ -1,10 +1,16 @@
 /**
- * ModelRegistry: the names this server answers to, on the HTTP thread. The request's `model` field picks what
- * runs: the base model's name → the base model; an adapter's name → that LoRA on the base; `base:adapter` → the
- * same adapter, spelled with its parent. Anything else is a 404 `model_not_found`: never a silent fall-back to the
- * base model. The engine worker keeps the adapter cache; this is the name → directory map the API exposes.
+ * ModelRegistry: the names a multi-adapter server answers to, on the HTTP thread. The request's `model` field picks
+ * what runs: the base model's name → the base model; an adapter's name → that adapter on the base; `base:adapter`
+ * → the same adapter, spelled with its parent. Anything else is a 404 `model_not_found`: never a silent fall-back
+ * to the base model. The engine keeps the adapters themselves; this is the name → directory map the API exposes,
+ * and its `resolve` is a GenerationBackend's.
  */
-import { modelNotFound } from './errors.js';
+import { HttpError } from '../http/errors.js';
+
+/** 404 for a `model` that is neither the base model nor a registered adapter (OpenAI's wording and code). */
+export function modelNotFound(model: string): HttpError {
+  return new HttpError(404, 'model_not_found', `The model \`${model}\` does not exist.`, { type: 'invalid_request_error', param: 'model' });
+}
 
 export interface BaseModelEntry {
   /** The id clients send as `model` (default: the model directory's name). */

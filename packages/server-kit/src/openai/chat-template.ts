@@ -12,7 +12,7 @@
  * BOS comes from the tokenizer's post-processor (as for /v1/completions). Content is a string or a list of
  * parts; text parts are concatenated, any other part type (images, audio) is refused with a 400.
  */
-import { badRequest } from './errors.js';
+import { badRequest } from './generation.js';
 import type { ChatMessage } from './schemas.js';
 
 export const CHAT_ROLE_PREFIX: Readonly<Record<ChatMessage['role'], string>> = {

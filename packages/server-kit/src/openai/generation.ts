@@ -1,11 +1,11 @@
 /**
- * The generation path shared by /v1/completions and /v1/chat/completions, after the body passed its schema:
+ * The generation path shared by /v1/completions and /v1/chat/completions (routes.ts), after the body passed its schema:
  *
  *   rejectUnsupported  → 400 for fields this server cannot honour (n > 1, logprobs, penalties, …)
- *   registry.resolve   → which adapter (404 model_not_found for an unknown one)
+ *   backend.resolve    → which adapter (the server's 404 for an unknown model name)
  *   tokens + limits    → prompt token ids; max_tokens checked against the context (400 context_length_exceeded)
- *   engine.submit      → the worker's batcher; the first event is awaited before the status line is sent, so
- *                        a failure at admission is still a proper 4xx/5xx and not a 200 stream with an error in it
+ *   engine.submit      → the host protocol (worker thread or Redis); the first event is awaited before the status
+ *                        line is sent, so a failure at admission is still a proper 4xx/5xx and not a 200 stream with an error in it
  *   respond            → one JSON body, or SSE chunks (`data: {...}`, then `data: [DONE]`)
  *
  * A client that disconnects before the end cancels its request in the engine (its KV pages are freed at once).
@@ -14,22 +14,37 @@ import { randomBytes } from 'node:crypto';
 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
-import type { EngineEvent, EngineRequest } from '../engine/client.js';
-import type { GenerationEngine } from '../engine/generation-engine.js';
-import { EngineError, EngineUnavailableError } from '../engine/errors.js';
-import type { EngineFinishReason, FinishedResult, SubmitRequest } from '../engine/protocol.js';
-import { ApiError, badRequest, engineUnavailable, modelNotFound } from './errors.js';
-import type { ModelRegistry } from './model-registry.js';
-import { SSE_DONE, SSE_HEADERS, sseData, sseStream } from './sse.js';
+import type { EventStream, FinishedResult, GenerateRequest, StreamOutput, TokenEvent } from '@tessera/cluster';
+
+import { type ErrorMappingOptions, EngineUnavailableError, errorBody, errorReply, HttpError } from '../http/errors.js';
+import { openStream, sendSse, sseData } from '../http/streams.js';
 import type { FinishReason, Usage } from './schemas.js';
 
-/** What a generation route needs from the app. */
-export interface GenerationDeps {
-  engine: GenerationEngine;
-  registry: ModelRegistry;
+/** The end of an OpenAI stream. */
+const SSE_DONE = 'data: [DONE]\n\n';
+
+/** What the generation routes need from the server: its model names, tokenizer and limits, and its engine. */
+export interface GenerationBackend {
+  /** The adapter a `model` value selects (null: the base model); throws the server's 404 for an unknown name. */
+  resolve(model: string): { adapter: string | null };
+  /** The model's tokenizer (BOS included by its template). */
+  tokenizer: { encode(text: string): number[] };
   /** Most tokens a sequence may hold (prompt + completion): the model's max_position_embeddings. */
   contextLength: number;
   vocabSize: number;
+  /** Submits a request (its id is the completion id); its items are the generated tokens with their text. */
+  submit(request: GenerateRequest): EventStream<TokenEvent, FinishedResult>;
+  /** Drops a request (a client that went away); its stream ends with a cancelled finish. */
+  cancel(id: string): void;
+  /** The API's error for an engine error about a request for `model` (e.g. an adapter gone: that model's 404). */
+  requestError?(err: unknown, model: string): unknown;
+  /** How errors are worded, for an error that arrives after an SSE stream started. */
+  errors?: ErrorMappingOptions;
+}
+
+/** 400 with a parameter name: the request itself is wrong. */
+export function badRequest(message: string, param: string | null = null, code: string | null = null): HttpError {
+  return new HttpError(400, code, message, { param });
 }
 
 /** Fields both endpoints share (see schemas.ts). */
@@ -56,7 +71,7 @@ export interface GenerationPlan {
   adapter: string | null;
   prompt: number[];
   maxTokens: number;
-  sampling: SubmitRequest['sampling'];
+  sampling: GenerateRequest['sampling'];
   stop: string[];
   ignoreEos: boolean;
   stream: boolean;
@@ -103,9 +118,9 @@ export function completionId(prefix: string): string {
  * Without a seed, a sampled request draws a random one (as OpenAI's), so repeated requests differ; greedy
  * requests (temperature 0) need none.
  */
-export function samplingOf(body: SamplingBody): SubmitRequest['sampling'] {
+export function samplingOf(body: SamplingBody): GenerateRequest['sampling'] {
   const temperature = body.temperature ?? 1;
-  const sampling: SubmitRequest['sampling'] = { temperature };
+  const sampling: GenerateRequest['sampling'] = { temperature };
   if (body.top_p !== undefined && body.top_p !== null) sampling.topP = body.top_p;
   if (body.top_k !== undefined && body.top_k !== null && body.top_k > 0) sampling.topK = body.top_k;
   if (body.seed !== undefined && body.seed !== null) sampling.seed = body.seed;
@@ -126,74 +141,26 @@ export function completionBudget(promptTokens: number, requested: number | null 
   const room = contextLength - promptTokens;
   if (requested !== undefined && requested !== null) {
     if (promptTokens + requested > contextLength) {
-      throw new ApiError(
-        400,
+      throw badRequest(
         `This model's maximum context length is ${contextLength} tokens. However, you requested ${promptTokens + requested} tokens ` +
           `(${promptTokens} in the ${param}, ${requested} in the completion). Please reduce the length of the ${param} or completion.`,
-        { param, code: 'context_length_exceeded' },
+        param,
+        'context_length_exceeded',
       );
     }
     return requested;
   }
   if (room < 1) {
-    throw new ApiError(
-      400,
+    throw badRequest(
       `This model's maximum context length is ${contextLength} tokens. However, your ${param} has ${promptTokens} tokens, which leaves no room for a completion. Please reduce the length of the ${param}.`,
-      { param, code: 'context_length_exceeded' },
+      param,
+      'context_length_exceeded',
     );
   }
   return fallback === null ? room : Math.min(fallback, room);
 }
 
-/** Maps engine failures to HTTP: unknown adapter → 404, bad input or adapter files → 400, engine down → 503. */
-export function toApiError(err: unknown, model?: string): ApiError {
-  if (err instanceof ApiError) return err;
-  if (err instanceof EngineUnavailableError) return engineUnavailable(err.message);
-  if (err instanceof EngineError) {
-    switch (err.code) {
-      case 'TESSERA_UNKNOWN_ADAPTER':
-        return model !== undefined ? modelNotFound(model) : new ApiError(404, err.message, { type: 'invalid_request_error', code: 'model_not_found', cause: err });
-      // Bad input: the batcher's request validation, invalid names, malformed adapter or model files.
-      case 'TESSERA_INVALID_ARGUMENT':
-      case 'TESSERA_INVALID_REQUEST':
-      case 'TESSERA_EMPTY_PROMPT':
-      case 'TESSERA_TOKEN_OUT_OF_VOCAB':
-      case 'TESSERA_INVALID_MAX_TOKENS':
-      case 'TESSERA_DUPLICATE_REQUEST':
-      case 'TESSERA_CONFIG':
-      case 'TESSERA_TENSOR_SHAPE':
-      case 'TESSERA_MISSING_TENSOR':
-      case 'TESSERA_BAD_HEADER':
-      case 'TESSERA_TRUNCATED_FILE':
-      case 'TESSERA_UNKNOWN_DTYPE':
-      case 'TESSERA_PATH_OUTSIDE_MODEL':
-      case 'TESSERA_SHAPE_MISMATCH':
-      case 'TESSERA_DTYPE_MISMATCH':
-        return new ApiError(400, err.message, { cause: err });
-      case 'TESSERA_CONTEXT_TOO_LONG':
-        return new ApiError(400, err.message, { code: 'context_length_exceeded', cause: err });
-      case 'TESSERA_KV_TOO_SMALL':
-        return new ApiError(400, `${err.message} (the server's KV cache, --kv-budget-mib, cannot hold this request)`, { code: 'kv_cache_too_small', cause: err });
-      case 'TESSERA_ADAPTER_EXISTS':
-        return new ApiError(400, err.message, { param: 'lora_name', code: 'adapter_exists', cause: err });
-      case 'TESSERA_ADAPTER_TOO_LARGE':
-        return new ApiError(400, err.message, { code: 'adapter_too_large', cause: err });
-      case 'TESSERA_ADAPTER_IN_USE':
-        return new ApiError(409, err.message, { code: 'adapter_in_use', cause: err });
-      // Capacity: retrying later may succeed.
-      case 'TESSERA_ADAPTER_LOAD_FAILED':
-        return new ApiError(503, err.message, { code: 'adapter_load_failed', cause: err });
-      case 'TESSERA_BUDGET_EXCEEDED':
-      case 'TESSERA_KV_EXHAUSTED':
-        return new ApiError(503, err.message, { code: 'insufficient_capacity', cause: err });
-      default:
-        return new ApiError(500, `${err.remoteName}: ${err.message}`, { cause: err });
-    }
-  }
-  return new ApiError(500, err instanceof Error ? err.message : String(err), { cause: err });
-}
-
-export function openAiFinishReason(reason: EngineFinishReason): FinishReason {
+export function openAiFinishReason(reason: FinishedResult['finishReason']): FinishReason {
   return reason === 'length' ? 'length' : reason === 'cancelled' ? null : 'stop';
 }
 
@@ -202,81 +169,53 @@ export function usageOf(result: Pick<FinishedResult, 'promptTokens' | 'completio
 }
 
 /** Submits the plan and answers the HTTP request: a JSON body, or an SSE stream. */
-export async function respond(deps: GenerationDeps, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  let handle: EngineRequest;
+export async function respond(backend: GenerationBackend, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const { id, adapter, prompt, maxTokens, sampling, stop, ignoreEos } = plan;
+  const requestError = (err: unknown) => (backend.requestError ? backend.requestError(err, plan.model) : err);
+  let outputs: AsyncGenerator<StreamOutput<TokenEvent, FinishedResult>>;
   try {
-    handle = deps.engine.submit({
-      id: plan.id,
-      adapter: plan.adapter,
-      prompt: plan.prompt,
-      maxTokens: plan.maxTokens,
-      sampling: plan.sampling,
-      stop: plan.stop,
-      ignoreEos: plan.ignoreEos,
-    });
+    const stream = backend.submit({ id, adapter, prompt, maxTokens, sampling, stop, ignoreEos });
+    // The status line waits for the first event: an error at admission (adapter gone, adapter load failed) still
+    // gets its own status code. A client that goes away cancels the request (its KV pages are freed at once).
+    outputs = await openStream(request, reply, stream, () => backend.cancel(id));
   } catch (err) {
-    throw toApiError(err, plan.model);
+    throw requestError(err);
   }
-  // A client that goes away before the end (closed tab, aborted fetch, proxy timeout) must not keep using the
-  // engine: cancel frees its KV pages and its batch slot at once.
-  const onClose = () => {
-    if (!handle.done) {
-      request.log.info({ id: plan.id }, 'client disconnected; cancelling the request in the engine');
-      handle.cancel();
-    }
-  };
-  if (request.raw.socket?.destroyed) onClose();
-  else reply.raw.once('close', onClose);
   const created = Math.floor(Date.now() / 1000);
-  const events = handle[Symbol.asyncIterator]();
-  // The status line waits for the first event: an error at admission (adapter gone, adapter load failed) still
-  // gets its own status code.
-  const first = await events.next();
-  if (!first.done && first.value.type === 'error') throw toApiError(first.value.error, plan.model);
 
   if (!plan.stream) {
     let text = '';
-    let ev: IteratorResult<EngineEvent> = first;
-    while (!ev.done) {
-      const e = ev.value;
-      if (e.type === 'error') throw toApiError(e.error, plan.model);
-      if (e.type === 'finish') {
+    for await (const e of outputs) {
+      if (e.type === 'error') throw requestError(e.error);
+      if (e.type === 'token') text += e.text;
+      else {
         const result = { ...e.result, text: e.result.text || text };
         return reply.send(shape.body(plan, created, result, usageOf(result)));
       }
-      text += e.text;
-      ev = await events.next();
     }
-    throw toApiError(new EngineUnavailableError(`request ${plan.id} ended without a result`));
+    throw new EngineUnavailableError(`request ${id} ended without a result`);
   }
 
   async function* frames(): AsyncGenerator<string> {
     try {
       for (const chunk of shape.opening(plan, created)) yield sseData(chunk);
-      let ev: IteratorResult<EngineEvent> = first;
-      while (!ev.done) {
-        const e = ev.value;
+      for await (const e of outputs) {
         if (e.type === 'token') {
           // Text held back (a possible stop string, a split UTF-8 character) arrives with a later token.
           if (e.text.length > 0) yield sseData(shape.chunk(plan, created, e.text, null));
-        } else if (e.type === 'finish') {
+          continue;
+        }
+        if (e.type === 'finish') {
           if (e.result.finishReason === 'cancelled') return;
           yield sseData(shape.chunk(plan, created, '', openAiFinishReason(e.result.finishReason)));
           if (plan.includeUsage) yield sseData(shape.usageChunk(plan, created, usageOf(e.result)));
-          yield SSE_DONE;
-          return;
-        } else {
-          yield sseData(toApiError(e.error, plan.model).toBody());
-          yield SSE_DONE;
-          return;
-        }
-        ev = await events.next();
+        } else yield sseData(errorBody(errorReply(requestError(e.error), backend.errors)));
+        yield SSE_DONE;
+        return;
       }
     } finally {
-      handle.cancel();
+      backend.cancel(id);
     }
   }
-  // Returning the reply tells fastify the response is handled (an async handler resolving undefined after
-  // send(stream) would end the response empty).
-  return reply.headers(SSE_HEADERS).send(sseStream(frames()));
+  return sendSse(reply, frames());
 }

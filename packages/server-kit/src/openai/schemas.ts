@@ -1,0 +1,136 @@
+/**
+ * TypeBox schemas of the OpenAI-compatible API: request bodies (validated by fastify before a handler runs) and
+ * response bodies (they also drive fast serialization). Field names and shapes follow OpenAI's API and vLLM's
+ * extensions (`top_k`, `ignore_eos`). Unknown request fields are accepted and ignored,
+ * as OpenAI and vLLM do; known fields this server cannot honour (n > 1, logprobs, penalties, tools, …) are
+ * rejected by the routes with a 400 that names them, never silently ignored.
+ */
+import { type Static, type TSchema, Type } from 'typebox';
+
+export function Nullable<T extends TSchema>(schema: T) {
+  return Type.Union([schema, Type.Null()]);
+}
+
+/** `stop`: one string or up to 16 strings, each non-empty. */
+const Stop = Nullable(Type.Union([Type.String({ minLength: 1 }), Type.Array(Type.String({ minLength: 1 }), { maxItems: 16 })]));
+
+const TokenIds = Type.Array(Type.Integer({ minimum: 0 }), { minItems: 0 });
+
+const StreamOptions = Nullable(
+  Type.Object({ include_usage: Type.Optional(Nullable(Type.Boolean())), continuous_usage_stats: Type.Optional(Nullable(Type.Boolean())) }),
+);
+
+/** Sampling and stopping fields shared by both generation endpoints. */
+const samplingFields = {
+  model: Type.String({ minLength: 1 }),
+  max_tokens: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+  temperature: Type.Optional(Nullable(Type.Number({ minimum: 0, maximum: 2 }))),
+  top_p: Type.Optional(Nullable(Type.Number({ exclusiveMinimum: 0, maximum: 1 }))),
+  /** vLLM extension: keep the k most likely tokens; -1 or 0 = off. */
+  top_k: Type.Optional(Nullable(Type.Integer({ minimum: -1 }))),
+  n: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+  seed: Type.Optional(Nullable(Type.Integer({ minimum: Number.MIN_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER }))),
+  stop: Type.Optional(Stop),
+  stream: Type.Optional(Nullable(Type.Boolean())),
+  stream_options: Type.Optional(StreamOptions),
+  /** vLLM extension: keep generating past the end-of-sequence token. */
+  ignore_eos: Type.Optional(Nullable(Type.Boolean())),
+  presence_penalty: Type.Optional(Nullable(Type.Number())),
+  frequency_penalty: Type.Optional(Nullable(Type.Number())),
+  logit_bias: Type.Optional(Nullable(Type.Record(Type.String(), Type.Number()))),
+  user: Type.Optional(Nullable(Type.String())),
+};
+
+export const CompletionRequest = Type.Object(
+  {
+    ...samplingFields,
+    /** A string, token ids, or a one-element list of either (batched prompts are not supported). */
+    prompt: Type.Union([Type.String(), TokenIds, Type.Array(Type.String(), { minItems: 1 }), Type.Array(TokenIds, { minItems: 1 })]),
+    echo: Type.Optional(Nullable(Type.Boolean())),
+    logprobs: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
+    best_of: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    suffix: Type.Optional(Nullable(Type.String())),
+  },
+  { additionalProperties: true },
+);
+export type CompletionRequest = Static<typeof CompletionRequest>;
+
+const TextPart = Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: true });
+const OtherPart = Type.Object({ type: Type.String() }, { additionalProperties: true });
+
+export const ChatMessage = Type.Object(
+  {
+    role: Type.Union([Type.Literal('system'), Type.Literal('developer'), Type.Literal('user'), Type.Literal('assistant')]),
+    content: Nullable(Type.Union([Type.String(), Type.Array(Type.Union([TextPart, OtherPart]))])),
+    name: Type.Optional(Type.String()),
+  },
+  { additionalProperties: true },
+);
+export type ChatMessage = Static<typeof ChatMessage>;
+
+export const ChatCompletionRequest = Type.Object(
+  {
+    ...samplingFields,
+    messages: Type.Array(ChatMessage, { minItems: 1 }),
+    /** OpenAI's newer name for max_tokens; either may be given (not both with different values). */
+    max_completion_tokens: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+    logprobs: Type.Optional(Nullable(Type.Boolean())),
+    top_logprobs: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
+    tools: Type.Optional(Nullable(Type.Array(Type.Unknown()))),
+    tool_choice: Type.Optional(Type.Unknown()),
+    response_format: Type.Optional(Nullable(Type.Object({ type: Type.String() }, { additionalProperties: true }))),
+  },
+  { additionalProperties: true },
+);
+export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
+
+/** Friendlier messages for the union-typed fields, whose raw schema errors list every branch. */
+export const UNION_FIELD_HINTS: Readonly<Record<string, string>> = {
+  prompt: 'must be a string, an array of token ids, or a one-element array of either',
+  stop: 'must be a non-empty string or an array of at most 16 non-empty strings',
+  content: 'must be a string, an array of content parts, or null',
+  role: "must be one of 'system', 'developer', 'user', 'assistant'",
+};
+
+export const Usage = Type.Object({
+  prompt_tokens: Type.Integer(),
+  completion_tokens: Type.Integer(),
+  total_tokens: Type.Integer(),
+});
+export type Usage = Static<typeof Usage>;
+
+export const FinishReason = Nullable(Type.Union([Type.Literal('stop'), Type.Literal('length')]));
+export type FinishReason = Static<typeof FinishReason>;
+
+export const CompletionResponse = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('text_completion'),
+  created: Type.Integer(),
+  model: Type.String(),
+  choices: Type.Array(
+    Type.Object({ index: Type.Integer(), text: Type.String(), logprobs: Type.Null(), finish_reason: FinishReason }),
+  ),
+  usage: Usage,
+});
+export type CompletionResponse = Static<typeof CompletionResponse>;
+
+export const ChatCompletionResponse = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('chat.completion'),
+  created: Type.Integer(),
+  model: Type.String(),
+  choices: Type.Array(
+    Type.Object({
+      index: Type.Integer(),
+      message: Type.Object({ role: Type.Literal('assistant'), content: Type.String() }),
+      logprobs: Type.Null(),
+      finish_reason: FinishReason,
+    }),
+  ),
+  usage: Usage,
+});
+export type ChatCompletionResponse = Static<typeof ChatCompletionResponse>;
+
+export const ErrorBody = Type.Object({
+  error: Type.Object({ message: Type.String(), type: Type.String(), param: Nullable(Type.String()), code: Nullable(Type.String()) }),
+});

@@ -1,0 +1,82 @@
+/** The small pieces servers share: metrics as a table, counters over cumulative totals, flags declared once, a generated directory, paths. */
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { Registry } from 'prom-client';
+import { afterAll, describe, expect, it } from 'vitest';
+
+import { CumulativeTotals, defineMetrics, ensureGenerated, flagTable, isInside, parseFlags, subdirectories } from '../src/index.js';
+
+const scratch = mkdtempSync(join(tmpdir(), 'server-kit-'));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+describe('defineMetrics and CumulativeTotals', () => {
+  it('registers each metric of the table, and advances counters by the increase of a total', async () => {
+    const registry = new Registry();
+    const m = defineMetrics(registry, {
+      hits: { type: 'counter', name: 'x_hits_total', help: 'hits', labels: ['tier'] },
+      size: { type: 'gauge', name: 'x_size', help: 'size' },
+      seconds: { type: 'histogram', name: 'x_seconds', help: 'seconds', buckets: [1, 2] },
+    });
+    const totals = new CumulativeTotals();
+    totals.advance(m.hits, 5, { tier: 'device' });
+    totals.advance(m.hits, 7, { tier: 'device' });
+    totals.advance(m.hits, 3, { tier: 'host' });
+    totals.advance(m.hits, 1, { tier: 'host' }); // a total that went back (a restart) never decrements
+    m.size.set(4);
+    m.seconds.observe(1.5);
+    const text = await registry.metrics();
+    expect(text).toContain('x_hits_total{tier="device"} 7');
+    expect(text).toContain('x_hits_total{tier="host"} 3');
+    expect(text).toContain('x_size 4');
+    expect(text).toContain('x_seconds_bucket{le="2"} 1');
+  });
+});
+
+describe('flagTable', () => {
+  it('gives the parseArgs options and an aligned usage, one line per flag', () => {
+    const { options, usage } = flagTable([
+      ['Model', [{ flag: 'model', arg: '<dir>', help: 'the model directory', env: 'X_MODEL' }, { flag: 'demo', help: 'serve the demo' }]],
+      ['Other', [{ flag: 'help', short: 'h', help: 'show this help' }]],
+    ]);
+    expect(parseFlags(['--model', 'm', '--demo', '-h'], options)).toEqual({ model: 'm', demo: true, help: true });
+    expect(usage.split('\n')).toEqual([
+      'Model',
+      `  ${'--model <dir>'.padEnd(30)}${'the model directory'.padEnd(52)}X_MODEL`,
+      `  ${'--demo'.padEnd(30)}serve the demo`,
+      'Other',
+      `  ${'-h, --help'.padEnd(30)}show this help`,
+    ]);
+  });
+});
+
+describe('ensureGenerated', () => {
+  it('generates once per version, through a staging directory, and reuses it afterwards', () => {
+    const dir = join(scratch, 'demo');
+    let runs = 0;
+    const generate = (staging: string) => {
+      runs++;
+      writeFileSync(join(staging, 'file.txt'), 'x');
+      return { what: 'test' };
+    };
+    expect(ensureGenerated(dir, 1, generate)).toEqual({ dir, generated: true });
+    expect(ensureGenerated(dir, 1, generate)).toEqual({ dir, generated: false });
+    expect(ensureGenerated(dir, 2, generate)).toEqual({ dir, generated: true });
+    expect(runs).toBe(2);
+  });
+});
+
+describe('subdirectories and isInside', () => {
+  it('lists subdirectories (symlinked ones too, hidden ones not) by name, and tells containment', () => {
+    const root = join(scratch, 'adapters');
+    for (const d of ['b', 'a', '.hidden']) mkdirSync(join(root, d), { recursive: true });
+    writeFileSync(join(root, 'file'), '');
+    symlinkSync(join(root, 'a'), join(root, 'c'));
+    expect(subdirectories(root).map((d) => d.name)).toEqual(['a', 'b', 'c']);
+    expect(isInside(root, join(root, 'a'))).toBe(true);
+    expect(isInside(root, root)).toBe(true);
+    expect(isInside(root, join(root, '..', 'x'))).toBe(false);
+    expect(isInside(root, `${root}-other`)).toBe(false);
+  });
+});
