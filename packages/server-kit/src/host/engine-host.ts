@@ -70,6 +70,74 @@ export interface EngineHost<P extends EngineProtocol> {
   on(event: 'crash', listener: (err: Error) => void): this;
 }
 
+/** A request in flight, as both front ends track it. */
+interface OpenRequest<P extends EngineProtocol> {
+  stream: ProtocolStream<P>;
+  placement: P['placement'];
+  submittedAt: number;
+  firstItemAt: number | null;
+}
+
+/**
+ * What every front end of the host protocol keeps, whatever the transport: the requests in flight (a duplicate id
+ * refused), 'request-end' with first-item and end times for metrics, and the failure state behind `healthy`.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- node:events types its event maps with any[]
+export abstract class TrackedEngineHost<P extends EngineProtocol, E extends EngineHostEvents<P> & Record<keyof E, any[]> = EngineHostEvents<P>> extends EventEmitter<E> {
+  protected readonly open = new Map<string, OpenRequest<P>>();
+  protected failureReason: Error | null = null;
+
+  /** False once the engine crashed or was shut down. */
+  get healthy(): boolean {
+    return this.failureReason === null;
+  }
+
+  /** Why the engine is unavailable, or null while healthy. */
+  get failure(): Error | null {
+    return this.failureReason;
+  }
+
+  /** Requests submitted and not yet ended. */
+  get inFlight(): number {
+    return this.open.size;
+  }
+
+  /** Refuses a submit while the engine is down or the id is in flight. */
+  protected checkSubmit(placement: P['placement']): void {
+    if (this.failureReason) throw this.failureReason;
+    const { id } = placement.request;
+    if (this.open.has(id)) throw new InvalidArgumentError(`request id ${id} is already in flight`);
+  }
+
+  protected track(placement: P['placement'], stream: ProtocolStream<P>): void {
+    this.open.set(placement.request.id, { stream, placement, submittedAt: performance.now(), firstItemAt: null });
+  }
+
+  protected itemArrived(id: string): void {
+    const open = this.open.get(id);
+    if (open) open.firstItemAt ??= performance.now();
+  }
+
+  /** Ends a tracked request (failing its stream with `error` when given) and reports it. */
+  protected ended(id: string, error?: Error): void {
+    const open = this.open.get(id);
+    if (!open) return;
+    this.open.delete(id);
+    if (error) open.stream.fail(error);
+    const outcome = open.stream.outcome;
+    const end: RequestEnd<P> = {
+      placement: open.placement,
+      items: open.stream.items.length,
+      result: outcome?.type === 'finish' ? outcome.result : null,
+      error: outcome?.type === 'error' ? outcome.error : null,
+      submittedAt: open.submittedAt,
+      firstItemAt: open.firstItemAt,
+      endedAt: performance.now(),
+    };
+    (this as EventEmitter<EngineHostEvents<P>>).emit('request-end', end);
+  }
+}
+
 /** What {@link StreamEngineHost} needs of a transport. */
 export interface StreamTransport<P extends EngineProtocol> {
   ready: P['ready'];
@@ -85,10 +153,7 @@ export interface StreamTransport<P extends EngineProtocol> {
  * item, end), duplicate ids refused, `healthy` until closed. Errors of the streams are the transport's (rebuilt
  * typed errors, e.g. RedisUnavailableError).
  */
-export class StreamEngineHost<P extends EngineProtocol> extends EventEmitter<EngineHostEvents<P>> implements EngineHost<P> {
-  private readonly open = new Set<string>();
-  private failureReason: Error | null = null;
-
+export class StreamEngineHost<P extends EngineProtocol> extends TrackedEngineHost<P> implements EngineHost<P> {
   constructor(private readonly transport: StreamTransport<P>) {
     super();
   }
@@ -97,36 +162,14 @@ export class StreamEngineHost<P extends EngineProtocol> extends EventEmitter<Eng
     return this.transport.ready;
   }
 
-  get healthy(): boolean {
-    return this.failureReason === null;
-  }
-
-  get failure(): Error | null {
-    return this.failureReason;
-  }
-
-  get inFlight(): number {
-    return this.open.size;
-  }
-
   submit(placement: P['placement']): ProtocolStream<P> {
-    if (this.failureReason) throw this.failureReason;
-    const { id } = placement.request;
-    if (this.open.has(id)) throw new InvalidArgumentError(`request id ${id} is already in flight`);
+    this.checkSubmit(placement);
     const stream = this.transport.open(placement);
-    this.open.add(id);
-    const submittedAt = performance.now();
-    let firstItemAt: number | null = null;
+    const { id } = placement.request;
+    this.track(placement, stream);
     stream.observe((output: StreamOutput<P['item'], P['result']>) => {
-      if (output.type !== 'finish' && output.type !== 'error') {
-        firstItemAt ??= performance.now();
-        return;
-      }
-      this.open.delete(id);
-      const outcome = stream.outcome;
-      const result = outcome?.type === 'finish' ? outcome.result : null;
-      const error = outcome?.type === 'error' ? outcome.error : null;
-      this.emit('request-end', { placement, items: stream.items.length, result, error, submittedAt, firstItemAt, endedAt: performance.now() });
+      if (output.type === 'finish' || output.type === 'error') this.ended(id);
+      else this.itemArrived(id);
     });
     return stream;
   }

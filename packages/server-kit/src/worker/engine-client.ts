@@ -14,14 +14,12 @@
  * event fires; later calls fail at once. There is no silent restart: /health reports unhealthy until an operator
  * (or an orchestrator) restarts the process.
  */
-import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 import type { Worker } from 'node:worker_threads';
 
 import { EventStream, type FromWorkerHost, type HostMessage, type ProtocolEvent, type ToWorkerHost } from '@tessera/cluster';
-import { deserializeError, InvalidArgumentError } from '@tessera/core';
+import { deserializeError } from '@tessera/core';
 
-import { type EngineHostEvents, type EngineProtocol, type ProtocolStream, type RequestEnd } from '../host/engine-host.js';
+import { type EngineHostEvents, type EngineProtocol, type ProtocolStream, TrackedEngineHost } from '../host/engine-host.js';
 import { EngineUnavailableError } from '../http/errors.js';
 import { startWorker, watchWorker, type WorkerEntry } from './start.js';
 
@@ -49,24 +47,15 @@ export interface WorkerEngineOptions {
 /** Whether a worker with `oncePerProcess` was started in this process. */
 let startedOnce = false;
 
-interface Open<P extends EngineProtocol> {
-  stream: ProtocolStream<P>;
-  placement: P['placement'];
-  submittedAt: number;
-  firstItemAt: number | null;
-}
-
 export type { EngineProtocol, ProtocolStream, RequestEnd } from '../host/engine-host.js';
 
 /** The worker-thread {@link EngineHost} (assignable to it for a concrete protocol). */
-export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<WorkerEngineEvents<P>> {
+export class WorkerEngineClient<P extends EngineProtocol> extends TrackedEngineHost<P, WorkerEngineEvents<P>> {
   /** What the worker reported when it became ready. */
   readonly ready: P['ready'];
   private readonly worker: Worker;
-  private readonly open = new Map<string, Open<P>>();
   private readonly calls = new Map<number, { resolve: (value: unknown) => void; reject: (err: Error) => void }>();
   private nextCallId = 1;
-  private failureReason: Error | null = null;
   private closing: Promise<void> | null = null;
   private readonly exited: Promise<number>;
   private readonly shutdownTimeoutMs: number;
@@ -103,28 +92,11 @@ export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<W
     return new WorkerEngineClient<P>(worker, ready.info, exited, options.shutdownTimeoutMs ?? 10_000);
   }
 
-  /** False once the worker crashed or was shut down. */
-  get healthy(): boolean {
-    return this.failureReason === null;
-  }
-
-  /** Why the engine is unavailable, or null while healthy. */
-  get failure(): Error | null {
-    return this.failureReason;
-  }
-
-  /** Requests submitted and not yet ended. */
-  get inFlight(): number {
-    return this.open.size;
-  }
-
   /** Submits a placement; its events arrive on the returned stream. Throws when the engine is down or the id is in flight. */
   submit(placement: P['placement'], transfer: ArrayBuffer[] = []): ProtocolStream<P> {
-    if (this.failureReason) throw this.failureReason;
-    const { id } = placement.request;
-    if (this.open.has(id)) throw new InvalidArgumentError(`request id ${id} is already in flight`);
-    const stream: ProtocolStream<P> = new EventStream(id);
-    this.open.set(id, { stream, placement, submittedAt: performance.now(), firstItemAt: null });
+    this.checkSubmit(placement);
+    const stream: ProtocolStream<P> = new EventStream(placement.request.id);
+    this.track(placement, stream);
     this.post({ type: 'submit', placement }, transfer);
     return stream;
   }
@@ -212,31 +184,15 @@ export class WorkerEngineClient<P extends EngineProtocol> extends EventEmitter<W
 
   private onEvent(event: ProtocolEvent<P['item'], P['result']>): void {
     const open = this.open.get(event.id);
-    if (!open) return;
-    if (!open.stream.accept(event)) return;
-    if (event.kind !== 'finish' && event.kind !== 'error') open.firstItemAt ??= performance.now();
-    if (open.stream.done) this.end(event.id, open);
-  }
-
-  private end(id: string, open: Open<P>, error?: Error): void {
-    this.open.delete(id);
-    if (error) open.stream.fail(error);
-    const outcome = open.stream.outcome;
-    this.emit('request-end', {
-      placement: open.placement,
-      items: open.stream.items.length,
-      result: outcome?.type === 'finish' ? outcome.result : null,
-      error: outcome?.type === 'error' ? outcome.error : null,
-      submittedAt: open.submittedAt,
-      firstItemAt: open.firstItemAt,
-      endedAt: performance.now(),
-    });
+    if (!open || !open.stream.accept(event)) return;
+    if (event.kind !== 'finish' && event.kind !== 'error') this.itemArrived(event.id);
+    if (open.stream.done) this.ended(event.id);
   }
 
   private fail(err: Error): void {
     if (this.failureReason) return;
     this.failureReason = err;
-    for (const [id, open] of [...this.open]) this.end(id, open, err);
+    for (const id of [...this.open.keys()]) this.ended(id, err);
     for (const pending of this.calls.values()) pending.reject(err);
     this.calls.clear();
     if (!this.closing) this.emit('crash', err);
