@@ -1,0 +1,159 @@
+/**
+ * Float64 training references: the decoder's summed causal-LM loss over a padded batch (each sequence run alone
+ * over its real tokens, so padding cannot leak), with optional LoRA branches, and central differences of it.
+ * Written from the HF modeling code, independent of the engine's forward; weights are float64 arrays by HF name.
+ */
+import type { DecoderConfig } from '../../src/config.js';
+import { decoderLinearModules, decoderNormModules, decoderTopModules } from '../../src/models/names.js';
+
+export type F64Weights = Map<string, Float64Array>;
+export type F64Lora = Map<string, { a: Float64Array; b: Float64Array; r: number; scale: number }>;
+
+function linear(x: Float64Array, rows: number, inF: number, w: Float64Array): Float64Array {
+  const outF = w.length / inF;
+  const y = new Float64Array(rows * outF);
+  for (let r = 0; r < rows; r++) {
+    for (let o = 0; o < outF; o++) {
+      let acc = 0;
+      for (let i = 0; i < inF; i++) acc += x[r * inF + i]! * w[o * inF + i]!;
+      y[r * outF + o] = acc;
+    }
+  }
+  return y;
+}
+
+/** base(x) + scale · (x Aᵀ) Bᵀ (PEFT's LoRA Linear in eval mode). */
+function adapted(x: Float64Array, rows: number, inF: number, w: Float64Array, lora: F64Lora | undefined, module: string): Float64Array {
+  const y = linear(x, rows, inF, w);
+  const l = lora?.get(module);
+  if (!l) return y;
+  const u = linear(x, rows, inF, l.a);
+  const d = linear(u, rows, l.r, l.b);
+  for (let i = 0; i < y.length; i++) y[i] = y[i]! + l.scale * d[i]!;
+  return y;
+}
+
+function rmsNorm(x: Float64Array, rows: number, n: number, g: Float64Array, eps: number): Float64Array {
+  const y = new Float64Array(rows * n);
+  for (let r = 0; r < rows; r++) {
+    let ms = 0;
+    for (let c = 0; c < n; c++) ms += x[r * n + c]! ** 2;
+    const inv = 1 / Math.sqrt(ms / n + eps);
+    for (let c = 0; c < n; c++) y[r * n + c] = x[r * n + c]! * inv * g[c]!;
+  }
+  return y;
+}
+
+function applyRope(x: Float64Array, seq: number, heads: number, d: number, theta: number): void {
+  const half = d / 2;
+  for (let p = 0; p < seq; p++) {
+    for (let h = 0; h < heads; h++) {
+      const base = p * heads * d + h * d;
+      for (let i = 0; i < half; i++) {
+        const angle = p * Math.pow(theta, (-2 * i) / d);
+        const c = Math.cos(angle);
+        const s = Math.sin(angle);
+        const a = x[base + i]!;
+        const b = x[base + half + i]!;
+        x[base + i] = a * c - b * s;
+        x[base + half + i] = b * c + a * s;
+      }
+    }
+  }
+}
+
+function causalAttention(q: Float64Array, k: Float64Array, v: Float64Array, seq: number, nh: number, nkv: number, d: number): Float64Array {
+  const group = nh / nkv;
+  const out = new Float64Array(seq * nh * d);
+  const scale = 1 / Math.sqrt(d);
+  for (let h = 0; h < nh; h++) {
+    const hk = Math.floor(h / group);
+    for (let i = 0; i < seq; i++) {
+      const s = new Float64Array(i + 1);
+      let max = -Infinity;
+      for (let j = 0; j <= i; j++) {
+        let dot = 0;
+        for (let c = 0; c < d; c++) dot += q[i * nh * d + h * d + c]! * k[j * nkv * d + hk * d + c]!;
+        s[j] = dot * scale;
+        max = Math.max(max, s[j]!);
+      }
+      let total = 0;
+      for (let j = 0; j <= i; j++) total += (s[j] = Math.exp(s[j]! - max));
+      for (let c = 0; c < d; c++) {
+        let acc = 0;
+        for (let j = 0; j <= i; j++) acc += (s[j]! / total) * v[j * nkv * d + hk * d + c]!;
+        out[i * nh * d + h * d + c] = acc;
+      }
+    }
+  }
+  return out;
+}
+
+/** Logits [seq, vocab] of one sequence. */
+export function referenceDecoderLogits(config: DecoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora): Float64Array {
+  const g = (n: string) => w.get(n)!;
+  const seq = ids.length;
+  const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: d, intermediateSize: F, rmsNormEps: eps } = config;
+  const embed = g(`${decoderTopModules.embedTokens}.weight`);
+  let x = new Float64Array(seq * H);
+  for (let t = 0; t < seq; t++) x.set(embed.subarray(ids[t]! * H, (ids[t]! + 1) * H), t * H);
+  for (let l = 0; l < config.numLayers; l++) {
+    const lin = decoderLinearModules(l);
+    const norm = decoderNormModules(l);
+    const p = (input: Float64Array, m: string, inF: number) => adapted(input, seq, inF, g(`${m}.weight`), lora, m);
+    const n1 = rmsNorm(x, seq, H, g(`${norm.input_norm}.weight`), eps);
+    const q = p(n1, lin.q, H);
+    const k = p(n1, lin.k, H);
+    const v = p(n1, lin.v, H);
+    applyRope(q, seq, nh, d, config.ropeTheta);
+    applyRope(k, seq, nkv, d, config.ropeTheta);
+    const o = p(causalAttention(q, k, v, seq, nh, nkv, d), lin.o, nh * d);
+    const h2 = x.map((xi, i) => xi + o[i]!);
+    const n2 = rmsNorm(h2, seq, H, g(`${norm.post_attn_norm}.weight`), eps);
+    const gate = p(n2, lin.gate, H);
+    const up = p(n2, lin.up, H);
+    const m = gate.map((gi, i) => (gi / (1 + Math.exp(-gi))) * up[i]!);
+    const down = p(m, lin.down, F);
+    x = h2.map((hi, i) => hi + down[i]!);
+  }
+  const xf = rmsNorm(x, seq, H, g(`${decoderTopModules.finalNorm}.weight`), eps);
+  const head = config.tieWordEmbeddings ? embed : g(`${decoderTopModules.lmHead}.weight`);
+  return linear(xf, seq, H, head);
+}
+
+/** Σ cross-entropy over the counted targets of a padded batch (rows: `lengths[b]` real tokens each). */
+export function referenceDecoderLoss(
+  config: DecoderConfig, w: F64Weights,
+  batch: { batch: number; seq: number; tokens: ArrayLike<number>; targets: ArrayLike<number>; lengths: readonly number[] },
+  lora?: F64Lora,
+): number {
+  const V = config.vocabSize;
+  let total = 0;
+  for (let b = 0; b < batch.batch; b++) {
+    const n = batch.lengths[b]!;
+    const ids = Array.from({ length: n }, (_, t) => batch.tokens[b * batch.seq + t]!);
+    const logits = referenceDecoderLogits(config, w, ids, lora);
+    for (let t = 0; t < n; t++) {
+      const y = batch.targets[b * batch.seq + t]!;
+      if (y === -100) continue;
+      let max = -Infinity;
+      for (let j = 0; j < V; j++) max = Math.max(max, logits[t * V + j]!);
+      let s = 0;
+      for (let j = 0; j < V; j++) s += Math.exp(logits[t * V + j]! - max);
+      total += Math.log(s) + max - logits[t * V + y]!;
+    }
+  }
+  return total;
+}
+
+/** (f(x + h) - f(x - h)) / 2h at one element of `arr`, with h = step · max(1, |x|); restores the element. */
+export function centralDiffAt(f: () => number, arr: Float64Array, i: number, step = 1e-5): number {
+  const x0 = arr[i]!;
+  const h = step * Math.max(1, Math.abs(x0));
+  arr[i] = x0 + h;
+  const up = f();
+  arr[i] = x0 - h;
+  const down = f();
+  arr[i] = x0;
+  return (up - down) / (2 * h);
+}
