@@ -1,0 +1,293 @@
+/**
+ * The training loop: seeded batches of examples, gradient accumulation over micro-batches (the loss is the mean
+ * over every counted token of the step, however it is split), clipping, AdamW with warm-up + cosine, evaluation
+ * every N steps, and the result written where it is served from (a PEFT adapter directory for LoRA).
+ */
+import { copyFileSync, existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { writeLoraAdapter } from '../formats/peft-writer.js';
+import { writeSafetensors, type SafetensorsEntry } from '../formats/safetensors.js';
+import { TextTokenizer } from '../formats/tokenizer.js';
+import type { DecoderModel } from '../models/decoder.js';
+import { loadDecoder } from '../models/load.js';
+import {
+  BatchSampler,
+  type LmExample,
+  type TrainRecord,
+  causalLmBatch,
+  countTargets,
+  datasetFromRecords,
+  readJsonl,
+  tokenizeCausalLm,
+} from './data.js';
+import { TrainableDecoder } from './decoder.js';
+import { TrainConfigError } from './errors.js';
+import { AdamW, type ScheduleOptions, checkSchedule, learningRate } from './optim.js';
+import { DEFAULT_DECODER_LORA_TARGETS, type LoraSpec, type TrainableSpec, loraAdapterConfig } from './params.js';
+
+export interface TrainerOptions {
+  /** Optimiser steps to run. */
+  steps: number;
+  /** Examples per micro-batch (default 8). */
+  batchSize?: number;
+  /** Micro-batches per optimiser step (default 1). */
+  gradAccum?: number;
+  /** Peak learning rate (default 1e-3 for LoRA, 1e-4 otherwise). */
+  lr?: number;
+  warmupSteps?: number;
+  schedule?: ScheduleOptions['schedule'];
+  minLrRatio?: number;
+  /** AdamW's decoupled weight decay on matrices (default 0). */
+  weightDecay?: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  /** Clip the global gradient norm (default 1.0, as the HF Trainer; null: no clipping). */
+  maxGradNorm?: number | null;
+  /** Seeds the shuffling (and, through TrainableDecoder, LoRA's init and dropout). Default 0. */
+  seed?: number;
+  /** Evaluate on the eval examples every N steps (and after the last step); default 0: only at the end. */
+  evalEvery?: number;
+  /** Examples per evaluation batch (default batchSize). */
+  evalBatchSize?: number;
+  /** Called after every step. */
+  onProgress?: (progress: TrainProgress) => void;
+}
+
+export interface TrainProgress {
+  /** Steps done (1-based: the step just taken). */
+  step: number;
+  steps: number;
+  /** Mean cross-entropy per counted token of this step (before the update). */
+  loss: number;
+  /** Tokens whose loss counted in this step. */
+  tokens: number;
+  lr: number;
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  /** Mean eval loss per token, on steps that evaluated. */
+  evalLoss?: number;
+  elapsedMs: number;
+}
+
+export interface TrainResult {
+  steps: number;
+  /** The last step's training loss. */
+  loss: number;
+  /** The last evaluation's loss (when there were eval examples). */
+  evalLoss?: number;
+  history: TrainProgress[];
+}
+
+/** Runs optimiser steps over tokenized causal-LM examples on a {@link TrainableDecoder}. */
+export class Trainer {
+  readonly trainable: TrainableDecoder;
+  readonly optimizer: AdamW;
+  readonly examples: readonly LmExample[];
+  readonly evalExamples: readonly LmExample[];
+  readonly sampler: BatchSampler;
+  readonly schedule: ScheduleOptions;
+  readonly options: TrainerOptions;
+  /** Steps taken. */
+  step = 0;
+  private readonly padId: number;
+  private readonly started = Date.now();
+
+  constructor(trainable: TrainableDecoder, examples: readonly LmExample[], options: TrainerOptions, evalExamples: readonly LmExample[] = []) {
+    if (examples.length === 0) throw new TrainConfigError('Trainer: no training examples');
+    this.trainable = trainable;
+    this.examples = examples;
+    this.evalExamples = evalExamples;
+    this.options = options;
+    const lora = trainable.spec.kind === 'lora';
+    this.schedule = {
+      lr: options.lr ?? (lora ? 1e-3 : 1e-4),
+      totalSteps: options.steps,
+      warmupSteps: options.warmupSteps ?? 0,
+      schedule: options.schedule ?? 'cosine',
+      minLrRatio: options.minLrRatio ?? 0,
+    };
+    checkSchedule(this.schedule);
+    const accum = options.gradAccum ?? 1;
+    if (!Number.isInteger(accum) || accum < 1) throw new TrainConfigError(`gradAccum must be an integer >= 1, got ${accum}`);
+    const clip = options.maxGradNorm === undefined ? 1 : options.maxGradNorm;
+    if (clip !== null && !(clip > 0 && Number.isFinite(clip))) throw new TrainConfigError(`maxGradNorm must be a finite number > 0 or null, got ${clip}`);
+    const every = options.evalEvery ?? 0;
+    if (!Number.isInteger(every) || every < 0) throw new TrainConfigError(`evalEvery must be an integer >= 0, got ${every}`);
+    this.sampler = new BatchSampler(examples.length, options.batchSize ?? 8, options.seed ?? 0);
+    this.optimizer = new AdamW(trainable.params, { beta1: options.beta1, beta2: options.beta2, eps: options.eps, weightDecay: options.weightDecay });
+    this.padId = trainable.config.eosTokenIds[0] ?? 0;
+  }
+
+  /** One optimiser step: gradAccum micro-batches, clip, AdamW. */
+  trainStep(): TrainProgress {
+    const accum = this.options.gradAccum ?? 1;
+    const batches = Array.from({ length: accum }, () => causalLmBatch(this.sampler.next().map((i) => this.examples[i]!), this.padId));
+    const tokens = batches.reduce((n, b) => n + countTargets(b), 0);
+    this.trainable.zeroGrad();
+    let lossSum = 0;
+    if (tokens > 0) for (const b of batches) lossSum += this.trainable.accumulateGradients(b, 1 / tokens).lossSum;
+    const lr = learningRate(this.step + 1, this.schedule);
+    const clip = this.options.maxGradNorm === undefined ? 1 : this.options.maxGradNorm;
+    const { gradNorm } = this.optimizer.step(clip === null ? { lr } : { lr, maxGradNorm: clip });
+    this.step++;
+    const progress: TrainProgress = {
+      step: this.step,
+      steps: this.schedule.totalSteps,
+      loss: tokens > 0 ? lossSum / tokens : Number.NaN,
+      tokens,
+      lr,
+      gradNorm,
+      elapsedMs: Date.now() - this.started,
+    };
+    const every = this.options.evalEvery ?? 0;
+    if (this.evalExamples.length > 0 && ((every > 0 && this.step % every === 0) || this.step === this.schedule.totalSteps)) {
+      progress.evalLoss = this.evaluate().loss;
+    }
+    return progress;
+  }
+
+  /** Mean loss per counted token over the eval examples, in order, without dropout. */
+  evaluate(examples: readonly LmExample[] = this.evalExamples): { loss: number; tokens: number } {
+    const size = this.options.evalBatchSize ?? this.options.batchSize ?? 8;
+    let sum = 0;
+    let tokens = 0;
+    for (let i = 0; i < examples.length; i += size) {
+      const r = this.trainable.loss(causalLmBatch(examples.slice(i, i + size), this.padId));
+      sum += r.lossSum;
+      tokens += r.count;
+    }
+    return { loss: tokens > 0 ? sum / tokens : Number.NaN, tokens };
+  }
+
+  /** Steps until `steps`; calls onProgress after each. */
+  run(): TrainResult {
+    const history: TrainProgress[] = [];
+    while (this.step < this.schedule.totalSteps) {
+      const p = this.trainStep();
+      history.push(p);
+      this.options.onProgress?.(p);
+    }
+    const last = history[history.length - 1];
+    const result: TrainResult = { steps: this.step, loss: last?.loss ?? Number.NaN, history };
+    const evalLoss = [...history].reverse().find((p) => p.evalLoss !== undefined)?.evalLoss;
+    if (evalLoss !== undefined) result.evalLoss = evalLoss;
+    return result;
+  }
+
+  dispose(): void {
+    this.optimizer.dispose();
+  }
+}
+
+export interface TrainOptions extends TrainerOptions {
+  /** A decoder model directory (config.json, weights, tokenizer.json), or a loaded model with its tokenizer. */
+  model: string | { model: DecoderModel; tokenizer: TextTokenizer; dir?: string };
+  /** A JSONL file or records: `{text}` (packed) or `{prompt, completion}` (loss on the completion only). */
+  data: string | readonly TrainRecord[];
+  evalData?: string | readonly TrainRecord[];
+  /** What trains (default LoRA with PEFT's defaults on every Linear of the layers). */
+  trainable?: TrainableSpec;
+  /** Longest example / packed block in tokens (default the model's positions). */
+  maxLength?: number;
+  /** Pack `text` records into blocks of maxLength (default true). */
+  pack?: boolean;
+  /**
+   * Where the result goes: LoRA writes a PEFT adapter directory (adapter_config.json + adapter_model.safetensors);
+   * other sets write model.safetensors with every weight (f32 where trained) beside a copy of the model
+   * directory's config and tokenizer files. Default: nothing is written.
+   */
+  out?: string;
+}
+
+export interface TrainRun extends TrainResult {
+  trainable: TrainableDecoder;
+  model: DecoderModel;
+  tokenizer: TextTokenizer;
+  /** What `out` received. */
+  written?: { dir: string; files: string[] };
+  /** Frees the trainable set and, when the run loaded the model from a directory, the model. */
+  dispose(): void;
+}
+
+const MODEL_DIR_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'];
+
+/**
+ * Loads the model and data, tokenizes (throwing TrainDataError on the first bad record, before any step), trains
+ * and writes `out`. Synchronous: every step is native work on this thread.
+ */
+export function train(options: TrainOptions): TrainRun {
+  const owned = typeof options.model === 'string';
+  const dir = typeof options.model === 'string' ? options.model : options.model.dir;
+  const model = typeof options.model === 'string' ? loadDecoder(options.model) : options.model.model;
+  let trainable: TrainableDecoder | null = null;
+  let trainer: Trainer | null = null;
+  try {
+    const tokenizer = typeof options.model === 'string' ? TextTokenizer.fromDir(options.model) : options.model.tokenizer;
+    const maxLength = options.maxLength ?? model.config.maxPositions;
+    if (!Number.isInteger(maxLength) || maxLength < 2 || maxLength > model.config.maxPositions) {
+      throw new TrainConfigError(`maxLength must be an integer in [2, ${model.config.maxPositions}] (the model's positions), got ${maxLength}`);
+    }
+    const load = (d: string | readonly TrainRecord[]) => (typeof d === 'string' ? readJsonl(d) : datasetFromRecords(d));
+    const tok = { maxLength, eosTokenId: tokenizer.specialTokenIds.eos ?? model.config.eosTokenIds[0] ?? null, pack: options.pack ?? true };
+    const examples = tokenizeCausalLm(load(options.data), tokenizer, tok);
+    const evalExamples = options.evalData ? tokenizeCausalLm(load(options.evalData), tokenizer, tok) : [];
+    const spec: TrainableSpec = options.trainable ?? { kind: 'lora' };
+    trainable = new TrainableDecoder(model, spec, { seed: options.seed ?? 0 });
+    trainer = new Trainer(trainable, examples, options, evalExamples);
+    const result = trainer.run();
+    const run: TrainRun = {
+      ...result,
+      trainable,
+      model,
+      tokenizer,
+      dispose: () => {
+        trainable!.dispose();
+        if (owned) model.dispose();
+      },
+    };
+    if (options.out) run.written = writeResult(options.out, trainable, spec, dir ?? null);
+    trainer.dispose();
+    return run;
+  } catch (err) {
+    trainer?.dispose();
+    trainable?.dispose();
+    if (owned) model.dispose();
+    throw err;
+  }
+}
+
+function writeResult(out: string, trainable: TrainableDecoder, spec: TrainableSpec, modelDir: string | null): { dir: string; files: string[] } {
+  if (spec.kind === 'lora') {
+    const targets = spec.targetModules ?? DEFAULT_DECODER_LORA_TARGETS;
+    writeLoraAdapter(out, loraAdapterConfig(spec, targets, modelDir, 'CAUSAL_LM'), trainable.loraModuleWeights());
+    return { dir: out, files: ['adapter_config.json', 'adapter_model.safetensors'] };
+  }
+  mkdirSync(out, { recursive: true });
+  const entries: Array<[string, SafetensorsEntry]> = [];
+  for (const name of trainable.model.weights.tensors.keys()) {
+    const w = trainable.model.weights.get(name);
+    entries.push([name, { dtype: 'f32', shape: w.shape, data: trainable.model.weights.hostF32(name) }]);
+  }
+  writeSafetensors(join(out, 'model.safetensors'), entries, { format: 'pt' });
+  const files = ['model.safetensors'];
+  if (modelDir) {
+    for (const f of MODEL_DIR_FILES) {
+      if (!existsSync(join(modelDir, f))) continue;
+      copyFileSync(join(modelDir, f), join(out, f));
+      files.push(f);
+    }
+  }
+  return { dir: out, files };
+}
+
+export interface TrainLoraOptions extends Omit<TrainOptions, 'trainable'> {
+  /** LoRA settings (PEFT's LoraConfig fields): r (8), alpha (16), targetModules (every Linear), useRslora, dropout. */
+  lora?: Omit<LoraSpec, 'kind'>;
+}
+
+/** {@link train} with a LoRA trainable set; `out` receives a PEFT adapter directory the server can hot-load. */
+export function trainLora(options: TrainLoraOptions): TrainRun {
+  const { lora, ...rest } = options;
+  return train({ ...rest, trainable: { kind: 'lora', ...lora } });
+}
