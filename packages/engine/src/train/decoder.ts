@@ -127,8 +127,11 @@ export class TrainableDecoder {
   private readonly dropout: number;
   private readonly seed: number;
   private readonly adapterName: string;
-  /** Counts forward passes with dropout, so every pass draws fresh masks from a seeded stream. */
-  private dropoutCalls = 0;
+  /**
+   * Training forwards run with dropout so far: pass n draws its masks from the (seed, `lora_dropout/n`) stream, so
+   * a resumed run (which restores this count) draws the same masks as an uninterrupted one.
+   */
+  dropoutDraws = 0;
   /** Layers below this one have nothing trainable and the embeddings are frozen: the backward stops here. */
   private readonly lowestLayer: number;
   private readonly embedTrainable: boolean;
@@ -259,7 +262,7 @@ export class TrainableDecoder {
 
       // ---------------------------------------------------------------- forward, keeping activations
       const dropoutOn = mode.train && this.dropout > 0 && this.lora.size > 0;
-      const dropoutRng = dropoutOn ? new SplitMix32(streamState(this.seed, `lora_dropout/${this.dropoutCalls++}`)) : null;
+      const dropoutRng = dropoutOn ? new SplitMix32(streamState(this.seed, `lora_dropout/${this.dropoutDraws++}`)) : null;
       const loraSite = (module: string, x: Tensor, y: Tensor): LoraKeep | undefined => {
         const p = this.lora.get(module);
         if (!p) return undefined;

@@ -20,6 +20,7 @@ import {
   readJsonl,
   tokenizeCausalLm,
 } from './data.js';
+import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { TrainableDecoder } from './decoder.js';
 import { TrainConfigError } from './errors.js';
 import { AdamW, type ScheduleOptions, checkSchedule, learningRate } from './optim.js';
@@ -52,6 +53,10 @@ export interface TrainerOptions {
   evalBatchSize?: number;
   /** Called after every step. */
   onProgress?: (progress: TrainProgress) => void;
+  /** Write a checkpoint (params + AdamW moments + loop position) every N steps into checkpointDir (default 0: never). */
+  checkpointEvery?: number;
+  /** Where checkpoints go, as `checkpoint-<step>.safetensors`. */
+  checkpointDir?: string;
 }
 
 export interface TrainProgress {
@@ -160,12 +165,28 @@ export class Trainer {
     return { loss: tokens > 0 ? sum / tokens : Number.NaN, tokens };
   }
 
-  /** Steps until `steps`; calls onProgress after each. */
+  /** Writes a checkpoint of the current state (see checkpoint.ts). */
+  saveCheckpoint(path: string): void {
+    saveCheckpoint(path, { trainable: this.trainable, optimizer: this.optimizer, sampler: this.sampler, step: this.step, seed: this.options.seed ?? 0 });
+  }
+
+  /** Continues from a checkpoint written by a trainer with the same model, trainable set, data and seed. */
+  resume(path: string): void {
+    this.step = loadCheckpoint(path, { trainable: this.trainable, optimizer: this.optimizer, sampler: this.sampler, seed: this.options.seed ?? 0 }).step;
+  }
+
+  /** Steps until `steps`; calls onProgress after each and checkpoints every checkpointEvery steps. */
   run(): TrainResult {
     const history: TrainProgress[] = [];
+    const every = this.options.checkpointEvery ?? 0;
+    if (every > 0 && !this.options.checkpointDir) throw new TrainConfigError('checkpointEvery needs checkpointDir');
     while (this.step < this.schedule.totalSteps) {
       const p = this.trainStep();
       history.push(p);
+      if (every > 0 && this.step % every === 0) {
+        mkdirSync(this.options.checkpointDir!, { recursive: true });
+        this.saveCheckpoint(join(this.options.checkpointDir!, `checkpoint-${this.step}.safetensors`));
+      }
       this.options.onProgress?.(p);
     }
     const last = history[history.length - 1];
@@ -192,6 +213,8 @@ export interface TrainOptions extends TrainerOptions {
   maxLength?: number;
   /** Pack `text` records into blocks of maxLength (default true). */
   pack?: boolean;
+  /** Continue from this checkpoint file (same model, trainable set, data and seed). */
+  resumeFrom?: string;
   /**
    * Where the result goes: LoRA writes a PEFT adapter directory (adapter_config.json + adapter_model.safetensors);
    * other sets write model.safetensors with every weight (f32 where trained) beside a copy of the model
@@ -235,6 +258,7 @@ export function train(options: TrainOptions): TrainRun {
     const spec: TrainableSpec = options.trainable ?? { kind: 'lora' };
     trainable = new TrainableDecoder(model, spec, { seed: options.seed ?? 0 });
     trainer = new Trainer(trainable, examples, options, evalExamples);
+    if (options.resumeFrom) trainer.resume(options.resumeFrom);
     const result = trainer.run();
     const run: TrainRun = {
       ...result,
