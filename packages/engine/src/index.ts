@@ -9,6 +9,7 @@
  *   sampling/  samplers and stop conditions; generate.ts runs a batch of requests to completion
  *   gen/       the seeded tiny/mini model and adapter generator (`tessera gen`)
  *   onnx/      ONNX export of both families and the onnxruntime-node runner
+ *   train/     training on the native backward kernels: trainable sets, explicit backward, AdamW, data, trainLora
  */
 export * from './errors.js';
 export { type Clock, systemClock } from './clock.js';
@@ -129,3 +130,47 @@ export {
   runDecoderOrt,
   runEncoderOrt,
 } from './onnx/index.js';
+
+// training
+export { TrainConfigError, TrainDataError } from './train/errors.js';
+export {
+  DECODER_LINEAR_SITES,
+  DEFAULT_DECODER_LORA_TARGETS,
+  type LoraParams,
+  type LoraSpec,
+  type TrainParam,
+  type TrainableSpec,
+  decoderTrainableNames,
+  loraAdapterConfig,
+} from './train/params.js';
+export { IGNORE_INDEX, type LmBatch, type LossResult, TrainableDecoder, type TrainableDecoderOptions } from './train/decoder.js';
+export {
+  BatchSampler,
+  type CausalLmTokenizeOptions,
+  type LabeledRecord,
+  type LmExample,
+  type PromptCompletionRecord,
+  type RecordKind,
+  type TextRecord,
+  type TrainDataset,
+  type TrainRecord,
+  causalLmBatch,
+  countTargets,
+  datasetFromRecords,
+  readJsonl,
+  shuffledOrder,
+  tokenizeCausalLm,
+} from './train/data.js';
+export { AdamW, type AdamWConfig, type OptimizerStepOptions, type ScheduleOptions, learningRate } from './train/optim.js';
+export { CHECKPOINT_METADATA_KEY, type CheckpointState, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
+export {
+  type TrainLoraOptions,
+  type TrainOptions,
+  type TrainProgress,
+  type TrainResult,
+  type TrainRun,
+  Trainer,
+  type TrainerOptions,
+  train,
+  trainLora,
+} from './train/trainer.js';

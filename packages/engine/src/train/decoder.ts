@@ -21,7 +21,6 @@ import {
   embeddingBackward,
   gemm,
   linear,
-  mul,
   rmsNorm,
   rmsNormBackward,
   rope,
@@ -38,6 +37,7 @@ import { decoderLinearModules, decoderNormModules, decoderTopModules } from '../
 import { Scope } from '../models/scope.js';
 import type { ModelWeights } from '../models/weights.js';
 import { TrainConfigError, TrainDataError } from './errors.js';
+import { type LoraKeep, linearSiteBackward, linearSiteForward, siteScratch } from './linear-site.js';
 import {
   DECODER_LINEAR_SITES,
   type LoraParams,
@@ -77,17 +77,6 @@ export interface LossResult {
 }
 
 type Site = (typeof DECODER_LINEAR_SITES)[number];
-
-/** What the forward keeps of one Linear's LoRA branch for its backward. */
-interface LoraKeep {
-  p: LoraParams;
-  /** dropout(x) (x itself without dropout) [T, in]. */
-  xd: Tensor;
-  /** The dropout mask scaled by 1/(1-p) [T, in], or null. */
-  keep: Tensor | null;
-  /** xd Aᵀ [T, r]. */
-  u: Tensor;
-}
 
 interface LayerActs {
   h: Tensor; // layer input [T, H]
@@ -263,29 +252,11 @@ export class TrainableDecoder {
       // ---------------------------------------------------------------- forward, keeping activations
       const dropoutOn = mode.train && this.dropout > 0 && this.lora.size > 0;
       const dropoutRng = dropoutOn ? new SplitMix32(streamState(this.seed, `lora_dropout/${this.dropoutDraws++}`)) : null;
-      const loraSite = (module: string, x: Tensor, y: Tensor): LoraKeep | undefined => {
-        const p = this.lora.get(module);
-        if (!p) return undefined;
-        let xd = x;
-        let keepMask: Tensor | null = null;
-        if (dropoutRng) {
-          const inF = x.shape[1]!;
-          const m = new Float32Array(T * inF);
-          const s = 1 / (1 - this.dropout);
-          for (let i = 0; i < m.length; i++) m[i] = dropoutRng.nextFloat() < this.dropout ? 0 : s;
-          keepMask = scope.keep(Tensor.from(m, [T, inF], { backend: be }));
-          xd = scope.keep(mul(x, keepMask));
-        }
-        const u = scope.keep(gemm(xd, p.a.value, { transB: true }));
-        gemm(u, p.b.value, { transB: true, alpha: p.scale, beta: 1, out: y });
-        return { p, xd, keep: keepMask, u };
-      };
-      const proj = (x: Tensor, module: string, cols: number, keep: Partial<Record<Site, LoraKeep>>, site: Site): Tensor => {
-        const y = empty(cols);
-        linear(x, this.w(`${module}.weight`), undefined, { out: y });
-        const k = loraSite(module, x, y);
-        if (k) keep[site] = k;
-        return y;
+      const dropout = dropoutRng ? { rng: dropoutRng, p: this.dropout } : null;
+      const proj = (x: Tensor, module: string, keep: Partial<Record<Site, LoraKeep>>, site: Site): Tensor => {
+        const r = linearSiteForward(scope, x, this.w(`${module}.weight`), undefined, this.lora.get(module), dropout);
+        if (r.keep) keep[site] = r.keep;
+        return r.y;
       };
 
       let h = empty(H);
@@ -297,24 +268,24 @@ export class TrainableDecoder {
         const lora: Partial<Record<Site, LoraKeep>> = {};
         const x1 = empty(H);
         rmsNorm(h, this.w(`${norm.input_norm}.weight`), { eps: c.rmsNormEps, out: x1 });
-        const q = proj(x1, lin.q, qDim, lora, 'q');
-        const k = proj(x1, lin.k, kvDim, lora, 'k');
-        const v = proj(x1, lin.v, kvDim, lora, 'v');
+        const q = proj(x1, lin.q, lora, 'q');
+        const k = proj(x1, lin.k, lora, 'k');
+        const v = proj(x1, lin.v, lora, 'v');
         rope(view(q, [T, c.numHeads, hd]), positions, { base: c.ropeTheta });
         rope(view(k, [T, c.numKvHeads, hd]), positions, { base: c.ropeTheta });
         const attn = empty(qDim);
         attentionPrefill(view(q, [B, S, c.numHeads, hd]), view(k, [B, S, c.numKvHeads, hd]), view(v, [B, S, c.numKvHeads, hd]),
           { causal: true, keyMask, out: view(attn, [B, S, c.numHeads, hd]) });
-        const o = proj(attn, lin.o, H, lora, 'o');
+        const o = proj(attn, lin.o, lora, 'o');
         const h2 = empty(H);
         add(h, o, { out: h2 });
         const x2 = empty(H);
         rmsNorm(h2, this.w(`${norm.post_attn_norm}.weight`), { eps: c.rmsNormEps, out: x2 });
-        const gate = proj(x2, lin.gate, c.intermediateSize, lora, 'gate');
-        const up = proj(x2, lin.up, c.intermediateSize, lora, 'up');
+        const gate = proj(x2, lin.gate, lora, 'gate');
+        const up = proj(x2, lin.up, lora, 'up');
         const act = empty(c.intermediateSize);
         siluMul(gate, up, { out: act });
-        const down = proj(act, lin.down, H, lora, 'down');
+        const down = proj(act, lin.down, lora, 'down');
         const hNext = empty(H);
         add(h2, down, { out: hNext });
         acts.push({ h, x1, q, k, v, attn, h2, x2, gate, up, act, lora });
@@ -359,38 +330,11 @@ export class TrainableDecoder {
       const dk = empty(kvDim);
       const dv = empty(kvDim);
       const rMax = Math.max(0, ...[...this.lora.values()].map((p) => p.r));
-      const du = rMax > 0 ? scope.keep(Tensor.empty([T * rMax], 'f32', be)) : null;
-      const tmpIn = rMax > 0 && this.dropout > 0 ? scope.keep(Tensor.empty([T * Math.max(H, c.intermediateSize, qDim)], 'f32', be)) : null;
-
-      /**
-       * Backward of y = x Wᵀ (+ LoRA) for a site: dW (+)= dyᵀ x when W trains; LoRA dB, dA; dxOut (+)= dy W (+ the
-       * LoRA branch's dx) when dxOut is given, accumulating when `accumulateDx`.
-       */
-      const siteBackward = (module: string, x: Tensor, dy: Tensor, keep: LoraKeep | undefined, dxOut: Tensor | null, accumulateDx: boolean) => {
-        const W = this.w(`${module}.weight`);
-        const dW = this.gradOf(`${module}.weight`);
-        if (dW) gemm(dy, x, { transA: true, beta: 1, out: dW });
-        if (dxOut) gemm(dy, W, { beta: accumulateDx ? 1 : 0, out: dxOut });
-        if (keep) {
-          const { p, xd, u } = keep;
-          const r = p.r;
-          gemm(dy, u, { transA: true, alpha: p.scale, beta: 1, out: p.b.grad });
-          const duView = scope.reshape(scope.keep(du!.rows(0, T * r)), [T, r]);
-          gemm(dy, p.b.value, { alpha: p.scale, out: duView });
-          gemm(duView, xd, { transA: true, beta: 1, out: p.a.grad });
-          if (dxOut) {
-            if (keep.keep) {
-              const inF = x.shape[1]!;
-              const t = scope.reshape(scope.keep(tmpIn!.rows(0, T * inF)), [T, inF]);
-              gemm(duView, p.a.value, { out: t });
-              mul(t, keep.keep, { out: t });
-              add(dxOut, t, { out: dxOut });
-            } else {
-              gemm(duView, p.a.value, { beta: 1, out: dxOut });
-            }
-          }
-        }
-      };
+      const scratch = siteScratch(scope, T, rMax, Math.max(H, c.intermediateSize, qDim), this.dropout > 0, be);
+      const siteBackward = (module: string, x: Tensor, dy: Tensor, keep: LoraKeep | undefined, dxOut: Tensor | null, accumulateDx: boolean) =>
+        linearSiteBackward({
+          scope, scratch, x, weight: this.w(`${module}.weight`), dy, dWeight: this.gradOf(`${module}.weight`), dBias: null, keep, dx: dxOut, accumulateDx,
+        });
 
       for (let l = c.numLayers - 1; l >= stop; l--) {
         const a = acts[l]!;
