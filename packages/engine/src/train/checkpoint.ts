@@ -9,7 +9,7 @@
 import { SafetensorsFile, type SafetensorsEntry, writeSafetensors } from '../formats/safetensors.js';
 import type { AdamW } from './optim.js';
 import type { BatchSampler } from './data.js';
-import type { TrainableDecoder } from './decoder.js';
+import type { TrainableModel } from './trainable.js';
 import { TrainConfigError } from './errors.js';
 
 export const CHECKPOINT_METADATA_KEY = 'tessera.train';
@@ -25,7 +25,7 @@ export interface CheckpointState {
 }
 
 export interface CheckpointParts {
-  trainable: TrainableDecoder;
+  trainable: TrainableModel<unknown, unknown>;
   optimizer: AdamW;
   sampler: BatchSampler;
   step: number;

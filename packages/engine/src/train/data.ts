@@ -7,8 +7,11 @@
 import { readFileSync } from 'node:fs';
 import { SplitMix32, streamState } from '@tessera/core';
 import type { TextTokenizer } from '../formats/tokenizer.js';
-import { IGNORE_INDEX, type LmBatch } from './decoder.js';
+import type { LmBatch } from './decoder.js';
 import { TrainDataError } from './errors.js';
+
+/** Targets equal to this are not predicted (prompt tokens, padding): PyTorch's ignore_index. */
+export const IGNORE_INDEX = -100;
 
 export type TextRecord = { text: string };
 export type PromptCompletionRecord = { prompt: string; completion: string };
@@ -241,4 +244,54 @@ export class BatchSampler {
     this.cursor = end;
     return out;
   }
+}
+
+/** One sequence-classification example: token ids (with the tokenizer's template, e.g. [CLS] … [SEP]) and its label. */
+export interface ClassificationExample {
+  ids: number[];
+  label: number;
+  line: number;
+}
+
+/**
+ * Tokenizes `{text, label}` records: the label is a name from `labels` (the config's id2label) or an integer index
+ * into it. A text longer than maxLength tokens, or an unknown label, fails naming its line.
+ */
+export function tokenizeClassification(data: TrainDataset, tokenizer: TextTokenizer, options: { labels: readonly string[]; maxLength: number }): ClassificationExample[] {
+  const { path } = data;
+  if (data.kind !== 'labeled') throw new TrainDataError(path, 0, `${path}: sequence classification needs {"text", "label"} records, not ${data.kind} records`);
+  const { labels, maxLength } = options;
+  return data.records.map((rec, i) => {
+    const line = data.lines[i]!;
+    const r = rec as LabeledRecord;
+    const label = typeof r.label === 'number' ? r.label : labels.indexOf(r.label);
+    if (label < 0 || label >= labels.length) {
+      throw new TrainDataError(path, line, `${path}:${line}: label ${JSON.stringify(r.label)} is not one of the model's labels ${JSON.stringify(labels)} (or an index below ${labels.length})`);
+    }
+    const ids = tokenizer.encode(r.text);
+    if (ids.length === 0) throw new TrainDataError(path, line, `${path}:${line}: the text tokenizes to nothing`);
+    if (ids.length > maxLength) throw new TrainDataError(path, line, `${path}:${line}: the text is ${ids.length} tokens, more than the maximum length ${maxLength}`);
+    return { ids, label, line };
+  });
+}
+
+/** A padded classification batch: tokens / mask [batch, seq] (right padding with `padId`), labels [batch]. */
+export interface ClassificationBatch {
+  batch: number;
+  seq: number;
+  tokens: Int32Array;
+  mask: Uint8Array;
+  labels: Int32Array;
+}
+
+export function classificationBatch(examples: readonly ClassificationExample[], padId: number): ClassificationBatch {
+  const B = examples.length;
+  const S = Math.max(...examples.map((e) => e.ids.length));
+  const tokens = new Int32Array(B * S).fill(padId);
+  const mask = new Uint8Array(B * S);
+  examples.forEach((e, b) => {
+    tokens.set(e.ids, b * S);
+    mask.fill(1, b * S, b * S + e.ids.length);
+  });
+  return { batch: B, seq: S, tokens, mask, labels: Int32Array.from(examples, (e) => e.label) };
 }

@@ -36,7 +36,9 @@ import type { DecoderModel } from '../models/decoder.js';
 import { decoderLinearModules, decoderNormModules, decoderTopModules } from '../models/names.js';
 import { Scope } from '../models/scope.js';
 import type { ModelWeights } from '../models/weights.js';
+import { IGNORE_INDEX, type LmExample, causalLmBatch, countTargets } from './data.js';
 import { TrainConfigError, TrainDataError } from './errors.js';
+import type { LossResult, TrainableModel } from './trainable.js';
 import { type LoraKeep, linearSiteBackward, linearSiteForward, siteScratch } from './linear-site.js';
 import {
   DECODER_LINEAR_SITES,
@@ -52,8 +54,9 @@ import {
   zeroGrads,
 } from './params.js';
 
-/** Targets equal to this are not predicted (prompt tokens, padding): PyTorch's ignore_index. */
-export const IGNORE_INDEX = -100;
+export { IGNORE_INDEX };
+
+export type { LossResult };
 
 /**
  * A padded causal-LM batch: `batch` rows of `seq` tokens, row-major. targets[i] is the token the model should
@@ -69,12 +72,6 @@ export interface LmBatch {
   mask?: Uint8Array;
 }
 
-export interface LossResult {
-  /** Σ of the per-token cross-entropies over the counted tokens (natural log). */
-  lossSum: number;
-  /** Tokens whose target counts. */
-  count: number;
-}
 
 type Site = (typeof DECODER_LINEAR_SITES)[number];
 
@@ -104,7 +101,7 @@ export interface TrainableDecoderOptions {
  * A decoder with a trainable set: the model's weights (shared, not copied: full / layer / head training updates
  * them in place, so `model.forward` serves the trained weights) plus LoRA factors when the spec asks for them.
  */
-export class TrainableDecoder {
+export class TrainableDecoder implements TrainableModel<LmExample, LmBatch> {
   readonly model: DecoderModel;
   readonly config: DecoderConfig;
   readonly spec: TrainableSpec;
@@ -177,6 +174,15 @@ export class TrainableDecoder {
 
   zeroGrad(): void {
     zeroGrads(this.params);
+  }
+
+  /** Right-pads causal-LM examples (padding: the first EOS id) into one batch. */
+  collate(examples: readonly LmExample[]): LmBatch {
+    return causalLmBatch(examples, this.config.eosTokenIds[0] ?? 0);
+  }
+
+  countTargets(batch: LmBatch): number {
+    return countTargets(batch);
   }
 
   /**

@@ -5,7 +5,7 @@
  */
 import { SplitMix32, streamState } from '@tessera/core';
 import { type Backend, Tensor, cast } from '@tessera/native';
-import type { DecoderConfig } from '../config.js';
+import type { DecoderConfig, EncoderConfig } from '../config.js';
 import { loraScaling, peftTargetMatches, loraRankFor, type LoraModuleWeights } from '../formats/peft-writer.js';
 import type { LoraAdapterConfig } from '../formats/peft.js';
 import type { LoraWeights } from '../hooks/lora-delta.js';
@@ -14,6 +14,9 @@ import {
   decoderNormModules,
   decoderTensorShapes,
   decoderTopModules,
+  encoderPrefix,
+  encoderTensorShapes,
+  encoderTopModules,
   peftLoraTensorNames,
 } from '../models/names.js';
 import type { ModelWeights } from '../models/weights.js';
@@ -36,13 +39,16 @@ export interface LoraSpec {
 }
 
 /**
- * What trains. `full`: every tensor. `layers`: every tensor of layers [from, to). `head`: the LM head (the tied
- * embedding when the head is tied). `lora`: LoRA factors beside frozen Linears (the base is entirely frozen).
+ * What trains. `full`: every tensor. `layers`: every tensor of layers [from, to). `head`: the decoder's LM head
+ * (the tied embedding when the head is tied), the encoder's pooler and classifier. `bitfit` (encoder): every bias
+ * (Linear and LayerNorm) and the classifier, as in BitFit. `lora`: LoRA factors beside frozen Linears (the base is
+ * entirely frozen).
  */
 export type TrainableSpec =
   | { kind: 'full' }
   | { kind: 'layers'; from: number; to: number }
   | { kind: 'head' }
+  | { kind: 'bitfit' }
   | LoraSpec;
 
 /** One trainable f32 tensor and its gradient (same shape, accumulated into by the backward). */
@@ -71,6 +77,39 @@ export const DECODER_LINEAR_SITES = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] a
 
 export const DEFAULT_DECODER_LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 
+/** The encoder Linears LoRA can target, by hook-site slice, in forward order per layer. */
+export const ENCODER_LINEAR_SITES = ['query', 'key', 'value', 'attn_out', 'ffn_in', 'ffn_out'] as const;
+
+/** PEFT's default target_modules for BERT. */
+export const DEFAULT_ENCODER_LORA_TARGETS = ['query', 'value'];
+
+function checkLayerRange(from: number, to: number, numLayers: number): void {
+  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || from >= to || to > numLayers) {
+    throw new TrainConfigError(`trainable layers [${from}, ${to}) are not a non-empty range within [0, ${numLayers})`);
+  }
+}
+
+/** The base tensors a non-LoRA spec trains on the encoder, in checkpoint order. */
+export function encoderTrainableNames(config: EncoderConfig, spec: Exclude<TrainableSpec, LoraSpec>): string[] {
+  const all = [...encoderTensorShapes(config).keys()];
+  const top = encoderTopModules(config);
+  const classifier = config.architecture === 'BertForSequenceClassification';
+  switch (spec.kind) {
+    case 'full':
+      return all;
+    case 'head':
+      if (!classifier) throw new TrainConfigError(`a ${config.architecture} has no head to train`);
+      return all.filter((n) => n.startsWith(`${top.pooler}.`) || n.startsWith(`${top.classifier}.`));
+    case 'bitfit':
+      return all.filter((n) => n.endsWith('.bias') || n === `${top.classifier}.weight`);
+    case 'layers': {
+      checkLayerRange(spec.from, spec.to, config.numLayers);
+      const prefixes = Array.from({ length: spec.to - spec.from }, (_, i) => `${encoderPrefix(config)}encoder.layer.${spec.from + i}.`);
+      return all.filter((n) => prefixes.some((p) => n.startsWith(p)));
+    }
+  }
+}
+
 /** The LoRA spec with PEFT's defaults filled in, as the adapter_config.json it will be written as. */
 export function loraAdapterConfig(spec: LoraSpec, targets: string[] | string, baseModel: string | null, taskType: string): LoraAdapterConfig {
   return {
@@ -96,11 +135,11 @@ export function decoderTrainableNames(config: DecoderConfig, spec: Exclude<Train
       return all;
     case 'head':
       return [config.tieWordEmbeddings ? `${decoderTopModules.embedTokens}.weight` : `${decoderTopModules.lmHead}.weight`];
+    case 'bitfit':
+      throw new TrainConfigError('BitFit trains biases, and the Llama-style decoder has none');
     case 'layers': {
       const { from, to } = spec;
-      if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || from >= to || to > config.numLayers) {
-        throw new TrainConfigError(`trainable layers [${from}, ${to}) are not a non-empty range within [0, ${config.numLayers})`);
-      }
+      checkLayerRange(from, to, config.numLayers);
       const names: string[] = [];
       for (let l = from; l < to; l++) {
         for (const m of Object.values(decoderLinearModules(l))) names.push(`${m}.weight`);
@@ -139,8 +178,9 @@ export function createLoraParams(
   spec: LoraSpec,
   seed: number,
   backend: Backend,
+  defaultTargets: string[] = DEFAULT_DECODER_LORA_TARGETS,
 ): Map<string, LoraParams> {
-  const targets = spec.targetModules ?? DEFAULT_DECODER_LORA_TARGETS;
+  const targets = spec.targetModules ?? defaultTargets;
   const config = loraAdapterConfig(spec, targets, null, '');
   if (!Number.isInteger(config.r) || config.r <= 0) throw new TrainConfigError(`LoRA r must be a positive integer, got ${config.r}`);
   const dropout = spec.dropout ?? 0;

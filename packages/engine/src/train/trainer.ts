@@ -14,14 +14,13 @@ import {
   BatchSampler,
   type LmExample,
   type TrainRecord,
-  causalLmBatch,
-  countTargets,
   datasetFromRecords,
   readJsonl,
   tokenizeCausalLm,
 } from './data.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
-import { TrainableDecoder } from './decoder.js';
+import { type LmBatch, TrainableDecoder } from './decoder.js';
+import type { TrainableModel } from './trainable.js';
 import { TrainConfigError } from './errors.js';
 import { AdamW, type ScheduleOptions, checkSchedule, learningRate } from './optim.js';
 import { DEFAULT_DECODER_LORA_TARGETS, type LoraSpec, type TrainableSpec, loraAdapterConfig } from './params.js';
@@ -63,7 +62,7 @@ export interface TrainProgress {
   /** Steps done (1-based: the step just taken). */
   step: number;
   steps: number;
-  /** Mean cross-entropy per counted token of this step (before the update). */
+  /** Mean cross-entropy per counted target (token, or sequence for classification) of this step (before the update). */
   loss: number;
   /** Tokens whose loss counted in this step. */
   tokens: number;
@@ -84,27 +83,26 @@ export interface TrainResult {
   history: TrainProgress[];
 }
 
-/** Runs optimiser steps over tokenized causal-LM examples on a {@link TrainableDecoder}. */
-export class Trainer {
-  readonly trainable: TrainableDecoder;
+/** Runs optimiser steps over examples on a trainable model (causal LM on the decoder, classification on the encoder). */
+export class Trainer<E = LmExample, B = LmBatch> {
+  readonly trainable: TrainableModel<E, B>;
   readonly optimizer: AdamW;
-  readonly examples: readonly LmExample[];
-  readonly evalExamples: readonly LmExample[];
+  readonly examples: readonly E[];
+  readonly evalExamples: readonly E[];
   readonly sampler: BatchSampler;
   readonly schedule: ScheduleOptions;
   readonly options: TrainerOptions;
   /** Steps taken. */
   step = 0;
-  private readonly padId: number;
   private readonly started = Date.now();
 
-  constructor(trainable: TrainableDecoder, examples: readonly LmExample[], options: TrainerOptions, evalExamples: readonly LmExample[] = []) {
+  constructor(trainable: TrainableModel<E, B>, examples: readonly E[], options: TrainerOptions, evalExamples: readonly E[] = []) {
     if (examples.length === 0) throw new TrainConfigError('Trainer: no training examples');
     this.trainable = trainable;
     this.examples = examples;
     this.evalExamples = evalExamples;
     this.options = options;
-    const lora = trainable.spec.kind === 'lora';
+    const lora = (trainable.spec as { kind?: string }).kind === 'lora';
     this.schedule = {
       lr: options.lr ?? (lora ? 1e-3 : 1e-4),
       totalSteps: options.steps,
@@ -121,14 +119,13 @@ export class Trainer {
     if (!Number.isInteger(every) || every < 0) throw new TrainConfigError(`evalEvery must be an integer >= 0, got ${every}`);
     this.sampler = new BatchSampler(examples.length, options.batchSize ?? 8, options.seed ?? 0);
     this.optimizer = new AdamW(trainable.params, { beta1: options.beta1, beta2: options.beta2, eps: options.eps, weightDecay: options.weightDecay });
-    this.padId = trainable.config.eosTokenIds[0] ?? 0;
   }
 
   /** One optimiser step: gradAccum micro-batches, clip, AdamW. */
   trainStep(): TrainProgress {
     const accum = this.options.gradAccum ?? 1;
-    const batches = Array.from({ length: accum }, () => causalLmBatch(this.sampler.next().map((i) => this.examples[i]!), this.padId));
-    const tokens = batches.reduce((n, b) => n + countTargets(b), 0);
+    const batches = Array.from({ length: accum }, () => this.trainable.collate(this.sampler.next().map((i) => this.examples[i]!)));
+    const tokens = batches.reduce((n, b) => n + this.trainable.countTargets(b), 0);
     this.trainable.zeroGrad();
     let lossSum = 0;
     if (tokens > 0) for (const b of batches) lossSum += this.trainable.accumulateGradients(b, 1 / tokens).lossSum;
@@ -153,12 +150,12 @@ export class Trainer {
   }
 
   /** Mean loss per counted token over the eval examples, in order, without dropout. */
-  evaluate(examples: readonly LmExample[] = this.evalExamples): { loss: number; tokens: number } {
+  evaluate(examples: readonly E[] = this.evalExamples): { loss: number; tokens: number } {
     const size = this.options.evalBatchSize ?? this.options.batchSize ?? 8;
     let sum = 0;
     let tokens = 0;
     for (let i = 0; i < examples.length; i += size) {
-      const r = this.trainable.loss(causalLmBatch(examples.slice(i, i + size), this.padId));
+      const r = this.trainable.loss(this.trainable.collate(examples.slice(i, i + size)));
       sum += r.lossSum;
       tokens += r.count;
     }

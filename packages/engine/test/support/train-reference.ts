@@ -3,8 +3,16 @@
  * over its real tokens, so padding cannot leak), with optional LoRA branches, and central differences of it.
  * Written from the HF modeling code, independent of the engine's forward; weights are float64 arrays by HF name.
  */
-import type { DecoderConfig } from '../../src/config.js';
-import { decoderLinearModules, decoderNormModules, decoderTopModules } from '../../src/models/names.js';
+import type { DecoderConfig, EncoderConfig } from '../../src/config.js';
+import {
+  decoderLinearModules,
+  decoderNormModules,
+  decoderTopModules,
+  encoderLinearModules,
+  encoderNormModules,
+  encoderTopModules,
+} from '../../src/models/names.js';
+import { geluErf, geluTanh } from './reference-models.js';
 
 export type F64Weights = Map<string, Float64Array>;
 export type F64Lora = Map<string, { a: Float64Array; b: Float64Array; r: number; scale: number }>;
@@ -156,4 +164,95 @@ export function centralDiffAt(f: () => number, arr: Float64Array, i: number, ste
   const down = f();
   arr[i] = x0;
   return (up - down) / (2 * h);
+}
+
+function linearBias(x: Float64Array, rows: number, inF: number, w: Float64Array, b: Float64Array, lora: F64Lora | undefined, module: string): Float64Array {
+  const y = adapted(x, rows, inF, w, lora, module);
+  const outF = b.length;
+  for (let r = 0; r < rows; r++) for (let o = 0; o < outF; o++) y[r * outF + o] = y[r * outF + o]! + b[o]!;
+  return y;
+}
+
+function layerNorm(x: Float64Array, rows: number, n: number, g: Float64Array, b: Float64Array, eps: number): Float64Array {
+  const y = new Float64Array(rows * n);
+  for (let r = 0; r < rows; r++) {
+    let mean = 0;
+    for (let c = 0; c < n; c++) mean += x[r * n + c]!;
+    mean /= n;
+    let v = 0;
+    for (let c = 0; c < n; c++) v += (x[r * n + c]! - mean) ** 2;
+    const inv = 1 / Math.sqrt(v / n + eps);
+    for (let c = 0; c < n; c++) y[r * n + c] = (x[r * n + c]! - mean) * inv * g[c]! + b[c]!;
+  }
+  return y;
+}
+
+function fullAttention(q: Float64Array, k: Float64Array, v: Float64Array, seq: number, nh: number, d: number): Float64Array {
+  const out = new Float64Array(seq * nh * d);
+  const scale = 1 / Math.sqrt(d);
+  for (let h = 0; h < nh; h++) {
+    for (let i = 0; i < seq; i++) {
+      const s = new Float64Array(seq);
+      let max = -Infinity;
+      for (let j = 0; j < seq; j++) {
+        let dot = 0;
+        for (let c = 0; c < d; c++) dot += q[i * nh * d + h * d + c]! * k[j * nh * d + h * d + c]!;
+        s[j] = dot * scale;
+        max = Math.max(max, s[j]!);
+      }
+      let total = 0;
+      for (let j = 0; j < seq; j++) total += (s[j] = Math.exp(s[j]! - max));
+      for (let c = 0; c < d; c++) {
+        let acc = 0;
+        for (let j = 0; j < seq; j++) acc += (s[j]! / total) * v[j * nh * d + h * d + c]!;
+        out[i * nh * d + h * d + c] = acc;
+      }
+    }
+  }
+  return out;
+}
+
+/** Class logits of one unpadded sequence (token types 0), BertForSequenceClassification in eval mode. */
+export function referenceEncoderLogits(config: EncoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora): Float64Array {
+  const g = (n: string) => w.get(n)!;
+  const seq = ids.length;
+  const H = config.hiddenSize;
+  const nh = config.numHeads;
+  const d = H / nh;
+  const eps = config.layerNormEps;
+  const act = config.hiddenAct === 'gelu' ? geluErf : geluTanh;
+  const top = encoderTopModules(config);
+  const word = g(`${top.wordEmbeddings}.weight`);
+  const pos = g(`${top.positionEmbeddings}.weight`);
+  const type = g(`${top.tokenTypeEmbeddings}.weight`);
+  let x = new Float64Array(seq * H);
+  for (let t = 0; t < seq; t++) for (let c = 0; c < H; c++) x[t * H + c] = word[ids[t]! * H + c]! + pos[t * H + c]! + type[c]!;
+  x = layerNorm(x, seq, H, g(`${top.embeddingsNorm}.weight`), g(`${top.embeddingsNorm}.bias`), eps);
+  for (let l = 0; l < config.numLayers; l++) {
+    const lin = encoderLinearModules(config, l);
+    const ln = encoderNormModules(config, l);
+    const dense = (input: Float64Array, m: string, inF: number) => linearBias(input, seq, inF, g(`${m}.weight`), g(`${m}.bias`), lora, m);
+    const ctx = fullAttention(dense(x, lin.query, H), dense(x, lin.key, H), dense(x, lin.value, H), seq, nh, d);
+    const o = dense(ctx, lin.attn_out, H);
+    const h1 = layerNorm(o.map((oi, i) => oi + x[i]!), seq, H, g(`${ln.attn_ln}.weight`), g(`${ln.attn_ln}.bias`), eps);
+    const inner = dense(h1, lin.ffn_in, H).map(act);
+    const f = dense(inner, lin.ffn_out, config.intermediateSize);
+    x = layerNorm(f.map((fi, i) => fi + h1[i]!), seq, H, g(`${ln.ffn_ln}.weight`), g(`${ln.ffn_ln}.bias`), eps);
+  }
+  const pooled = linearBias(x.subarray(0, H), 1, H, g(`${top.pooler}.weight`), g(`${top.pooler}.bias`), undefined, '').map(Math.tanh);
+  return linearBias(pooled, 1, H, g(`${top.classifier}.weight`), g(`${top.classifier}.bias`), undefined, '');
+}
+
+/** Σ cross-entropy of the sequences' logits against their labels. */
+export function referenceEncoderLoss(config: EncoderConfig, w: F64Weights, seqs: readonly { ids: readonly number[]; label: number }[], lora?: F64Lora): number {
+  let total = 0;
+  for (const s of seqs) {
+    const z = referenceEncoderLogits(config, w, s.ids, lora);
+    let max = -Infinity;
+    for (const v of z) max = Math.max(max, v);
+    let sum = 0;
+    for (const v of z) sum += Math.exp(v - max);
+    total += Math.log(sum) + max - z[s.label]!;
+  }
+  return total;
 }
