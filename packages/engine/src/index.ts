@@ -136,17 +136,25 @@ export { TrainConfigError, TrainDataError } from './train/errors.js';
 export {
   DECODER_LINEAR_SITES,
   DEFAULT_DECODER_LORA_TARGETS,
+  DEFAULT_ENCODER_LORA_TARGETS,
+  ENCODER_LINEAR_SITES,
   type LoraParams,
   type LoraSpec,
   type TrainParam,
   type TrainableSpec,
   decoderTrainableNames,
+  encoderTrainableNames,
   loraAdapterConfig,
 } from './train/params.js';
-export { IGNORE_INDEX, type LmBatch, type LossResult, TrainableDecoder, type TrainableDecoderOptions } from './train/decoder.js';
+export type { LossResult, TrainableModel } from './train/trainable.js';
+export { type LmBatch, TrainableDecoder, type TrainableDecoderOptions } from './train/decoder.js';
+export { TrainableEncoder, type TrainableEncoderOptions } from './train/encoder.js';
 export {
   BatchSampler,
   type CausalLmTokenizeOptions,
+  type ClassificationBatch,
+  type ClassificationExample,
+  IGNORE_INDEX,
   type LabeledRecord,
   type LmExample,
   type PromptCompletionRecord,
@@ -155,11 +163,13 @@ export {
   type TrainDataset,
   type TrainRecord,
   causalLmBatch,
+  classificationBatch,
   countTargets,
   datasetFromRecords,
   readJsonl,
   shuffledOrder,
   tokenizeCausalLm,
+  tokenizeClassification,
 } from './train/data.js';
 export { AdamW, type AdamWConfig, type OptimizerStepOptions, type ScheduleOptions, learningRate } from './train/optim.js';
 export { CHECKPOINT_METADATA_KEY, type CheckpointState, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
@@ -172,5 +182,6 @@ export {
   Trainer,
   type TrainerOptions,
   train,
+  trainClassifier,
   trainLora,
 } from './train/trainer.js';

@@ -9,21 +9,27 @@ import { writeLoraAdapter } from '../formats/peft-writer.js';
 import { writeSafetensors, type SafetensorsEntry } from '../formats/safetensors.js';
 import { TextTokenizer } from '../formats/tokenizer.js';
 import type { DecoderModel } from '../models/decoder.js';
-import { loadDecoder } from '../models/load.js';
+import type { EncoderModel } from '../models/encoder.js';
+import { loadDecoder, loadEncoder } from '../models/load.js';
 import {
   BatchSampler,
   type LmExample,
+  type ClassificationBatch,
+  type ClassificationExample,
+  type TrainDataset,
   type TrainRecord,
   datasetFromRecords,
   readJsonl,
   tokenizeCausalLm,
+  tokenizeClassification,
 } from './data.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { type LmBatch, TrainableDecoder } from './decoder.js';
 import type { TrainableModel } from './trainable.js';
+import { TrainableEncoder } from './encoder.js';
 import { TrainConfigError } from './errors.js';
 import { AdamW, type ScheduleOptions, checkSchedule, learningRate } from './optim.js';
-import { DEFAULT_DECODER_LORA_TARGETS, type LoraSpec, type TrainableSpec, loraAdapterConfig } from './params.js';
+import { DEFAULT_DECODER_LORA_TARGETS, DEFAULT_ENCODER_LORA_TARGETS, type LoraSpec, type TrainableSpec, loraAdapterConfig } from './params.js';
 
 export interface TrainerOptions {
   /** Optimiser steps to run. */
@@ -198,31 +204,35 @@ export class Trainer<E = LmExample, B = LmBatch> {
   }
 }
 
-export interface TrainOptions extends TrainerOptions {
-  /** A decoder model directory (config.json, weights, tokenizer.json), or a loaded model with its tokenizer. */
-  model: string | { model: DecoderModel; tokenizer: TextTokenizer; dir?: string };
-  /** A JSONL file or records: `{text}` (packed) or `{prompt, completion}` (loss on the completion only). */
+export interface TrainOptions<M = DecoderModel> extends TrainerOptions {
+  /** A model directory (config.json, weights, tokenizer.json), or a loaded model with its tokenizer. */
+  model: string | { model: M; tokenizer: TextTokenizer; dir?: string };
+  /**
+   * A JSONL file or records. Causal LM (`train`): `{text}` (packed) or `{prompt, completion}` (loss on the
+   * completion only). Classification (`trainClassifier`): `{text, label}`, label a name of the config's id2label or
+   * an index.
+   */
   data: string | readonly TrainRecord[];
   evalData?: string | readonly TrainRecord[];
-  /** What trains (default LoRA with PEFT's defaults on every Linear of the layers). */
+  /** What trains (default LoRA with PEFT's defaults: every Linear of the decoder's layers, the encoder's query and value). */
   trainable?: TrainableSpec;
   /** Longest example / packed block in tokens (default the model's positions). */
   maxLength?: number;
-  /** Pack `text` records into blocks of maxLength (default true). */
+  /** Pack `text` records into blocks of maxLength (default true; causal LM only). */
   pack?: boolean;
   /** Continue from this checkpoint file (same model, trainable set, data and seed). */
   resumeFrom?: string;
   /**
    * Where the result goes: LoRA writes a PEFT adapter directory (adapter_config.json + adapter_model.safetensors);
-   * other sets write model.safetensors with every weight (f32 where trained) beside a copy of the model
-   * directory's config and tokenizer files. Default: nothing is written.
+   * other sets write model.safetensors with every weight (f32) beside a copy of the model directory's config and
+   * tokenizer files. Default: nothing is written.
    */
   out?: string;
 }
 
-export interface TrainRun extends TrainResult {
-  trainable: TrainableDecoder;
-  model: DecoderModel;
+export interface TrainRun<M = DecoderModel, T = TrainableDecoder> extends TrainResult {
+  trainable: T;
+  model: M;
   tokenizer: TextTokenizer;
   /** What `out` received. */
   written?: { dir: string; files: string[] };
@@ -232,42 +242,47 @@ export interface TrainRun extends TrainResult {
 
 const MODEL_DIR_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'];
 
-/**
- * Loads the model and data, tokenizes (throwing TrainDataError on the first bad record, before any step), trains
- * and writes `out`. Synchronous: every step is native work on this thread.
- */
-export function train(options: TrainOptions): TrainRun {
+type AnyTrainable = TrainableDecoder | TrainableEncoder;
+
+/** The shared body of train / trainClassifier: load, tokenize (all data checked before a step), train, write. */
+function runTraining<M extends DecoderModel | EncoderModel, T extends AnyTrainable, E, B>(
+  options: TrainOptions<M>,
+  load: (dir: string) => M,
+  prepare: (model: M, tokenizer: TextTokenizer, data: TrainDataset, maxLength: number) => E[],
+  makeTrainable: (model: M, spec: TrainableSpec) => T & TrainableModel<E, B>,
+  taskType: string,
+): TrainRun<M, T> {
   const owned = typeof options.model === 'string';
   const dir = typeof options.model === 'string' ? options.model : options.model.dir;
-  const model = typeof options.model === 'string' ? loadDecoder(options.model) : options.model.model;
-  let trainable: TrainableDecoder | null = null;
-  let trainer: Trainer | null = null;
+  const model = typeof options.model === 'string' ? load(options.model) : options.model.model;
+  let trainable: (T & TrainableModel<E, B>) | null = null;
+  let trainer: Trainer<E, B> | null = null;
   try {
     const tokenizer = typeof options.model === 'string' ? TextTokenizer.fromDir(options.model) : options.model.tokenizer;
     const maxLength = options.maxLength ?? model.config.maxPositions;
     if (!Number.isInteger(maxLength) || maxLength < 2 || maxLength > model.config.maxPositions) {
       throw new TrainConfigError(`maxLength must be an integer in [2, ${model.config.maxPositions}] (the model's positions), got ${maxLength}`);
     }
-    const load = (d: string | readonly TrainRecord[]) => (typeof d === 'string' ? readJsonl(d) : datasetFromRecords(d));
-    const tok = { maxLength, eosTokenId: tokenizer.specialTokenIds.eos ?? model.config.eosTokenIds[0] ?? null, pack: options.pack ?? true };
-    const examples = tokenizeCausalLm(load(options.data), tokenizer, tok);
-    const evalExamples = options.evalData ? tokenizeCausalLm(load(options.evalData), tokenizer, tok) : [];
+    const read = (d: string | readonly TrainRecord[]) => (typeof d === 'string' ? readJsonl(d) : datasetFromRecords(d));
+    const examples = prepare(model, tokenizer, read(options.data), maxLength);
+    const evalExamples = options.evalData ? prepare(model, tokenizer, read(options.evalData), maxLength) : [];
     const spec: TrainableSpec = options.trainable ?? { kind: 'lora' };
-    trainable = new TrainableDecoder(model, spec, { seed: options.seed ?? 0 });
-    trainer = new Trainer(trainable, examples, options, evalExamples);
+    trainable = makeTrainable(model, spec);
+    trainer = new Trainer<E, B>(trainable, examples, options, evalExamples);
     if (options.resumeFrom) trainer.resume(options.resumeFrom);
     const result = trainer.run();
-    const run: TrainRun = {
+    const t = trainable;
+    const run: TrainRun<M, T> = {
       ...result,
-      trainable,
+      trainable: t,
       model,
       tokenizer,
       dispose: () => {
-        trainable!.dispose();
+        t.dispose();
         if (owned) model.dispose();
       },
     };
-    if (options.out) run.written = writeResult(options.out, trainable, spec, dir ?? null);
+    if (options.out) run.written = writeResult(options.out, t, spec, dir ?? null, taskType);
     trainer.dispose();
     return run;
   } catch (err) {
@@ -278,18 +293,43 @@ export function train(options: TrainOptions): TrainRun {
   }
 }
 
-function writeResult(out: string, trainable: TrainableDecoder, spec: TrainableSpec, modelDir: string | null): { dir: string; files: string[] } {
+/**
+ * Causal-LM training of a Llama-style decoder: loads the model and data, tokenizes (throwing TrainDataError on
+ * the first bad record, before any step), trains and writes `out`. Synchronous: every step is native work on
+ * this thread.
+ */
+export function train(options: TrainOptions): TrainRun {
+  return runTraining<DecoderModel, TrainableDecoder, LmExample, LmBatch>(
+    options,
+    (dir) => loadDecoder(dir),
+    (model, tokenizer, data, maxLength) =>
+      tokenizeCausalLm(data, tokenizer, { maxLength, eosTokenId: tokenizer.specialTokenIds.eos ?? model.config.eosTokenIds[0] ?? null, pack: options.pack ?? true }),
+    (model, spec) => new TrainableDecoder(model, spec, { seed: options.seed ?? 0 }),
+    'CAUSAL_LM',
+  );
+}
+
+/** Sequence-classification training of a BertForSequenceClassification (`{text, label}` records), as {@link train}. */
+export function trainClassifier(options: TrainOptions<EncoderModel>): TrainRun<EncoderModel, TrainableEncoder> {
+  return runTraining<EncoderModel, TrainableEncoder, ClassificationExample, ClassificationBatch>(
+    options,
+    (dir) => loadEncoder(dir),
+    (model, tokenizer, data, maxLength) => tokenizeClassification(data, tokenizer, { labels: model.config.labels, maxLength }),
+    (model, spec) => new TrainableEncoder(model, spec, { seed: options.seed ?? 0 }),
+    'SEQ_CLS',
+  );
+}
+
+function writeResult(out: string, trainable: AnyTrainable, spec: TrainableSpec, modelDir: string | null, taskType: string): { dir: string; files: string[] } {
   if (spec.kind === 'lora') {
-    const targets = spec.targetModules ?? DEFAULT_DECODER_LORA_TARGETS;
-    writeLoraAdapter(out, loraAdapterConfig(spec, targets, modelDir, 'CAUSAL_LM'), trainable.loraModuleWeights());
+    const targets = spec.targetModules ?? (trainable instanceof TrainableEncoder ? DEFAULT_ENCODER_LORA_TARGETS : DEFAULT_DECODER_LORA_TARGETS);
+    writeLoraAdapter(out, loraAdapterConfig(spec, targets, modelDir, taskType), trainable.loraModuleWeights());
     return { dir: out, files: ['adapter_config.json', 'adapter_model.safetensors'] };
   }
+  const weights = trainable.model.weights;
   mkdirSync(out, { recursive: true });
   const entries: Array<[string, SafetensorsEntry]> = [];
-  for (const name of trainable.model.weights.tensors.keys()) {
-    const w = trainable.model.weights.get(name);
-    entries.push([name, { dtype: 'f32', shape: w.shape, data: trainable.model.weights.hostF32(name) }]);
-  }
+  for (const name of weights.tensors.keys()) entries.push([name, { dtype: 'f32', shape: weights.get(name).shape, data: weights.hostF32(name) }]);
   writeSafetensors(join(out, 'model.safetensors'), entries, { format: 'pt' });
   const files = ['model.safetensors'];
   if (modelDir) {

@@ -225,7 +225,7 @@ export function referenceEncoderLogits(config: EncoderConfig, w: F64Weights, ids
   const word = g(`${top.wordEmbeddings}.weight`);
   const pos = g(`${top.positionEmbeddings}.weight`);
   const type = g(`${top.tokenTypeEmbeddings}.weight`);
-  let x = new Float64Array(seq * H);
+  let x: Float64Array = new Float64Array(seq * H);
   for (let t = 0; t < seq; t++) for (let c = 0; c < H; c++) x[t * H + c] = word[ids[t]! * H + c]! + pos[t * H + c]! + type[c]!;
   x = layerNorm(x, seq, H, g(`${top.embeddingsNorm}.weight`), g(`${top.embeddingsNorm}.bias`), eps);
   for (let l = 0; l < config.numLayers; l++) {
