@@ -1,9 +1,10 @@
 import { deviceInfo, getCpuBackend, setThreads } from '@tessera/native';
+import { SplitMix32, streamState } from '@tessera/core';
 import { randomFloats } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
 import type { DecoderConfig } from '../src/config.js';
 import { DecoderModel } from '../src/models/decoder.js';
-import { decoderTensorShapes } from '../src/models/names.js';
+import { decoderLinearModules, decoderTensorShapes } from '../src/models/names.js';
 import { ModelWeights } from '../src/models/weights.js';
 import { IGNORE_INDEX, type LmBatch, TrainableDecoder } from '../src/train/decoder.js';
 import type { TrainableSpec } from '../src/train/params.js';
@@ -129,6 +130,47 @@ describe('TrainableDecoder: gradients against float64 central differences', () =
       const r = checkAgainstFd(g, arrays, loss, TOL);
       console.log(`lora: ${r.probes} probes, max |err| ${r.maxAbs.toExponential(2)}, max rel ${r.maxRel.toExponential(2)}`);
       expect(r.worst).toBeLessThanOrEqual(1);
+    } finally {
+      s.dispose();
+    }
+  });
+});
+
+describe('TrainableDecoder: LoRA dropout', () => {
+  it('gradients equal central differences of the reference with the same masks (p 0.5, drawn from the seeded stream)', () => {
+    const config = tinyDecoderConfig();
+    const p = 0.5;
+    const s = setup(config, { kind: 'lora', r: 3, alpha: 6, dropout: p });
+    try {
+      let seed = 60;
+      for (const l of s.trainer.lora.values()) l.b.value.write(randomFloats(l.b.value.numel, seed++, -0.2, 0.2));
+      const batch = makeBatch(config, 15);
+      const T = batch.batch * batch.seq;
+      // The forward draws each site's [T, in] mask in forward order from the (seed, 'lora_dropout/<n>') stream.
+      const rng = new SplitMix32(streamState(1, 'lora_dropout/0'));
+      const lora: F64Lora = new Map();
+      const arrays = new Map<string, Float64Array>();
+      for (let l = 0; l < config.numLayers; l++) {
+        for (const module of Object.values(decoderLinearModules(l))) {
+          const lp = s.trainer.lora.get(module)!;
+          const inF = lp.a.value.shape[1]!;
+          const mask = Float64Array.from({ length: T * inF }, () => (rng.nextFloat() < p ? 0 : 1 / (1 - p)));
+          const a = Float64Array.from(lp.a.value.toArray() as Float32Array);
+          const b = Float64Array.from(lp.b.value.toArray() as Float32Array);
+          lora.set(module, { a, b, r: lp.r, scale: lp.scale, mask });
+          arrays.set(lp.a.name, a);
+          arrays.set(lp.b.name, b);
+        }
+      }
+      const g = grads(s.trainer, batch);
+      expect(s.trainer.dropoutDraws).toBe(1);
+      const r = checkAgainstFd(g, arrays, () => referenceDecoderLoss(config, s.f64, batch, lora), TOL);
+      console.log(`lora dropout: ${r.probes} probes, max |err| ${r.maxAbs.toExponential(2)}, max rel ${r.maxRel.toExponential(2)}`);
+      expect(r.worst).toBeLessThanOrEqual(1);
+      // Evaluation runs without dropout: the loss of the unmasked reference.
+      const evalLoss = s.trainer.loss(batch).lossSum;
+      const plain: F64Lora = new Map([...lora].map(([m, v]) => [m, { a: v.a, b: v.b, r: v.r, scale: v.scale }]));
+      expect(Math.abs(evalLoss / referenceDecoderLoss(config, s.f64, batch, plain) - 1)).toBeLessThan(1e-5);
     } finally {
       s.dispose();
     }

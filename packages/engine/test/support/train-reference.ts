@@ -15,7 +15,8 @@ import {
 import { geluErf, geluTanh } from './reference-models.js';
 
 export type F64Weights = Map<string, Float64Array>;
-export type F64Lora = Map<string, { a: Float64Array; b: Float64Array; r: number; scale: number }>;
+/** LoRA factors by module; `mask` (optional): the dropout mask [batch·seq, in] (0 or 1/(1-p)) of the padded batch. */
+export type F64Lora = Map<string, { a: Float64Array; b: Float64Array; r: number; scale: number; mask?: Float64Array }>;
 
 function linear(x: Float64Array, rows: number, inF: number, w: Float64Array): Float64Array {
   const outF = w.length / inF;
@@ -30,12 +31,14 @@ function linear(x: Float64Array, rows: number, inF: number, w: Float64Array): Fl
   return y;
 }
 
-/** base(x) + scale · (x Aᵀ) Bᵀ (PEFT's LoRA Linear in eval mode). */
-function adapted(x: Float64Array, rows: number, inF: number, w: Float64Array, lora: F64Lora | undefined, module: string): Float64Array {
+/** base(x) + scale · (dropout(x) Aᵀ) Bᵀ (PEFT's LoRA Linear); the mask rows start at batch row `rowOffset`. */
+function adapted(x: Float64Array, rows: number, inF: number, w: Float64Array, lora: F64Lora | undefined, module: string, rowOffset = 0): Float64Array {
   const y = linear(x, rows, inF, w);
   const l = lora?.get(module);
   if (!l) return y;
-  const u = linear(x, rows, inF, l.a);
+  const mask = l.mask;
+  const xd = mask ? x.map((xi, i) => xi * mask[rowOffset * inF + i]!) : x;
+  const u = linear(xd, rows, inF, l.a);
   const d = linear(u, rows, l.r, l.b);
   for (let i = 0; i < y.length; i++) y[i] = y[i]! + l.scale * d[i]!;
   return y;
@@ -98,7 +101,7 @@ function causalAttention(q: Float64Array, k: Float64Array, v: Float64Array, seq:
 }
 
 /** Logits [seq, vocab] of one sequence. */
-export function referenceDecoderLogits(config: DecoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora): Float64Array {
+export function referenceDecoderLogits(config: DecoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora, rowOffset = 0): Float64Array {
   const g = (n: string) => w.get(n)!;
   const seq = ids.length;
   const { hiddenSize: H, numHeads: nh, numKvHeads: nkv, headDim: d, intermediateSize: F, rmsNormEps: eps } = config;
@@ -108,7 +111,7 @@ export function referenceDecoderLogits(config: DecoderConfig, w: F64Weights, ids
   for (let l = 0; l < config.numLayers; l++) {
     const lin = decoderLinearModules(l);
     const norm = decoderNormModules(l);
-    const p = (input: Float64Array, m: string, inF: number) => adapted(input, seq, inF, g(`${m}.weight`), lora, m);
+    const p = (input: Float64Array, m: string, inF: number) => adapted(input, seq, inF, g(`${m}.weight`), lora, m, rowOffset);
     const n1 = rmsNorm(x, seq, H, g(`${norm.input_norm}.weight`), eps);
     const q = p(n1, lin.q, H);
     const k = p(n1, lin.k, H);
@@ -140,7 +143,7 @@ export function referenceDecoderLoss(
   for (let b = 0; b < batch.batch; b++) {
     const n = batch.lengths[b]!;
     const ids = Array.from({ length: n }, (_, t) => batch.tokens[b * batch.seq + t]!);
-    const logits = referenceDecoderLogits(config, w, ids, lora);
+    const logits = referenceDecoderLogits(config, w, ids, lora, b * batch.seq);
     for (let t = 0; t < n; t++) {
       const y = batch.targets[b * batch.seq + t]!;
       if (y === -100) continue;
