@@ -134,6 +134,8 @@ export {
 // training
 export { TrainConfigError, TrainDataError } from './train/errors.js';
 export {
+  type AdapterSpec,
+  type BaseTensorSpec,
   DECODER_LINEAR_SITES,
   DEFAULT_DECODER_LORA_TARGETS,
   DEFAULT_ENCODER_LORA_TARGETS,
@@ -148,7 +150,7 @@ export {
 } from './train/params.js';
 export type { LossResult, TrainableModel } from './train/trainable.js';
 export { type LmBatch, TrainableDecoder, type TrainableDecoderOptions } from './train/decoder.js';
-export { TrainableEncoder, type TrainableEncoderOptions } from './train/encoder.js';
+export { type AdapterParams, TrainableEncoder, type TrainableEncoderOptions, adapterTensorNames } from './train/encoder.js';
 export {
   BatchSampler,
   type CausalLmTokenizeOptions,
@@ -181,6 +183,7 @@ export {
   type TrainRun,
   Trainer,
   type TrainerOptions,
+  PET_FILE,
   train,
   trainClassifier,
   trainLora,

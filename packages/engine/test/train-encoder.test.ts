@@ -98,6 +98,40 @@ describe('TrainableEncoder (sequence classification)', () => {
     }
   });
 
+  it('bottleneck adapters (PetS layout) + own head and task LayerNorms: gradients against float64 central differences', () => {
+    const config = tinyEncoderConfig();
+    const s = setup(config, { kind: 'adapter', bottleneck: 5, activation: 'gelu_tanh' });
+    try {
+      const t = s.trainer;
+      const names = t.params.map((p) => p.name);
+      expect(names.slice(0, 2)).toEqual(['classifier.weight', 'classifier.bias']);
+      expect(names).toContain('bert.encoder.layer.2.output.dense.adapter.up.weight');
+      expect(names).toContain('bert.encoder.layer.0.attention.output.LayerNorm.bias');
+      expect(names).toHaveLength(2 + config.numLayers * (8 + 4));
+      let seed = 120;
+      for (const a of t.adapters.values()) {
+        for (const p of [a.up, a.upBias, a.downBias]) p.value.write(randomFloats(p.value.numel, seed++, -0.2, 0.2));
+      }
+      const ex = examples(config);
+      const g = grads(t, ex);
+      // The reference reads the task's tensors (adapters, head and LayerNorm copies) by the same names.
+      const w: F64Weights = new Map(s.f64);
+      for (const p of t.params) w.set(p.name, Float64Array.from(p.value.toArray() as Float32Array));
+      const r = fdCheck(g, w, () => referenceEncoderLoss(config, w, ex, undefined, 'gelu_tanh'));
+      console.log(`encoder adapters: ${r.probes} probes, max |err| ${r.maxAbs.toExponential(2)}`);
+      expect(r.worst).toBeLessThanOrEqual(1);
+      // The shared model is never written: the head and norms trained are copies.
+      const { metadata, tensors } = t.petParams();
+      expect(metadata).toMatchObject({ format: 'tessera-pet', format_version: '1', pet_type: 'adapter' });
+      expect(JSON.parse(metadata.pet_config!)).toEqual({ labels: ['a', 'b', 'c'], bottleneck: 5, activation: 'gelu_tanh' });
+      expect(tensors.get('bert.encoder.layer.1.attention.output.dense.adapter.down.weight')!.shape).toEqual([5, 48]);
+      expect(tensors.get('bert.encoder.layer.1.attention.output.dense.adapter.up.weight')!.shape).toEqual([48, 5]);
+      expect(s.model.weights.get('classifier.weight')).not.toBe(t.params[0]!.value);
+    } finally {
+      s.dispose();
+    }
+  });
+
   it('BitFit, head and layers [1, 3) train exactly their tensors, with the full run\'s gradients bit for bit', () => {
     const config = tinyEncoderConfig();
     const ex = examples(config);

@@ -141,6 +141,8 @@ export class TrainableDecoder implements TrainableModel<LmExample, LmBatch> {
       this.lora = createLoraParams(modules, spec, this.seed, model.backend);
       this.params = [...this.lora.values()].flatMap((p) => [p.a, p.b]);
       this.dropout = spec.dropout ?? 0;
+    } else if (spec.kind === 'adapter') {
+      throw new TrainConfigError('bottleneck adapters (PetS layout) are an encoder PET; the decoder trains full, layers, head or LoRA');
     } else {
       this.lora = new Map();
       this.params = baseParams(model.weights, decoderTrainableNames(c, spec));

@@ -13,6 +13,8 @@ import {
   Tensor,
   add,
   attentionPrefill,
+  columnSum,
+  gemm,
   attentionPrefillBackward,
   crossEntropy,
   embedding,
@@ -30,6 +32,8 @@ import {
 import { SplitMix32, streamState } from '@tessera/core';
 import type { EncoderConfig } from '../config.js';
 import type { LoraModuleWeights } from '../formats/peft-writer.js';
+import { type SafetensorsEntry, writeSafetensors } from '../formats/safetensors.js';
+import { uniformWithStd } from '../gen/rng.js';
 import { peftTargetMatches } from '../formats/peft-writer.js';
 import type { LoraWeights } from '../hooks/lora-delta.js';
 import type { EncoderModel } from '../models/encoder.js';
@@ -39,6 +43,7 @@ import { type ClassificationBatch, type ClassificationExample, classificationBat
 import { TrainConfigError, TrainDataError } from './errors.js';
 import { type LoraKeep, linearSiteBackward, linearSiteForward, siteScratch } from './linear-site.js';
 import {
+  type AdapterSpec,
   DEFAULT_ENCODER_LORA_TARGETS,
   ENCODER_LINEAR_SITES,
   type LoraParams,
@@ -56,6 +61,31 @@ import type { LossResult, TrainableModel } from './trainable.js';
 
 type Site = (typeof ENCODER_LINEAR_SITES)[number];
 
+/** PetS's tensor names of the adapter after `module` (pet-ops LAYOUTS.md). */
+export function adapterTensorNames(module: string): { down: string; downBias: string; up: string; upBias: string } {
+  return { down: `${module}.adapter.down.weight`, downBias: `${module}.adapter.down.bias`, up: `${module}.adapter.up.weight`, upBias: `${module}.adapter.up.bias` };
+}
+
+/** One bottleneck adapter's params. */
+export interface AdapterParams {
+  readonly module: string;
+  readonly down: TrainParam;
+  readonly downBias: TrainParam;
+  readonly up: TrainParam;
+  readonly upBias: TrainParam;
+}
+
+/** What the forward keeps of an adapter for its backward. */
+interface AdapterKeep {
+  p: AdapterParams;
+  /** The site output H (the adapter's input) [T, h]. */
+  x: Tensor;
+  /** H W_downᵀ + b_down [T, m] (pre-activation). */
+  z: Tensor;
+  /** act(z). */
+  a: Tensor;
+}
+
 interface LayerActs {
   h: Tensor; // layer input (q/k/v input and the first residual)
   q: Tensor;
@@ -68,6 +98,7 @@ interface LayerActs {
   g: Tensor; // GELU(inner)
   s2: Tensor;
   lora: Partial<Record<Site, LoraKeep>>;
+  adapters: { attn_out?: AdapterKeep; ffn_out?: AdapterKeep };
 }
 
 export interface TrainableEncoderOptions {
@@ -122,25 +153,101 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
       this.lora = createLoraParams(modules, spec, this.seed, model.backend, DEFAULT_ENCODER_LORA_TARGETS);
       this.params = [...this.lora.values()].flatMap((p) => [p.a, p.b]);
       this.dropout = spec.dropout ?? 0;
+    } else if (spec.kind === 'adapter') {
+      this.lora = new Map();
+      this.params = this.createAdapterParams(spec);
+      this.dropout = 0;
     } else {
       this.lora = new Map();
       this.params = baseParams(model.weights, encoderTrainableNames(c, spec));
       this.dropout = 0;
     }
     this.byName = new Map(this.params.map((p) => [p.name, p]));
+    if (spec.kind === 'adapter') for (const p of this.params) this.own.set(p.name, p.value);
     const top = encoderTopModules(c);
     this.embedTrainable = [top.wordEmbeddings, top.positionEmbeddings, top.tokenTypeEmbeddings, top.embeddingsNorm]
       .some((m) => this.byName.has(`${m}.weight`) || this.byName.has(`${m}.bias`));
     let lowest = c.numLayers;
     for (let l = c.numLayers - 1; l >= 0; l--) {
       const names = [...Object.values(encoderLinearModules(c, l)), ...Object.values(encoderNormModules(c, l))];
-      if (names.some((m) => this.byName.has(`${m}.weight`) || this.byName.has(`${m}.bias`) || this.lora.has(m))) lowest = l;
+      if (names.some((m) => this.byName.has(`${m}.weight`) || this.byName.has(`${m}.bias`) || this.lora.has(m) || this.adapters.has(m))) lowest = l;
     }
     this.lowestLayer = this.embedTrainable ? 0 : lowest;
   }
 
+  /** The task's own copies (adapter sets: head and LayerNorms), read in place of the shared tensors. */
+  private readonly own = new Map<string, Tensor>();
+  /** Adapters by the module they follow (attention.output.dense, output.dense). */
+  readonly adapters = new Map<string, AdapterParams>();
+  /** The adapter set's bottleneck and activation (null for other sets). */
+  readonly adapterConfig: { bottleneck: number; activation: 'gelu' | 'gelu_tanh'; taskNorms: boolean } | null = null;
+
   private w(name: string): Tensor {
-    return this.model.weights.get(name);
+    return this.own.get(name) ?? this.model.weights.get(name);
+  }
+
+  /**
+   * Adapter params: per layer, down [m, h] (uniform, std 0.02, from the (seed, name) stream), b_down 0, up [h, m]
+   * 0, b_up 0 after each of the two sites (so training starts from the shared model); then copies of the
+   * classifier and, with taskNorms, of both LayerNorms.
+   */
+  private createAdapterParams(spec: AdapterSpec): TrainParam[] {
+    const c = this.config;
+    const be = this.model.backend;
+    const h = c.hiddenSize;
+    const m = spec.bottleneck ?? Math.max(1, Math.round(h / 12));
+    if (!Number.isInteger(m) || m < 1) throw new TrainConfigError(`adapter bottleneck must be an integer >= 1, got ${m}`);
+    const activation = spec.activation ?? 'gelu';
+    if (activation !== 'gelu' && activation !== 'gelu_tanh') throw new TrainConfigError(`adapter activation must be gelu or gelu_tanh, got ${String(activation)}`);
+    const taskNorms = spec.taskNorms ?? true;
+    (this as { adapterConfig: TrainableEncoder['adapterConfig'] }).adapterConfig = { bottleneck: m, activation, taskNorms };
+    const param = (name: string, data: Float32Array, shape: number[], decay: boolean): TrainParam => {
+      const value = Tensor.from(data, shape, { backend: be });
+      return { name, value, grad: Tensor.zeros(shape, 'f32', be), decay };
+    };
+    const copy = (name: string): TrainParam => {
+      const t = this.model.weights.get(name);
+      return param(name, this.model.weights.hostF32(name), t.shape, t.rank >= 2);
+    };
+    const top = encoderTopModules(c);
+    const params = [copy(`${top.classifier}.weight`), copy(`${top.classifier}.bias`)];
+    for (let l = 0; l < c.numLayers; l++) {
+      const lin = encoderLinearModules(c, l);
+      for (const module of [lin.attn_out, lin.ffn_out]) {
+        const n = adapterTensorNames(module);
+        const down = param(n.down, uniformWithStd(m * h, this.seed, n.down, 0.02), [m, h], true);
+        const downBias = param(n.downBias, new Float32Array(m), [m], false);
+        const up = param(n.up, new Float32Array(h * m), [h, m], true);
+        const upBias = param(n.upBias, new Float32Array(h), [h], false);
+        this.adapters.set(module, { module, down, downBias, up, upBias });
+        params.push(down, downBias, up, upBias);
+      }
+      if (taskNorms) for (const norm of Object.values(encoderNormModules(c, l))) params.push(copy(`${norm}.weight`), copy(`${norm}.bias`));
+    }
+    return params;
+  }
+
+  /**
+   * The trained adapter task in PetS's PET file layout (pet-ops LAYOUTS.md, pet_type 'adapter'): tensors by name,
+   * and the metadata a PET file carries.
+   */
+  petParams(): { metadata: Record<string, string>; tensors: Map<string, { shape: number[]; data: Float32Array }> } {
+    const cfg = this.adapterConfig;
+    if (!cfg) throw new TrainConfigError('petParams: the trainable set is not adapters');
+    const tensors = new Map(this.params.map((p) => [p.name, { shape: p.value.shape, data: p.value.toArray() as Float32Array }]));
+    const metadata = {
+      format: 'tessera-pet',
+      format_version: '1',
+      pet_type: 'adapter',
+      pet_config: JSON.stringify({ labels: this.config.labels, bottleneck: cfg.bottleneck, activation: cfg.activation }),
+    };
+    return { metadata, tensors };
+  }
+
+  /** Writes `petParams()` as a safetensors PET file. */
+  writePetFile(path: string): void {
+    const { metadata, tensors } = this.petParams();
+    writeSafetensors(path, [...tensors].map(([name, t]) => [name, { dtype: 'f32', shape: t.shape, data: t.data }] as [string, SafetensorsEntry]), metadata);
   }
 
   private gradOf(name: string): Tensor | null {
@@ -182,7 +289,7 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
   }
 
   dispose(): void {
-    disposeParams(this.params, this.spec.kind === 'lora');
+    disposeParams(this.params, this.spec.kind === 'lora' || this.spec.kind === 'adapter');
   }
 
   private checkBatch(batch: ClassificationBatch): void {
@@ -231,6 +338,20 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
         return r.y;
       };
 
+      const adapterAct = this.adapterConfig?.activation === 'gelu_tanh' ? geluTanh : geluErf;
+      const adapterActBackward = this.adapterConfig?.activation === 'gelu_tanh' ? geluTanhBackward : geluErfBackward;
+      /** H → H + act(H W_downᵀ + b_down) W_upᵀ + b_up, when an adapter follows the module. */
+      const adapterForward = (module: string, x: Tensor): { y: Tensor; keep?: AdapterKeep } => {
+        const p = this.adapters.get(module);
+        if (!p) return { y: x };
+        const z = scope.keep(linear(x, p.down.value, p.downBias.value));
+        const act = scope.keep(adapterAct(z));
+        const y = empty(T, H);
+        linear(act, p.up.value, p.upBias.value, { out: y });
+        add(y, x, { out: y });
+        return { y, keep: { p, x, z, a: act } };
+      };
+
       // ---------------------------------------------------------------- forward
       const e = empty(T, H);
       const tmp = empty(T, H);
@@ -251,18 +372,23 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
         const v = proj(h, lin.value, lora, 'value');
         const attn = empty(T, H);
         attentionPrefill(heads(q), heads(k), heads(v), { keyMask, out: heads(attn) });
-        const s1 = proj(attn, lin.attn_out, lora, 'attn_out');
+        const adapters: LayerActs['adapters'] = {};
+        const ao = adapterForward(lin.attn_out, proj(attn, lin.attn_out, lora, 'attn_out'));
+        if (ao.keep) adapters.attn_out = ao.keep;
+        const s1 = ao.y;
         add(s1, h, { out: s1 });
         const h1 = empty(T, H);
         layerNorm(s1, ...wb(ln.attn_ln), { eps, out: h1 });
         const inner = proj(h1, lin.ffn_in, lora, 'ffn_in');
         const g = empty(T, c.intermediateSize);
         gelu(inner, { out: g });
-        const s2 = proj(g, lin.ffn_out, lora, 'ffn_out');
+        const fo = adapterForward(lin.ffn_out, proj(g, lin.ffn_out, lora, 'ffn_out'));
+        if (fo.keep) adapters.ffn_out = fo.keep;
+        const s2 = fo.y;
         add(s2, h1, { out: s2 });
         const hNext = empty(T, H);
         layerNorm(s2, ...wb(ln.ffn_ln), { eps, out: hNext });
-        acts.push({ h, q, k, v, attn, s1, h1, inner, g, s2, lora });
+        acts.push({ h, q, k, v, attn, s1, h1, inner, g, s2, lora, adapters });
         h = hNext;
       }
       const clsIdx = i32(Int32Array.from({ length: B }, (_, b) => b * S), [B]);
@@ -311,6 +437,21 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
       const dq = empty(T, H);
       const dk = empty(T, H);
       const dv = empty(T, H);
+      const dAdapter = this.adapters.size > 0 ? empty(T, H) : null;
+      /** Adapter backward from dL/dY: parameter gradients, and dL/dH (into dAdapter, returned). */
+      const adapterBackward = (k: AdapterKeep | undefined, dy: Tensor): Tensor => {
+        if (!k) return dy;
+        const { p, x, z, a: act } = k;
+        gemm(dy, act, { transA: true, beta: 1, out: p.up.grad });
+        columnSum(dy, { out: p.upBias.grad, accumulate: true });
+        const dz = scope.keep(gemm(dy, p.up.value));
+        adapterActBackward(z, dz, { out: dz });
+        gemm(dz, x, { transA: true, beta: 1, out: p.down.grad });
+        columnSum(dz, { out: p.downBias.grad, accumulate: true });
+        gemm(dz, p.down.value, { out: dAdapter! });
+        add(dAdapter!, dy, { out: dAdapter! });
+        return dAdapter!;
+      };
       const lnBackward = (x: Tensor, m: string, dy: Tensor, dxOut: Tensor | null) =>
         layerNormBackward(x, this.w(`${m}.weight`), dy, {
           eps, dx: dxOut, dgamma: this.gradOf(`${m}.weight`), dbeta: this.gradOf(`${m}.bias`), accumulate: true,
@@ -321,11 +462,11 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
         const ln = encoderNormModules(c, l);
         const needInput = l > stop || this.embedTrainable;
         lnBackward(a.s2, ln.ffn_ln, dh, ds); // dL/ds2: into ffn_out's output and the residual h1
-        site(lin.ffn_out, a.g, ds, a.lora.ffn_out, dg, false);
+        site(lin.ffn_out, a.g, adapterBackward(a.adapters.ffn_out, ds), a.lora.ffn_out, dg, false);
         geluBackward(a.inner, dg, { out: dg });
         site(lin.ffn_in, a.h1, dg, a.lora.ffn_in, ds, true); // dL/dh1 = ds2 + dinner W1
         lnBackward(a.s1, ln.attn_ln, ds, dh); // dL/ds1: into attn_out's output and the residual h
-        site(lin.attn_out, a.attn, dh, a.lora.attn_out, dattn, false);
+        site(lin.attn_out, a.attn, adapterBackward(a.adapters.attn_out, dh), a.lora.attn_out, dattn, false);
         attentionPrefillBackward(heads(a.q), heads(a.k), heads(a.v), heads(dattn), { keyMask, dq: heads(dq), dk: heads(dk), dv: heads(dv) });
         site(lin.query, a.h, dq, a.lora.query, needInput ? dh : null, true);
         site(lin.key, a.h, dk, a.lora.key, needInput ? dh : null, true);

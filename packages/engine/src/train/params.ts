@@ -39,17 +39,37 @@ export interface LoraSpec {
 }
 
 /**
+ * Houlsby bottleneck adapters after attention.output.dense and output.dense of every encoder layer, plus the task's
+ * own classifier and (by default) task LayerNorms, in PetS's PET file layout (`pet_type` adapter): the site output
+ * H becomes H + act(H W_downᵀ + b_down) W_upᵀ + b_up before the residual and LayerNorm. The shared model is frozen
+ * and never written: head and LayerNorms train as copies.
+ */
+export interface AdapterSpec {
+  kind: 'adapter';
+  /** Bottleneck m (default max(1, round(hidden / 12)), 64 at hidden 768). */
+  bottleneck?: number;
+  /** 'gelu' (erf, default) or 'gelu_tanh'. */
+  activation?: 'gelu' | 'gelu_tanh';
+  /** Train per-task copies of both LayerNorms of every layer (default true). */
+  taskNorms?: boolean;
+}
+
+/**
  * What trains. `full`: every tensor. `layers`: every tensor of layers [from, to). `head`: the decoder's LM head
  * (the tied embedding when the head is tied), the encoder's pooler and classifier. `bitfit` (encoder): every bias
  * (Linear and LayerNorm) and the classifier, as in BitFit. `lora`: LoRA factors beside frozen Linears (the base is
- * entirely frozen).
+ * entirely frozen). `adapter` (encoder): see {@link AdapterSpec}.
  */
 export type TrainableSpec =
   | { kind: 'full' }
   | { kind: 'layers'; from: number; to: number }
   | { kind: 'head' }
   | { kind: 'bitfit' }
-  | LoraSpec;
+  | LoraSpec
+  | AdapterSpec;
+
+/** The specs that select base tensors (no new parameters). */
+export type BaseTensorSpec = Exclude<TrainableSpec, LoraSpec | AdapterSpec>;
 
 /** One trainable f32 tensor and its gradient (same shape, accumulated into by the backward). */
 export interface TrainParam {
@@ -90,7 +110,7 @@ function checkLayerRange(from: number, to: number, numLayers: number): void {
 }
 
 /** The base tensors a non-LoRA spec trains on the encoder, in checkpoint order. */
-export function encoderTrainableNames(config: EncoderConfig, spec: Exclude<TrainableSpec, LoraSpec>): string[] {
+export function encoderTrainableNames(config: EncoderConfig, spec: BaseTensorSpec): string[] {
   const all = [...encoderTensorShapes(config).keys()];
   const top = encoderTopModules(config);
   const classifier = config.architecture === 'BertForSequenceClassification';
@@ -128,7 +148,7 @@ export function loraAdapterConfig(spec: LoraSpec, targets: string[] | string, ba
 }
 
 /** The base tensors a non-LoRA spec trains, in checkpoint order. */
-export function decoderTrainableNames(config: DecoderConfig, spec: Exclude<TrainableSpec, LoraSpec>): string[] {
+export function decoderTrainableNames(config: DecoderConfig, spec: BaseTensorSpec): string[] {
   const all = [...decoderTensorShapes(config).keys()];
   switch (spec.kind) {
     case 'full':

@@ -224,7 +224,8 @@ export interface TrainOptions<M = DecoderModel> extends TrainerOptions {
   resumeFrom?: string;
   /**
    * Where the result goes: LoRA writes a PEFT adapter directory (adapter_config.json + adapter_model.safetensors);
-   * other sets write model.safetensors with every weight (f32) beside a copy of the model directory's config and
+   * adapters (encoder) write `pet.safetensors`, a PetS PET file (pet_type adapter: adapters, head, task norms); other
+   * sets write model.safetensors with every weight (f32) beside a copy of the model directory's config and
    * tokenizer files. Default: nothing is written.
    */
   out?: string;
@@ -239,6 +240,9 @@ export interface TrainRun<M = DecoderModel, T = TrainableDecoder> extends TrainR
   /** Frees the trainable set and, when the run loaded the model from a directory, the model. */
   dispose(): void;
 }
+
+/** The file an adapter set's PET parameters (PetS layout) are written to inside `out`. */
+export const PET_FILE = 'pet.safetensors';
 
 const MODEL_DIR_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'];
 
@@ -325,6 +329,12 @@ function writeResult(out: string, trainable: AnyTrainable, spec: TrainableSpec, 
     const targets = spec.targetModules ?? (trainable instanceof TrainableEncoder ? DEFAULT_ENCODER_LORA_TARGETS : DEFAULT_DECODER_LORA_TARGETS);
     writeLoraAdapter(out, loraAdapterConfig(spec, targets, modelDir, taskType), trainable.loraModuleWeights());
     return { dir: out, files: ['adapter_config.json', 'adapter_model.safetensors'] };
+  }
+  if (spec.kind === 'adapter') {
+    if (!(trainable instanceof TrainableEncoder)) throw new TrainConfigError('adapter sets are encoder PETs');
+    mkdirSync(out, { recursive: true });
+    trainable.writePetFile(join(out, PET_FILE));
+    return { dir: out, files: [PET_FILE] };
   }
   const weights = trainable.model.weights;
   mkdirSync(out, { recursive: true });

@@ -215,8 +215,14 @@ function fullAttention(q: Float64Array, k: Float64Array, v: Float64Array, seq: n
   return out;
 }
 
-/** Class logits of one unpadded sequence (token types 0), BertForSequenceClassification in eval mode. */
-export function referenceEncoderLogits(config: EncoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora): Float64Array {
+/**
+ * Class logits of one unpadded sequence (token types 0), BertForSequenceClassification in eval mode. When `w` holds
+ * `<module>.adapter.{down,up}.{weight,bias}` (PetS names), the site output H of that module becomes
+ * H + act(H W_downᵀ + b_down) W_upᵀ + b_up (act: `adapterAct`, default GELU erf).
+ */
+export function referenceEncoderLogits(
+  config: EncoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora, adapterAct: 'gelu' | 'gelu_tanh' = 'gelu',
+): Float64Array {
   const g = (n: string) => w.get(n)!;
   const seq = ids.length;
   const H = config.hiddenSize;
@@ -236,10 +242,17 @@ export function referenceEncoderLogits(config: EncoderConfig, w: F64Weights, ids
     const ln = encoderNormModules(config, l);
     const dense = (input: Float64Array, m: string, inF: number) => linearBias(input, seq, inF, g(`${m}.weight`), g(`${m}.bias`), lora, m);
     const ctx = fullAttention(dense(x, lin.query, H), dense(x, lin.key, H), dense(x, lin.value, H), seq, nh, d);
-    const o = dense(ctx, lin.attn_out, H);
+    const adapter = (y: Float64Array, m: string): Float64Array => {
+      if (!w.has(`${m}.adapter.down.weight`)) return y;
+      const down = g(`${m}.adapter.down.weight`);
+      const z = linearBias(y, seq, H, down, g(`${m}.adapter.down.bias`), undefined, '').map(adapterAct === 'gelu' ? geluErf : geluTanh);
+      const u = linearBias(z, seq, down.length / H, g(`${m}.adapter.up.weight`), g(`${m}.adapter.up.bias`), undefined, '');
+      return y.map((yi, i) => yi + u[i]!);
+    };
+    const o = adapter(dense(ctx, lin.attn_out, H), lin.attn_out);
     const h1 = layerNorm(o.map((oi, i) => oi + x[i]!), seq, H, g(`${ln.attn_ln}.weight`), g(`${ln.attn_ln}.bias`), eps);
     const inner = dense(h1, lin.ffn_in, H).map(act);
-    const f = dense(inner, lin.ffn_out, config.intermediateSize);
+    const f = adapter(dense(inner, lin.ffn_out, config.intermediateSize), lin.ffn_out);
     x = layerNorm(f.map((fi, i) => fi + h1[i]!), seq, H, g(`${ln.ffn_ln}.weight`), g(`${ln.ffn_ln}.bias`), eps);
   }
   const pooled = linearBias(x.subarray(0, H), 1, H, g(`${top.pooler}.weight`), g(`${top.pooler}.bias`), undefined, '').map(Math.tanh);
@@ -247,10 +260,12 @@ export function referenceEncoderLogits(config: EncoderConfig, w: F64Weights, ids
 }
 
 /** Σ cross-entropy of the sequences' logits against their labels. */
-export function referenceEncoderLoss(config: EncoderConfig, w: F64Weights, seqs: readonly { ids: readonly number[]; label: number }[], lora?: F64Lora): number {
+export function referenceEncoderLoss(
+  config: EncoderConfig, w: F64Weights, seqs: readonly { ids: readonly number[]; label: number }[], lora?: F64Lora, adapterAct: 'gelu' | 'gelu_tanh' = 'gelu',
+): number {
   let total = 0;
   for (const s of seqs) {
-    const z = referenceEncoderLogits(config, w, s.ids, lora);
+    const z = referenceEncoderLogits(config, w, s.ids, lora, adapterAct);
     let max = -Infinity;
     for (const v of z) max = Math.max(max, v);
     let sum = 0;
