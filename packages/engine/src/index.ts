@@ -150,13 +150,25 @@ export {
 } from './train/params.js';
 export type { LossResult, TrainableModel } from './train/trainable.js';
 export { type LmBatch, TrainableDecoder, type TrainableDecoderOptions } from './train/decoder.js';
-export { type AdapterParams, TrainableEncoder, type TrainableEncoderOptions, adapterTensorNames } from './train/encoder.js';
+export {
+  type AdapterParams,
+  type EncoderBatch,
+  type EncoderExample,
+  type MaskedLmOptions,
+  TrainableEncoder,
+  type TrainableEncoderOptions,
+  adapterTensorNames,
+  mlmHeadNames,
+} from './train/encoder.js';
 export {
   BatchSampler,
   type CausalLmTokenizeOptions,
   type ClassificationBatch,
   type ClassificationExample,
   IGNORE_INDEX,
+  type MaskedLmBatch,
+  type MaskedLmExample,
+  type MaskingOptions,
   type LabeledRecord,
   type LmExample,
   type PromptCompletionRecord,
@@ -168,15 +180,18 @@ export {
   classificationBatch,
   countTargets,
   datasetFromRecords,
+  maskedLmBatch,
   readJsonl,
   shuffledOrder,
   tokenizeCausalLm,
   tokenizeClassification,
+  tokenizeMaskedLm,
 } from './train/data.js';
 export { AdamW, type AdamWConfig, type OptimizerStepOptions, type ScheduleOptions, learningRate } from './train/optim.js';
 export { CHECKPOINT_METADATA_KEY, type CheckpointState, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
 export {
   type TrainLoraOptions,
+  type TrainMaskedLmOptions,
   type TrainOptions,
   type TrainProgress,
   type TrainResult,
@@ -187,4 +202,5 @@ export {
   train,
   trainClassifier,
   trainLora,
+  trainMaskedLm,
 } from './train/trainer.js';

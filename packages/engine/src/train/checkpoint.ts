@@ -20,6 +20,7 @@ export interface CheckpointState {
   epoch: number;
   cursor: number;
   dropoutDraws: number;
+  maskDraws?: number;
   spec: unknown;
   seed: number;
 }
@@ -47,6 +48,7 @@ export function saveCheckpoint(path: string, parts: CheckpointParts): void {
     epoch: sampler.epoch,
     cursor: sampler.cursor,
     dropoutDraws: trainable.dropoutDraws,
+    ...(trainable.maskDraws === undefined ? {} : { maskDraws: trainable.maskDraws }),
     spec: trainable.spec,
     seed: parts.seed,
   };
@@ -86,6 +88,7 @@ export function loadCheckpoint(path: string, parts: Omit<CheckpointParts, 'step'
     optimizer.t = state.optimizerStep;
     sampler.seek(state.epoch, state.cursor);
     trainable.dropoutDraws = state.dropoutDraws;
+    if (state.maskDraws !== undefined) trainable.maskDraws = state.maskDraws;
     return state;
   } finally {
     file.close();

@@ -190,8 +190,8 @@ export function causalLmBatch(examples: readonly LmExample[], padId = 0): LmBatc
   return { batch: B, seq: S, tokens, targets, mask };
 }
 
-/** Tokens a batch's loss counts. */
-export function countTargets(batch: LmBatch): number {
+/** Targets a batch's loss counts (those other than IGNORE_INDEX). */
+export function countTargets(batch: { targets: Int32Array }): number {
   let n = 0;
   for (const y of batch.targets) if (y !== IGNORE_INDEX) n++;
   return n;
@@ -294,4 +294,70 @@ export function classificationBatch(examples: readonly ClassificationExample[], 
     mask.fill(1, b * S, b * S + e.ids.length);
   });
   return { batch: B, seq: S, tokens, mask, labels: Int32Array.from(examples, (e) => e.label) };
+}
+
+/** One masked-LM example: token ids with the tokenizer's template ([CLS] … [SEP]). */
+export interface MaskedLmExample {
+  ids: number[];
+  line: number;
+}
+
+/** Tokenizes `{text}` records for masked LM (one example per record; longer than maxLength fails naming the line). */
+export function tokenizeMaskedLm(data: TrainDataset, tokenizer: TextTokenizer, options: { maxLength: number }): MaskedLmExample[] {
+  const { path } = data;
+  if (data.kind !== 'text') throw new TrainDataError(path, 0, `${path}: masked LM needs {"text"} records, not ${data.kind} records`);
+  return data.records.map((rec, i) => {
+    const line = data.lines[i]!;
+    const ids = tokenizer.encode((rec as TextRecord).text);
+    if (ids.length === 0) throw new TrainDataError(path, line, `${path}:${line}: the text tokenizes to nothing`);
+    if (ids.length > options.maxLength) throw new TrainDataError(path, line, `${path}:${line}: the text is ${ids.length} tokens, more than the maximum length ${options.maxLength}`);
+    return { ids, line };
+  });
+}
+
+/** A padded masked-LM batch: the masked input, the key mask, and targets (the original id where masked, else IGNORE_INDEX). */
+export interface MaskedLmBatch {
+  batch: number;
+  seq: number;
+  tokens: Int32Array;
+  mask: Uint8Array;
+  targets: Int32Array;
+}
+
+export interface MaskingOptions {
+  padId: number;
+  maskTokenId: number;
+  specialTokenIds: readonly number[];
+  vocabSize: number;
+  /** Selection probability (0.15). */
+  probability: number;
+  rng: SplitMix32;
+}
+
+/**
+ * HF DataCollatorForLanguageModeling's masking: every real, non-special token is selected with `probability`; a
+ * selected token's target is its id, and its input becomes [MASK] (80 %), a uniformly random id (10 %) or stays
+ * (10 %). Draws, in row-major order over real non-special tokens: one for selection, then one for the replacement
+ * and one for the random id when it applies.
+ */
+export function maskedLmBatch(examples: readonly MaskedLmExample[], o: MaskingOptions): MaskedLmBatch {
+  const B = examples.length;
+  const S = Math.max(...examples.map((e) => e.ids.length));
+  const tokens = new Int32Array(B * S).fill(o.padId);
+  const mask = new Uint8Array(B * S);
+  const targets = new Int32Array(B * S).fill(IGNORE_INDEX);
+  const special = new Set(o.specialTokenIds);
+  examples.forEach((e, b) => {
+    e.ids.forEach((id, t) => {
+      const i = b * S + t;
+      tokens[i] = id;
+      mask[i] = 1;
+      if (special.has(id) || o.rng.nextFloat() >= o.probability) return;
+      targets[i] = id;
+      const r = o.rng.nextFloat();
+      if (r < 0.8) tokens[i] = o.maskTokenId;
+      else if (r < 0.9) tokens[i] = o.rng.nextInt(o.vocabSize);
+    });
+  });
+  return { batch: B, seq: S, tokens, mask, targets };
 }

@@ -39,7 +39,16 @@ import type { LoraWeights } from '../hooks/lora-delta.js';
 import type { EncoderModel } from '../models/encoder.js';
 import { encoderLinearModules, encoderNormModules, encoderTopModules } from '../models/names.js';
 import { Scope } from '../models/scope.js';
-import { type ClassificationBatch, type ClassificationExample, classificationBatch } from './data.js';
+import {
+  type ClassificationBatch,
+  type ClassificationExample,
+  IGNORE_INDEX,
+  type MaskedLmBatch,
+  type MaskedLmExample,
+  classificationBatch,
+  countTargets,
+  maskedLmBatch,
+} from './data.js';
 import { TrainConfigError, TrainDataError } from './errors.js';
 import { type LoraKeep, linearSiteBackward, linearSiteForward, siteScratch } from './linear-site.js';
 import {
@@ -101,20 +110,60 @@ interface LayerActs {
   adapters: { attn_out?: AdapterKeep; ffn_out?: AdapterKeep };
 }
 
-export interface TrainableEncoderOptions {
-  /** Seeds LoRA's A initialisation and dropout masks (default 0). */
-  seed?: number;
-  adapterName?: string;
+/** Masked-LM settings (HF DataCollatorForLanguageModeling). */
+export interface MaskedLmOptions {
+  /** The tokenizer's [MASK] id. */
+  maskTokenId: number;
+  /** Ids never selected for masking ([CLS], [SEP], [PAD], …). */
+  specialTokenIds: readonly number[];
+  /** Share of tokens selected (default 0.15); of those 80 % become [MASK], 10 % a random token, 10 % stay. */
+  probability?: number;
 }
 
-/** A BertForSequenceClassification with a trainable set (see TrainableDecoder; same ownership rules). */
-export class TrainableEncoder implements TrainableModel<ClassificationExample, ClassificationBatch> {
+export interface TrainableEncoderOptions {
+  /** Seeds LoRA's A initialisation, adapter init, dropout and MLM masks (default 0). */
+  seed?: number;
+  adapterName?: string;
+  /** 'classification' (default; a BertForSequenceClassification) or 'masked-lm' (any BERT body, with a fresh MLM head). */
+  task?: 'classification' | 'masked-lm';
+  /** Required for 'masked-lm'. */
+  maskedLm?: MaskedLmOptions;
+}
+
+function isClassificationHead(c: EncoderConfig, name: string): boolean {
+  const top = encoderTopModules(c);
+  return name.startsWith(`${top.pooler}.`) || name.startsWith(`${top.classifier}.`);
+}
+
+/** HF BertForMaskedLM's head: transform (dense, act, LayerNorm) and the output bias; the decoder is tied to the word embeddings. */
+export function mlmHeadNames() {
+  return {
+    dense: { module: 'cls.predictions.transform.dense', weight: 'cls.predictions.transform.dense.weight', bias: 'cls.predictions.transform.dense.bias' },
+    norm: { weight: 'cls.predictions.transform.LayerNorm.weight', bias: 'cls.predictions.transform.LayerNorm.bias' },
+    bias: 'cls.predictions.bias',
+  } as const;
+}
+
+export type EncoderExample = ClassificationExample | MaskedLmExample;
+export type EncoderBatch = ClassificationBatch | MaskedLmBatch;
+
+/**
+ * A BERT-style encoder with a trainable set (see TrainableDecoder; same ownership rules), for sequence
+ * classification or masked LM.
+ */
+export class TrainableEncoder implements TrainableModel<EncoderExample, EncoderBatch> {
   readonly model: EncoderModel;
   readonly config: EncoderConfig;
   readonly spec: TrainableSpec;
   readonly params: TrainParam[];
   readonly lora: Map<string, LoraParams>;
   dropoutDraws = 0;
+  /** Training batches masked so far (MLM): batch n draws from the (seed, `mlm_mask/<n>`) stream. */
+  maskDraws = 0;
+  readonly task: 'classification' | 'masked-lm';
+  private readonly maskedLm: MaskedLmOptions | null;
+  /** Params whose values this object owns (LoRA, adapters, copies, the MLM head): freed by dispose. */
+  private readonly owned: TrainParam[] = [];
   private readonly byName: Map<string, TrainParam>;
   private readonly dropout: number;
   private readonly seed: number;
@@ -126,8 +175,16 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
 
   constructor(model: EncoderModel, spec: TrainableSpec, options: TrainableEncoderOptions = {}) {
     const c = model.config;
-    if (c.architecture !== 'BertForSequenceClassification') {
+    this.task = options.task ?? 'classification';
+    this.maskedLm = options.maskedLm ?? null;
+    if (this.task === 'classification' && c.architecture !== 'BertForSequenceClassification') {
       throw new TrainConfigError(`TrainableEncoder: sequence classification needs a BertForSequenceClassification, not a ${c.architecture}`);
+    }
+    if (this.task === 'masked-lm') {
+      if (!this.maskedLm) throw new TrainConfigError('TrainableEncoder: masked LM needs maskedLm options (the [MASK] id and the special ids)');
+      const prob = this.maskedLm.probability ?? 0.15;
+      if (!(prob > 0 && prob < 1)) throw new TrainConfigError(`masked LM probability must be in (0, 1), got ${prob}`);
+      if (spec.kind === 'adapter') throw new TrainConfigError('adapter sets are classification PETs (PetS layout); masked LM trains full, layers, head, BitFit or LoRA');
     }
     this.model = model;
     this.config = c;
@@ -159,11 +216,21 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
       this.dropout = 0;
     } else {
       this.lora = new Map();
-      this.params = baseParams(model.weights, encoderTrainableNames(c, spec));
+      // For masked LM, 'head' is the MLM head alone, and no set includes the (unused) pooler and classifier.
+      const names = this.task === 'masked-lm' && spec.kind === 'head' ? []
+        : encoderTrainableNames(c, spec).filter((n) => this.task === 'classification' || !isClassificationHead(c, n));
+      this.params = baseParams(model.weights, names);
       this.dropout = 0;
     }
-    this.byName = new Map(this.params.map((p) => [p.name, p]));
+    if (spec.kind === 'lora' || spec.kind === 'adapter') this.owned.push(...this.params);
     if (spec.kind === 'adapter') for (const p of this.params) this.own.set(p.name, p.value);
+    if (this.task === 'masked-lm') {
+      const head = this.createMlmHead();
+      this.params.push(...head);
+      this.owned.push(...head);
+      for (const p of head) this.own.set(p.name, p.value);
+    }
+    this.byName = new Map(this.params.map((p) => [p.name, p]));
     const top = encoderTopModules(c);
     this.embedTrainable = [top.wordEmbeddings, top.positionEmbeddings, top.tokenTypeEmbeddings, top.embeddingsNorm]
       .some((m) => this.byName.has(`${m}.weight`) || this.byName.has(`${m}.bias`));
@@ -227,6 +294,27 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
     return params;
   }
 
+  /** The masked-LM head's params (`cls.predictions.*`; empty for classification). */
+  headParams(): TrainParam[] {
+    return this.params.filter((p) => p.name.startsWith('cls.predictions.'));
+  }
+
+  /** A fresh MLM head (BertForMaskedLM init: dense uniform with std 0.02, LayerNorm 1 / 0, biases 0). */
+  private createMlmHead(): TrainParam[] {
+    const be = this.model.backend;
+    const h = this.config.hiddenSize;
+    const names = mlmHeadNames();
+    const param = (name: string, data: Float32Array, shape: number[]): TrainParam =>
+      ({ name, value: Tensor.from(data, shape, { backend: be }), grad: Tensor.zeros(shape, 'f32', be), decay: shape.length >= 2 });
+    return [
+      param(names.dense.weight, uniformWithStd(h * h, this.seed, names.dense.weight, 0.02), [h, h]),
+      param(names.dense.bias, new Float32Array(h), [h]),
+      param(names.norm.weight, new Float32Array(h).fill(1), [h]),
+      param(names.norm.bias, new Float32Array(h), [h]),
+      param(names.bias, new Float32Array(this.config.vocabSize), [this.config.vocabSize]),
+    ];
+  }
+
   /**
    * The trained adapter task in PetS's PET file layout (pet-ops LAYOUTS.md, pet_type 'adapter'): tensors by name,
    * and the metadata a PET file carries.
@@ -258,19 +346,29 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
     zeroGrads(this.params);
   }
 
-  collate(examples: readonly ClassificationExample[]): ClassificationBatch {
-    return classificationBatch(examples, this.config.padTokenId);
+  /**
+   * Classification: right-padded examples. Masked LM: examples masked as HF's collator does (training batches draw
+   * fresh masks from the seeded stream; evaluation batches get the same masks every time).
+   */
+  collate(examples: readonly EncoderExample[], mode: 'train' | 'eval' = 'train'): EncoderBatch {
+    if (this.task === 'classification') return classificationBatch(examples as ClassificationExample[], this.config.padTokenId);
+    const m = this.maskedLm!;
+    const stream = mode === 'train' ? `mlm_mask/${this.maskDraws++}` : `mlm_eval/${examples.map((e) => e.line).join(',')}`;
+    return maskedLmBatch(examples as MaskedLmExample[], {
+      padId: this.config.padTokenId, maskTokenId: m.maskTokenId, specialTokenIds: m.specialTokenIds, vocabSize: this.config.vocabSize,
+      probability: m.probability ?? 0.15, rng: new SplitMix32(streamState(this.seed, stream)),
+    });
   }
 
-  countTargets(batch: ClassificationBatch): number {
-    return batch.batch;
+  countTargets(batch: EncoderBatch): number {
+    return 'labels' in batch ? batch.batch : countTargets(batch);
   }
 
-  accumulateGradients(batch: ClassificationBatch, gradScale: number): LossResult {
+  accumulateGradients(batch: EncoderBatch, gradScale: number): LossResult {
     return this.run(batch, { grad: true, gradScale, train: true }).result;
   }
 
-  loss(batch: ClassificationBatch): LossResult {
+  loss(batch: EncoderBatch): LossResult {
     return this.run(batch, { grad: false, gradScale: 0, train: false }).result;
   }
 
@@ -289,10 +387,11 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
   }
 
   dispose(): void {
-    disposeParams(this.params, this.spec.kind === 'lora' || this.spec.kind === 'adapter');
+    disposeParams(this.params, false);
+    for (const p of this.owned) p.value.dispose();
   }
 
-  private checkBatch(batch: ClassificationBatch): void {
+  private checkBatch(batch: EncoderBatch): void {
     const c = this.config;
     const { batch: B, seq: S } = batch;
     const fail = (m: string): never => {
@@ -300,12 +399,20 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
     };
     if (!Number.isInteger(B) || !Number.isInteger(S) || B < 1 || S < 1) fail(`batch ${B} × seq ${S} must be positive integers`);
     if (S > c.maxPositions) fail(`seq ${S} exceeds the model's ${c.maxPositions} positions`);
-    if (batch.tokens.length !== B * S || batch.mask.length !== B * S || batch.labels.length !== B) fail('tokens / mask must hold batch × seq values and labels batch');
+    if (batch.tokens.length !== B * S || batch.mask.length !== B * S) fail('tokens and mask must hold batch × seq values');
     for (const t of batch.tokens) if (t < 0 || t >= c.vocabSize) fail(`token ${t} is outside the vocabulary [0, ${c.vocabSize})`);
-    for (const y of batch.labels) if (y < 0 || y >= c.numLabels) fail(`label ${y} is outside [0, ${c.numLabels})`);
+    if ('labels' in batch) {
+      if (this.task !== 'classification') fail('a classification batch for a masked-LM trainable');
+      if (batch.labels.length !== B) fail('labels must hold batch values');
+      for (const y of batch.labels) if (y < 0 || y >= c.numLabels) fail(`label ${y} is outside [0, ${c.numLabels})`);
+    } else {
+      if (this.task !== 'masked-lm') fail('a masked-LM batch for a classification trainable');
+      if (batch.targets.length !== B * S) fail('targets must hold batch × seq values');
+      for (const y of batch.targets) if (y !== IGNORE_INDEX && (y < 0 || y >= c.vocabSize)) fail(`target ${y} is outside the vocabulary and not ${IGNORE_INDEX}`);
+    }
   }
 
-  private run(batch: ClassificationBatch, mode: { grad: boolean; gradScale: number; train: boolean; logits?: boolean }): { result: LossResult; logits?: Float32Array } {
+  private run(batch: EncoderBatch, mode: { grad: boolean; gradScale: number; train: boolean; logits?: boolean }): { result: LossResult; logits?: Float32Array } {
     this.checkBatch(batch);
     const c = this.config;
     const be = this.model.backend;
@@ -391,19 +498,82 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
         acts.push({ h, q, k, v, attn, s1, h1, inner, g, s2, lora, adapters });
         h = hNext;
       }
-      const clsIdx = i32(Int32Array.from({ length: B }, (_, b) => b * S), [B]);
-      const cls = scope.keep(gatherRows(h, clsIdx));
-      const pooled = scope.keep(linear(cls, ...wb(top.pooler)));
-      const pooledHost = pooled.toArray() as Float32Array;
-      for (let i = 0; i < pooledHost.length; i++) pooledHost[i] = Math.tanh(pooledHost[i]!);
-      pooled.write(pooledHost);
-      const logits = scope.keep(linear(pooled, ...wb(top.classifier)));
-      const logitsHost = mode.logits ? (logits.toArray() as Float32Array) : undefined;
-      const labels = i32(batch.labels, [B]);
-      const ce = crossEntropy(logits, labels, { reduction: 'sum', grad: mode.grad, gradScale: mode.gradScale, dlogits: logits });
-      ce.losses.dispose();
-      const out: { result: LossResult; logits?: Float32Array } = { result: { lossSum: ce.loss, count: ce.count } };
-      if (logitsHost) out.logits = logitsHost;
+      const stop = this.lowestLayer;
+      const needBody = stop < c.numLayers;
+      let out: { result: LossResult; logits?: Float32Array };
+      /** The head's backward: its parameter gradients, and dL/dh of the last layer's output (null: nothing below trains). */
+      let headBackward: () => Tensor | null;
+      if ('labels' in batch) {
+        const clsIdx = i32(Int32Array.from({ length: B }, (_, b) => b * S), [B]);
+        const cls = scope.keep(gatherRows(h, clsIdx));
+        const pooled = scope.keep(linear(cls, ...wb(top.pooler)));
+        const pooledHost = pooled.toArray() as Float32Array;
+        for (let i = 0; i < pooledHost.length; i++) pooledHost[i] = Math.tanh(pooledHost[i]!);
+        pooled.write(pooledHost);
+        const logits = scope.keep(linear(pooled, ...wb(top.classifier)));
+        const logitsHost = mode.logits ? (logits.toArray() as Float32Array) : undefined;
+        const ce = crossEntropy(logits, i32(batch.labels, [B]), { reduction: 'sum', grad: mode.grad, gradScale: mode.gradScale, dlogits: logits });
+        ce.losses.dispose();
+        out = { result: { lossSum: ce.loss, count: ce.count } };
+        if (logitsHost) out.logits = logitsHost;
+        headBackward = () => {
+          const needPooled = needBody || this.gradOf(`${top.pooler}.weight`) !== null || this.gradOf(`${top.pooler}.bias`) !== null;
+          const dpooled = needPooled ? empty(B, H) : null;
+          site(top.classifier, pooled, logits, undefined, dpooled, false);
+          if (!dpooled) return null;
+          // tanh' = 1 - tanh², on the host like the forward's tanh.
+          const dp = dpooled.toArray() as Float32Array;
+          for (let i = 0; i < dp.length; i++) dp[i] = dp[i]! * (1 - pooledHost[i]! * pooledHost[i]!);
+          dpooled.write(dp);
+          const dcls = needBody ? empty(B, H) : null;
+          site(top.pooler, cls, dpooled, undefined, dcls, false);
+          if (!dcls) return null;
+          const dh = scope.keep(Tensor.zeros([T, H], 'f32', be));
+          scatterRows(dcls, clsIdx, dh);
+          return dh;
+        };
+      } else {
+        // Masked LM: only the masked rows go through the head (the loss is the same as over every row).
+        const rows: number[] = [];
+        const targetsHost: number[] = [];
+        batch.targets.forEach((y, i) => {
+          if (y !== IGNORE_INDEX) {
+            rows.push(i);
+            targetsHost.push(y);
+          }
+        });
+        const n = rows.length;
+        if (n === 0) return { result: { lossSum: 0, count: 0 } };
+        const idx = i32(Int32Array.from(rows), [n]);
+        const xm = scope.keep(gatherRows(h, idx));
+        const names = mlmHeadNames();
+        const t1 = scope.keep(linear(xm, this.w(names.dense.weight), this.w(names.dense.bias)));
+        const t2 = scope.keep(gelu(t1));
+        const t3 = scope.keep(layerNorm(t2, this.w(names.norm.weight), this.w(names.norm.bias), { eps }));
+        const word = this.w(`${top.wordEmbeddings}.weight`);
+        const logits = scope.keep(linear(t3, word, this.w(names.bias)));
+        const ce = crossEntropy(logits, i32(Int32Array.from(targetsHost), [n]), { reduction: 'sum', grad: mode.grad, gradScale: mode.gradScale, dlogits: logits });
+        ce.losses.dispose();
+        out = { result: { lossSum: ce.loss, count: ce.count } };
+        headBackward = () => {
+          // The decoder is the word embedding matrix (tied, as in BertForMaskedLM) plus its own bias.
+          const wordGrad = this.gradOf(`${top.wordEmbeddings}.weight`);
+          if (wordGrad) gemm(logits, t3, { transA: true, beta: 1, out: wordGrad });
+          columnSum(logits, { out: this.gradOf(names.bias)!, accumulate: true });
+          const dt3 = scope.keep(gemm(logits, word));
+          const dt2 = empty(n, H);
+          layerNormBackward(t2, this.w(names.norm.weight), dt3, {
+            eps, dx: dt2, dgamma: this.gradOf(names.norm.weight), dbeta: this.gradOf(names.norm.bias), accumulate: true,
+          });
+          geluBackward(t1, dt2, { out: dt2 });
+          const dxm = needBody ? empty(n, H) : null;
+          site(names.dense.module, xm, dt2, undefined, dxm, false);
+          if (!dxm) return null;
+          const dh = scope.keep(Tensor.zeros([T, H], 'f32', be));
+          scatterRows(dxm, idx, dh);
+          return dh;
+        };
+      }
       if (!mode.grad || this.params.length === 0) return out;
 
       // ---------------------------------------------------------------- backward
@@ -413,22 +583,8 @@ export class TrainableEncoder implements TrainableModel<ClassificationExample, C
           scope, scratch, x, weight: this.w(`${module}.weight`), dy, dWeight: this.gradOf(`${module}.weight`), dBias: this.gradOf(`${module}.bias`),
           keep, dx, accumulateDx,
         });
-      const dlogits = logits;
-      const stop = this.lowestLayer;
-      const needPooled = stop < c.numLayers || this.gradOf(`${top.pooler}.weight`) !== null || this.gradOf(`${top.pooler}.bias`) !== null;
-      const dpooled = needPooled ? empty(B, H) : null;
-      site(top.classifier, pooled, dlogits, undefined, dpooled, false);
-      if (!dpooled) return out;
-      // tanh' = 1 - tanh², on the host like the forward's tanh.
-      const dp = dpooled.toArray() as Float32Array;
-      for (let i = 0; i < dp.length; i++) dp[i] = dp[i]! * (1 - pooledHost[i]! * pooledHost[i]!);
-      dpooled.write(dp);
-      const needCls = stop < c.numLayers;
-      const dcls = needCls ? empty(B, H) : null;
-      site(top.pooler, cls, dpooled, undefined, dcls, false);
-      if (!dcls) return out;
-      const dh = scope.keep(Tensor.zeros([T, H], 'f32', be));
-      scatterRows(dcls, clsIdx, dh);
+      const dh = headBackward();
+      if (!dh) return out;
 
       const ds = empty(T, H);
       const dx = empty(T, H);

@@ -15,9 +15,11 @@ export interface TrainableModel<E, B> {
   readonly params: readonly TrainParam[];
   /** Training forwards run with dropout so far (restored on resume so masks repeat exactly). */
   dropoutDraws: number;
+  /** Training batches randomly masked so far (masked LM; restored on resume). */
+  maskDraws?: number;
   zeroGrad(): void;
-  /** Pads / packs examples into one batch. */
-  collate(examples: readonly E[]): B;
+  /** Pads examples into one batch (random masking, if any, draws fresh masks for 'train' and fixed ones for 'eval'). */
+  collate(examples: readonly E[], mode?: 'train' | 'eval'): B;
   /** Targets of a batch whose loss counts. */
   countTargets(batch: B): number;
   /** Forward + backward: adds gradScale · ∂(Σ losses)/∂θ to every param's gradient. */

@@ -14,19 +14,18 @@ import { loadDecoder, loadEncoder } from '../models/load.js';
 import {
   BatchSampler,
   type LmExample,
-  type ClassificationBatch,
-  type ClassificationExample,
   type TrainDataset,
   type TrainRecord,
   datasetFromRecords,
   readJsonl,
   tokenizeCausalLm,
   tokenizeClassification,
+  tokenizeMaskedLm,
 } from './data.js';
 import { loadCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { type LmBatch, TrainableDecoder } from './decoder.js';
 import type { TrainableModel } from './trainable.js';
-import { TrainableEncoder } from './encoder.js';
+import { type EncoderBatch, type EncoderExample, TrainableEncoder } from './encoder.js';
 import { TrainConfigError } from './errors.js';
 import { AdamW, type ScheduleOptions, checkSchedule, learningRate } from './optim.js';
 import { DEFAULT_DECODER_LORA_TARGETS, DEFAULT_ENCODER_LORA_TARGETS, type LoraSpec, type TrainableSpec, loraAdapterConfig } from './params.js';
@@ -130,7 +129,7 @@ export class Trainer<E = LmExample, B = LmBatch> {
   /** One optimiser step: gradAccum micro-batches, clip, AdamW. */
   trainStep(): TrainProgress {
     const accum = this.options.gradAccum ?? 1;
-    const batches = Array.from({ length: accum }, () => this.trainable.collate(this.sampler.next().map((i) => this.examples[i]!)));
+    const batches = Array.from({ length: accum }, () => this.trainable.collate(this.sampler.next().map((i) => this.examples[i]!), 'train'));
     const tokens = batches.reduce((n, b) => n + this.trainable.countTargets(b), 0);
     this.trainable.zeroGrad();
     let lossSum = 0;
@@ -161,7 +160,7 @@ export class Trainer<E = LmExample, B = LmBatch> {
     let sum = 0;
     let tokens = 0;
     for (let i = 0; i < examples.length; i += size) {
-      const r = this.trainable.loss(this.trainable.collate(examples.slice(i, i + size)));
+      const r = this.trainable.loss(this.trainable.collate(examples.slice(i, i + size), 'eval'));
       sum += r.lossSum;
       tokens += r.count;
     }
@@ -315,12 +314,45 @@ export function train(options: TrainOptions): TrainRun {
 
 /** Sequence-classification training of a BertForSequenceClassification (`{text, label}` records), as {@link train}. */
 export function trainClassifier(options: TrainOptions<EncoderModel>): TrainRun<EncoderModel, TrainableEncoder> {
-  return runTraining<EncoderModel, TrainableEncoder, ClassificationExample, ClassificationBatch>(
+  return runTraining<EncoderModel, TrainableEncoder, EncoderExample, EncoderBatch>(
     options,
     (dir) => loadEncoder(dir),
     (model, tokenizer, data, maxLength) => tokenizeClassification(data, tokenizer, { labels: model.config.labels, maxLength }),
     (model, spec) => new TrainableEncoder(model, spec, { seed: options.seed ?? 0 }),
     'SEQ_CLS',
+  );
+}
+
+export interface TrainMaskedLmOptions extends TrainOptions<EncoderModel> {
+  /** Share of tokens selected for prediction (default 0.15; 80 % [MASK], 10 % random, 10 % kept). */
+  mlmProbability?: number;
+}
+
+/**
+ * Masked-LM training of a BERT body on `{text}` records (continued pre-training), with a fresh BertForMaskedLM
+ * head (its decoder tied to the word embeddings). Masks are drawn per training batch from the seeded stream;
+ * evaluation batches get fixed masks. Default trainable set: full. `out` (non-LoRA) receives the body's tensors
+ * and the head's (`cls.predictions.*`).
+ */
+export function trainMaskedLm(options: TrainMaskedLmOptions): TrainRun<EncoderModel, TrainableEncoder> {
+  let tokenizerRef: TextTokenizer | null = null;
+  return runTraining<EncoderModel, TrainableEncoder, EncoderExample, EncoderBatch>(
+    { ...options, trainable: options.trainable ?? { kind: 'full' } },
+    (dir) => loadEncoder(dir),
+    (_model, tokenizer, data, maxLength) => {
+      tokenizerRef = tokenizer;
+      return tokenizeMaskedLm(data, tokenizer, { maxLength });
+    },
+    (model, spec) => {
+      const tok = tokenizerRef!;
+      const maskTokenId = tok.tokenToId('[MASK]');
+      if (maskTokenId === undefined) throw new TrainConfigError(`${tok.path}: the tokenizer has no [MASK] token, which masked LM needs`);
+      const ids = tok.specialTokenIds;
+      const specialTokenIds = [ids.cls, ids.sep, ids.pad, ids.bos, ids.eos, ids.unk, maskTokenId].filter((x): x is number => x !== undefined);
+      const maskedLm = { maskTokenId, specialTokenIds, probability: options.mlmProbability ?? 0.15 };
+      return new TrainableEncoder(model, spec, { seed: options.seed ?? 0, task: 'masked-lm', maskedLm });
+    },
+    'FEATURE_EXTRACTION',
   );
 }
 
@@ -340,6 +372,9 @@ function writeResult(out: string, trainable: AnyTrainable, spec: TrainableSpec, 
   mkdirSync(out, { recursive: true });
   const entries: Array<[string, SafetensorsEntry]> = [];
   for (const name of weights.tensors.keys()) entries.push([name, { dtype: 'f32', shape: weights.get(name).shape, data: weights.hostF32(name) }]);
+  if (trainable instanceof TrainableEncoder) {
+    for (const p of trainable.headParams()) entries.push([p.name, { dtype: 'f32', shape: p.value.shape, data: p.value.toArray() as Float32Array }]);
+  }
   writeSafetensors(join(out, 'model.safetensors'), entries, { format: 'pt' });
   const files = ['model.safetensors'];
   if (modelDir) {

@@ -223,6 +223,18 @@ function fullAttention(q: Float64Array, k: Float64Array, v: Float64Array, seq: n
 export function referenceEncoderLogits(
   config: EncoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora, adapterAct: 'gelu' | 'gelu_tanh' = 'gelu',
 ): Float64Array {
+  const H = config.hiddenSize;
+  const top = encoderTopModules(config);
+  const g = (n: string) => w.get(n)!;
+  const x = referenceEncoderHidden(config, w, ids, lora, adapterAct);
+  const pooled = linearBias(x.subarray(0, H), 1, H, g(`${top.pooler}.weight`), g(`${top.pooler}.bias`), undefined, '').map(Math.tanh);
+  return linearBias(pooled, 1, H, g(`${top.classifier}.weight`), g(`${top.classifier}.bias`), undefined, '');
+}
+
+/** The last layer's hidden states [seq, hidden] of one unpadded sequence (see referenceEncoderLogits). */
+export function referenceEncoderHidden(
+  config: EncoderConfig, w: F64Weights, ids: readonly number[], lora?: F64Lora, adapterAct: 'gelu' | 'gelu_tanh' = 'gelu',
+): Float64Array {
   const g = (n: string) => w.get(n)!;
   const seq = ids.length;
   const H = config.hiddenSize;
@@ -255,8 +267,40 @@ export function referenceEncoderLogits(
     const f = adapter(dense(inner, lin.ffn_out, config.intermediateSize), lin.ffn_out);
     x = layerNorm(f.map((fi, i) => fi + h1[i]!), seq, H, g(`${ln.ffn_ln}.weight`), g(`${ln.ffn_ln}.bias`), eps);
   }
-  const pooled = linearBias(x.subarray(0, H), 1, H, g(`${top.pooler}.weight`), g(`${top.pooler}.bias`), undefined, '').map(Math.tanh);
-  return linearBias(pooled, 1, H, g(`${top.classifier}.weight`), g(`${top.classifier}.bias`), undefined, '');
+  return x;
+}
+
+/**
+ * Σ masked-LM cross-entropy of a padded batch (each sequence run alone over its `lengths[b]` tokens): at every
+ * target, LayerNorm(GELU(dense(h))) · Eᵀ + bias (BertForMaskedLM's head, decoder tied to the word embeddings).
+ */
+export function referenceMaskedLmLoss(
+  config: EncoderConfig, w: F64Weights,
+  batch: { batch: number; seq: number; tokens: ArrayLike<number>; targets: ArrayLike<number>; lengths: readonly number[] },
+): number {
+  const H = config.hiddenSize;
+  const V = config.vocabSize;
+  const g = (n: string) => w.get(n)!;
+  const act = config.hiddenAct === 'gelu' ? geluErf : geluTanh;
+  const word = g(`${encoderTopModules(config).wordEmbeddings}.weight`);
+  let total = 0;
+  for (let b = 0; b < batch.batch; b++) {
+    const n = batch.lengths[b]!;
+    const x = referenceEncoderHidden(config, w, Array.from({ length: n }, (_, t) => batch.tokens[b * batch.seq + t]!));
+    for (let t = 0; t < n; t++) {
+      const y = batch.targets[b * batch.seq + t]!;
+      if (y === -100) continue;
+      const d = linearBias(x.subarray(t * H, (t + 1) * H), 1, H, g('cls.predictions.transform.dense.weight'), g('cls.predictions.transform.dense.bias'), undefined, '').map(act);
+      const u = layerNorm(d, 1, H, g('cls.predictions.transform.LayerNorm.weight'), g('cls.predictions.transform.LayerNorm.bias'), config.layerNormEps);
+      const z = linearBias(u, 1, H, word, g('cls.predictions.bias'), undefined, '');
+      let max = -Infinity;
+      for (const v of z) max = Math.max(max, v);
+      let sum = 0;
+      for (const v of z) sum += Math.exp(v - max);
+      total += Math.log(sum) + max - z[y]!;
+    }
+  }
+  return total;
 }
 
 /** Σ cross-entropy of the sequences' logits against their labels. */
