@@ -198,6 +198,7 @@ export {
   type TrainRun,
   Trainer,
   type TrainerOptions,
+  ADAPTERS_FILE,
   PET_FILE,
   train,
   trainClassifier,

@@ -132,6 +132,35 @@ describe('TrainableEncoder (sequence classification)', () => {
     }
   });
 
+  it("HMI's placement (upper layers, one adapter after attention, no task norms): gradients and the flat per-layer vectors", () => {
+    const config = tinyEncoderConfig();
+    const s = setup(config, { kind: 'adapter', bottleneck: 4, layers: { from: 1, to: 3 }, sites: ['attn_out'], taskNorms: false });
+    try {
+      const t = s.trainer;
+      expect(t.params.map((p) => p.name)).toEqual([
+        'classifier.weight', 'classifier.bias',
+        ...[1, 2].flatMap((l) => ['down.weight', 'down.bias', 'up.weight', 'up.bias'].map((x) => `bert.encoder.layer.${l}.attention.output.dense.adapter.${x}`)),
+      ]);
+      let seed = 140;
+      for (const a of t.adapters.values()) for (const p of [a.up, a.upBias, a.downBias]) p.value.write(randomFloats(p.value.numel, seed++, -0.2, 0.2));
+      const ex = examples(config);
+      const g = grads(t, ex);
+      const w: F64Weights = new Map(s.f64);
+      for (const p of t.params) w.set(p.name, Float64Array.from(p.value.toArray() as Float32Array));
+      const r = fdCheck(g, w, () => referenceEncoderLoss(config, w, ex));
+      expect(r.worst).toBeLessThanOrEqual(1);
+      const flat = t.hmiAdapters();
+      expect(flat.map((f) => f.layer)).toEqual([1, 2]);
+      const a1 = t.adapters.get('bert.encoder.layer.1.attention.output.dense')!;
+      const parts = [a1.down, a1.downBias, a1.up, a1.upBias].map((p) => Array.from(p.value.toArray() as Float32Array));
+      expect(Array.from(flat[0]!.data)).toEqual(parts.flat());
+      expect(flat[0]!.data.length).toBe(2 * 48 * 4 + 4 + 48);
+      expect(() => t.petParams()).toThrow(/both sites of every layer/);
+    } finally {
+      s.dispose();
+    }
+  });
+
   it('BitFit, head and layers [1, 3) train exactly their tensors, with the full run\'s gradients bit for bit', () => {
     const config = tinyEncoderConfig();
     const ex = examples(config);

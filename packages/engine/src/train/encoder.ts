@@ -247,7 +247,38 @@ export class TrainableEncoder implements TrainableModel<EncoderExample, EncoderB
   /** Adapters by the module they follow (attention.output.dense, output.dense). */
   readonly adapters = new Map<string, AdapterParams>();
   /** The adapter set's bottleneck and activation (null for other sets). */
-  readonly adapterConfig: { bottleneck: number; activation: 'gelu' | 'gelu_tanh'; taskNorms: boolean } | null = null;
+  readonly adapterConfig: {
+    bottleneck: number; activation: 'gelu' | 'gelu_tanh'; taskNorms: boolean; from: number; to: number; sites: ('attn_out' | 'ffn_out')[];
+  } | null = null;
+
+  /** Whether the adapters are PetS's layout: both sites of every layer. */
+  get petsLayout(): boolean {
+    const a = this.adapterConfig;
+    return !!a && a.from === 0 && a.to === this.config.numLayers && a.sites.length === 2;
+  }
+
+  /**
+   * HMI's (vBERT's) flat per-layer adapter vectors, [W_down (m·h) | b_down (m) | W_up (h·m) | b_up (h)] in f32, for
+   * an adapter set with one adapter per layer (sites ['attn_out'], HMI's placement after the attention sub-layer).
+   * The task head is `classifier.weight` / `classifier.bias` of `params`.
+   */
+  hmiAdapters(): { layer: number; data: Float32Array }[] {
+    const a = this.adapterConfig;
+    if (!a || a.sites.length !== 1 || a.sites[0] !== 'attn_out') throw new TrainConfigError("hmiAdapters: needs an adapter set with sites ['attn_out'] (one adapter per layer)");
+    const out: { layer: number; data: Float32Array }[] = [];
+    for (let l = a.from; l < a.to; l++) {
+      const p = this.adapters.get(encoderLinearModules(this.config, l).attn_out)!;
+      const parts = [p.down, p.downBias, p.up, p.upBias].map((t) => t.value.toArray() as Float32Array);
+      const data = new Float32Array(parts.reduce((n, x) => n + x.length, 0));
+      let o = 0;
+      for (const x of parts) {
+        data.set(x, o);
+        o += x.length;
+      }
+      out.push({ layer: l, data });
+    }
+    return out;
+  }
 
   private w(name: string): Tensor {
     return this.own.get(name) ?? this.model.weights.get(name);
@@ -267,7 +298,16 @@ export class TrainableEncoder implements TrainableModel<EncoderExample, EncoderB
     const activation = spec.activation ?? 'gelu';
     if (activation !== 'gelu' && activation !== 'gelu_tanh') throw new TrainConfigError(`adapter activation must be gelu or gelu_tanh, got ${String(activation)}`);
     const taskNorms = spec.taskNorms ?? true;
-    (this as { adapterConfig: TrainableEncoder['adapterConfig'] }).adapterConfig = { bottleneck: m, activation, taskNorms };
+    const from = spec.layers?.from ?? 0;
+    const to = spec.layers?.to ?? c.numLayers;
+    if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || from >= to || to > c.numLayers) {
+      throw new TrainConfigError(`adapter layers [${from}, ${to}) are not a non-empty range within [0, ${c.numLayers})`);
+    }
+    const sites = [...(spec.sites ?? ['attn_out', 'ffn_out'])];
+    if (sites.length === 0 || sites.some((x) => x !== 'attn_out' && x !== 'ffn_out') || new Set(sites).size !== sites.length) {
+      throw new TrainConfigError(`adapter sites must be a non-empty subset of attn_out, ffn_out, got ${JSON.stringify(spec.sites)}`);
+    }
+    (this as { adapterConfig: TrainableEncoder['adapterConfig'] }).adapterConfig = { bottleneck: m, activation, taskNorms, from, to, sites };
     const param = (name: string, data: Float32Array, shape: number[], decay: boolean): TrainParam => {
       const value = Tensor.from(data, shape, { backend: be });
       return { name, value, grad: Tensor.zeros(shape, 'f32', be), decay };
@@ -278,9 +318,9 @@ export class TrainableEncoder implements TrainableModel<EncoderExample, EncoderB
     };
     const top = encoderTopModules(c);
     const params = [copy(`${top.classifier}.weight`), copy(`${top.classifier}.bias`)];
-    for (let l = 0; l < c.numLayers; l++) {
+    for (let l = from; l < to; l++) {
       const lin = encoderLinearModules(c, l);
-      for (const module of [lin.attn_out, lin.ffn_out]) {
+      for (const module of sites.map((x) => lin[x])) {
         const n = adapterTensorNames(module);
         const down = param(n.down, uniformWithStd(m * h, this.seed, n.down, 0.02), [m, h], true);
         const downBias = param(n.downBias, new Float32Array(m), [m], false);
@@ -322,6 +362,9 @@ export class TrainableEncoder implements TrainableModel<EncoderExample, EncoderB
   petParams(): { metadata: Record<string, string>; tensors: Map<string, { shape: number[]; data: Float32Array }> } {
     const cfg = this.adapterConfig;
     if (!cfg) throw new TrainConfigError('petParams: the trainable set is not adapters');
+    if (!this.petsLayout) {
+      throw new TrainConfigError(`petParams: PetS's layout has adapters after both sites of every layer; this set has ${JSON.stringify(cfg.sites)} in layers [${cfg.from}, ${cfg.to})`);
+    }
     const tensors = new Map(this.params.map((p) => [p.name, { shape: p.value.shape, data: p.value.toArray() as Float32Array }]));
     const metadata = {
       format: 'tessera-pet',

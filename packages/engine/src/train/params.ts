@@ -40,7 +40,8 @@ export interface LoraSpec {
 
 /**
  * Houlsby bottleneck adapters after attention.output.dense and output.dense of every encoder layer, plus the task's
- * own classifier and (by default) task LayerNorms, in PetS's PET file layout (`pet_type` adapter): the site output
+ * own classifier and (by default) task LayerNorms, in PetS's PET file layout (`pet_type` adapter), or with `layers`
+ * and `sites: ['attn_out']` HMI's (one adapter per upper layer, flat vectors from hmiAdapters()): the site output
  * H becomes H + act(H W_downᵀ + b_down) W_upᵀ + b_up before the residual and LayerNorm. The shared model is frozen
  * and never written: head and LayerNorms train as copies.
  */
@@ -52,6 +53,10 @@ export interface AdapterSpec {
   activation?: 'gelu' | 'gelu_tanh';
   /** Train per-task copies of both LayerNorms of every layer (default true). */
   taskNorms?: boolean;
+  /** Adapt layers [from, to) only (default all; HMI adapts the upper layers above its PLOT boundary). */
+  layers?: { from: number; to: number };
+  /** After which sites (default both, PetS's layout; HMI: ['attn_out'], one per layer). */
+  sites?: readonly ('attn_out' | 'ffn_out')[];
 }
 
 /**

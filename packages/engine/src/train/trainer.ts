@@ -242,6 +242,8 @@ export interface TrainRun<M = DecoderModel, T = TrainableDecoder> extends TrainR
 
 /** The file an adapter set's PET parameters (PetS layout) are written to inside `out`. */
 export const PET_FILE = 'pet.safetensors';
+/** The file adapter sets in another placement (HMI's) are written to: the same tensor names, adapter_config metadata. */
+export const ADAPTERS_FILE = 'adapters.safetensors';
 
 const MODEL_DIR_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'];
 
@@ -365,8 +367,15 @@ function writeResult(out: string, trainable: AnyTrainable, spec: TrainableSpec, 
   if (spec.kind === 'adapter') {
     if (!(trainable instanceof TrainableEncoder)) throw new TrainConfigError('adapter sets are encoder PETs');
     mkdirSync(out, { recursive: true });
-    trainable.writePetFile(join(out, PET_FILE));
-    return { dir: out, files: [PET_FILE] };
+    if (trainable.petsLayout) {
+      trainable.writePetFile(join(out, PET_FILE));
+      return { dir: out, files: [PET_FILE] };
+    }
+    // Another placement (e.g. HMI's upper layers, after attention only): the same tensor names, no PET metadata.
+    const cfg = trainable.adapterConfig!;
+    writeSafetensors(join(out, ADAPTERS_FILE), trainable.params.map((p) => [p.name, { dtype: 'f32', shape: p.value.shape, data: p.value.toArray() as Float32Array }] as [string, SafetensorsEntry]),
+      { format: 'pt', adapter_config: JSON.stringify({ bottleneck: cfg.bottleneck, activation: cfg.activation, layers: [cfg.from, cfg.to], sites: cfg.sites, labels: trainable.config.labels }) });
+    return { dir: out, files: [ADAPTERS_FILE] };
   }
   const weights = trainable.model.weights;
   mkdirSync(out, { recursive: true });
