@@ -14,7 +14,7 @@ export interface ScheduleOptions {
   totalSteps: number;
   /** Linear warm-up over the first steps: step t (1-based) ≤ warmupSteps gets lr · t / warmupSteps. Default 0. */
   warmupSteps?: number;
-  /** After warm-up: 'cosine' (default) to minLr, 'linear' to minLr, or 'constant'. */
+  /** After warm-up: 'cosine' (default) or 'linear' towards minLr (reached one step after the last), or 'constant'. */
   schedule?: 'cosine' | 'linear' | 'constant';
   /** The floor as a fraction of lr (default 0). */
   minLrRatio?: number;
@@ -27,8 +27,10 @@ export function learningRate(step: number, o: ScheduleOptions): number {
   if (step <= warmup) return (o.lr * step) / warmup;
   const schedule = o.schedule ?? 'cosine';
   if (schedule === 'constant') return o.lr;
+  // As HF's schedules with their 0-based step (t - 1): the first step after warm-up runs at the peak, the last one
+  // just above the floor (never at it, so no step is wasted at lr 0).
   const span = Math.max(1, o.totalSteps - warmup);
-  const progress = Math.min(1, (step - warmup) / span);
+  const progress = Math.min(1, (step - 1 - warmup) / span);
   const f = schedule === 'cosine' ? 0.5 * (1 + Math.cos(Math.PI * progress)) : 1 - progress;
   return minLr + (o.lr - minLr) * f;
 }
