@@ -1,4 +1,4 @@
-import { deviceInfo, getCpuBackend, setThreads } from '@tessera/native';
+import { Tensor, deviceInfo, fromHalfBits, getCpuBackend, setThreads, toHalfBits } from '@tessera/native';
 import { SplitMix32, streamState } from '@tessera/core';
 import { randomFloats } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
@@ -236,6 +236,39 @@ describe('TrainableDecoder: determinism', () => {
       for (const other of others) {
         for (const [name, v] of first) expect(Buffer.from(v.buffer).equals(Buffer.from(other.get(name)!.buffer)), name).toBe(true);
       }
+    }
+  });
+});
+
+describe('TrainableDecoder: half-precision base', () => {
+  it('LoRA over a bf16 base gives the gradients of LoRA over the same (rounded) weights in f32', () => {
+    const config = tinyDecoderConfig();
+    const host = randomHostWeights(decoderTensorShapes(config), 5);
+    const rounded = new Map([...host].map(([n, { data, shape }]) => [n, { data: fromHalfBits(toHalfBits(data, 'bf16'), 'bf16'), shape }]));
+    const bf16 = new Map([...rounded].map(([n, { data, shape }]) =>
+      [n, shape.length === 2 ? Tensor.from(toHalfBits(data, 'bf16'), shape, { dtype: 'bf16' }) : Tensor.from(data, shape)]));
+    const batch = makeBatch(config, 16);
+    const results: Map<string, Float32Array>[] = [];
+    for (const weights of [new ModelWeights(bf16, getCpuBackend()), ModelWeights.fromHost(rounded)]) {
+      const model = new DecoderModel(config, weights);
+      const t = new TrainableDecoder(model, { kind: 'lora', r: 4 }, { seed: 1 });
+      try {
+        for (const p of t.lora.values()) p.b.value.write(randomFloats(p.b.value.numel, 8, -0.2, 0.2));
+        results.push(grads(t, batch));
+      } finally {
+        t.dispose();
+        model.dispose();
+      }
+    }
+    for (const [name, g] of results[0]!) {
+      const f = results[1]!.get(name)!;
+      let num = 0;
+      let den = 0;
+      for (let i = 0; i < g.length; i++) {
+        num = Math.max(num, Math.abs(g[i]! - f[i]!));
+        den = Math.max(den, Math.abs(f[i]!));
+      }
+      expect(num / den, name).toBeLessThan(1e-5);
     }
   });
 });
