@@ -9,6 +9,7 @@
  *   sampling/  samplers and stop conditions; generate.ts runs a batch of requests to completion
  *   gen/       the seeded tiny/mini model and adapter generator (`tessera gen`)
  *   onnx/      ONNX export of both families and the onnxruntime-node runner
+ *   train/     training on the native backward kernels: trainable sets, explicit backward, AdamW, data, trainLora
  */
 export * from './errors.js';
 export { type Clock, systemClock } from './clock.js';
@@ -129,3 +130,78 @@ export {
   runDecoderOrt,
   runEncoderOrt,
 } from './onnx/index.js';
+
+// training
+export { TrainConfigError, TrainDataError } from './train/errors.js';
+export {
+  type AdapterSpec,
+  type BaseTensorSpec,
+  DECODER_LINEAR_SITES,
+  DEFAULT_DECODER_LORA_TARGETS,
+  DEFAULT_ENCODER_LORA_TARGETS,
+  ENCODER_LINEAR_SITES,
+  type LoraParams,
+  type LoraSpec,
+  type TrainParam,
+  type TrainableSpec,
+  decoderTrainableNames,
+  encoderTrainableNames,
+  loraAdapterConfig,
+} from './train/params.js';
+export type { LossResult, TrainableModel } from './train/trainable.js';
+export { type LmBatch, TrainableDecoder, type TrainableDecoderOptions } from './train/decoder.js';
+export {
+  type AdapterParams,
+  type EncoderBatch,
+  type EncoderExample,
+  type MaskedLmOptions,
+  TrainableEncoder,
+  type TrainableEncoderOptions,
+  adapterTensorNames,
+  mlmHeadNames,
+} from './train/encoder.js';
+export {
+  BatchSampler,
+  type CausalLmTokenizeOptions,
+  type ClassificationBatch,
+  type ClassificationExample,
+  IGNORE_INDEX,
+  type MaskedLmBatch,
+  type MaskedLmExample,
+  type MaskingOptions,
+  type LabeledRecord,
+  type LmExample,
+  type PromptCompletionRecord,
+  type RecordKind,
+  type TextRecord,
+  type TrainDataset,
+  type TrainRecord,
+  causalLmBatch,
+  classificationBatch,
+  countTargets,
+  datasetFromRecords,
+  maskedLmBatch,
+  readJsonl,
+  shuffledOrder,
+  tokenizeCausalLm,
+  tokenizeClassification,
+  tokenizeMaskedLm,
+} from './train/data.js';
+export { AdamW, type AdamWConfig, type OptimizerStepOptions, type ScheduleOptions, learningRate } from './train/optim.js';
+export { CHECKPOINT_METADATA_KEY, type CheckpointState, loadCheckpoint, saveCheckpoint } from './train/checkpoint.js';
+export {
+  type TrainLoraOptions,
+  type TrainMaskedLmOptions,
+  type TrainOptions,
+  type TrainProgress,
+  type TrainResult,
+  type TrainRun,
+  Trainer,
+  type TrainerOptions,
+  ADAPTERS_FILE,
+  PET_FILE,
+  train,
+  trainClassifier,
+  trainLora,
+  trainMaskedLm,
+} from './train/trainer.js';
