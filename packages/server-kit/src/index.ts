@@ -7,6 +7,7 @@
  * - worker/: WorkerEngineClient, the front side of the host protocol over a worker thread (the host side is
  *   @tessera/cluster's serveWorkerHost), and the worker's start-up
  * - http/streams: answering with a request's stream (cancel on disconnect, status after the first output, SSE);
+ *   http/uploads: a file named by a path under a root, or uploaded with a JSON field (multipart), checked;
  *   http/metrics: a server's metrics as one table, counters that follow an engine's cumulative totals
  * - openai/: OpenAI's generation endpoints (/v1/completions, /v1/chat/completions: schemas, chat template, sampling
  *   and limits, JSON or SSE answers) over any engine that streams tokens
@@ -40,6 +41,7 @@ export {
 } from './host/engine-host.js';
 export { WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
 export { openStream, sendSse, SSE_HEADERS, sseData } from './http/streams.js';
+export { type JsonAndFileForm, jsonAndFileForm, type MultipartPart, readFileUnderRoot, type ReadUnderRootOptions } from './http/uploads.js';
 export { CumulativeTotals, defineMetrics, type MetricOf, type MetricSpec } from './http/metrics.js';
 export { openaiGenerationRoutes, promptTokens } from './openai/routes.js';
 export { generationMetrics, type GenerationSample, LATENCY_BUCKETS } from './openai/metrics.js';
