@@ -19,7 +19,7 @@ import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
-import { createTesseraServer, listenWithGrace } from '@tessera/server-kit';
+import { createTesseraServer, listenWithGrace, type ListenWithGraceOptions } from '@tessera/server-kit';
 
 import { petsErrors } from './api/errors.js';
 import type { InputLimits } from './api/inputs.js';
@@ -156,18 +156,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 }
 
-export interface ListenOptions {
-  host?: string;
-  port?: number;
-  /** How long a signal-triggered shutdown may take before the process exits anyway (default 30 s). */
-  graceMs?: number;
-}
+export type ListenOptions = Partial<ListenWithGraceOptions>;
 
 /**
- * Listens and installs the graceful shutdown (close-with-grace): on SIGINT, SIGTERM or an uncaught error, stop
- * accepting connections, let in-flight requests finish, then stop the engine worker; exit when done or after
- * `graceMs`. A second signal exits at once. Resolves with the address.
+ * Listens (default 127.0.0.1:8001) with server-kit's graceful shutdown: on SIGINT or SIGTERM, in-flight requests
+ * finish, then the engine worker stops. Resolves with the address.
  */
 export async function listen(app: FastifyInstance, options: ListenOptions = {}): Promise<string> {
-  return listenWithGrace(app, { host: options.host ?? DEFAULTS.host, port: options.port ?? DEFAULTS.port, ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }) });
+  const { host = DEFAULTS.host, port = DEFAULTS.port, graceMs } = options;
+  return listenWithGrace(app, { host, port, ...(graceMs === undefined ? {} : { graceMs }) });
 }

@@ -19,6 +19,8 @@ async function refusal(promise: Promise<unknown>): Promise<{ status: number; err
   );
   expect(err).toBeInstanceOf(HttpError);
   const reply = errorReply(err);
+  // HttpError's own toBody() is the body the error handler sends.
+  expect((err as HttpError).toBody()).toEqual(errorBody(reply));
   return { status: reply.status, error: errorBody(reply).error };
 }
 

@@ -9,23 +9,15 @@
  * device budget 507, an engine that is down 503); this file only words the body in this API's vocabulary.
  */
 import type { ErrorField } from '@tessera/core';
-import { type ErrorMappingOptions, type ErrorReply, type ErrorType, errorBody, errorReply, HttpError } from '@tessera/server-kit';
+import { type ErrorMappingOptions, type ErrorReply, HttpError, type HttpErrorOptions } from '@tessera/server-kit';
 
 import { UNION_FIELD_HINTS } from './schemas.js';
 
 /** An error of the HTTP layer (a bad path, an input over a limit) with its status and API code. */
 export class ApiError extends HttpError {
-  constructor(
-    statusCode: number,
-    message: string,
-    options: { type?: ErrorType; code?: string | null; param?: string | null; details?: Record<string, ErrorField>; cause?: unknown } = {},
-  ) {
+  constructor(statusCode: number, message: string, options: HttpErrorOptions & { code?: string | null } = {}) {
     const { code, ...rest } = options;
     super(statusCode, code ?? null, message, rest);
-  }
-
-  toBody(): { error: Record<string, ErrorField> } {
-    return errorBody(errorReply(this));
   }
 }
 

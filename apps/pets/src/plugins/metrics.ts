@@ -18,11 +18,8 @@ export function petsMetrics(registry: Registry, engine: PetsEngineClient): { col
   return {
     async collect() {
       if (!engine.healthy) return;
-      try {
-        metrics.onStats(await engine.stats());
-      } catch {
-        // The engine went down between the check and the call: the health gauge says so.
-      }
+      // The engine may go down between the check and the call: the health gauge says so.
+      await engine.stats().then((stats) => metrics.onStats(stats), () => undefined);
     },
   };
 }

@@ -72,6 +72,11 @@ export class HttpError extends TesseraError {
     this.details = options.details ?? {};
     this.type = options.type ?? errorType(statusCode);
   }
+
+  /** The body this error answers with (an HttpError is already in the API's words: no `describe`). */
+  toBody(): { error: Record<string, ErrorField> } {
+    return errorBody(errorReply(this));
+  }
 }
 
 /** The engine (worker thread, cluster) is not running or went away: 503 by its kind. */
