@@ -79,7 +79,7 @@ export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';
 export { flagOrEnv, type FlagSpec, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
-export { isEntryPoint, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
+export { isEntryPoint, parseCommandLine, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
 export { isInside, repositoryRoot, subdirectories } from './cli/repository.js';
 export { ensureGenerated, generatedDirectory } from './cli/generated-dir.js';
