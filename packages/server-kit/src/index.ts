@@ -18,10 +18,12 @@
  */
 export { type ClosableEngine, createTesseraServer, type TesseraServerOptions } from './http/server.js';
 export {
+  describeByCode,
   EngineUnavailableError,
   type ErrorMappingOptions,
   type ErrorReply,
   type ErrorType,
+  type ErrorWording,
   errorBody,
   errorReply,
   errorType,

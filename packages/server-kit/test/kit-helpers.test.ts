@@ -6,7 +6,9 @@ import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { CumulativeTotals, defineMetrics, ensureGenerated, flagTable, isInside, parseFlags, subdirectories } from '../src/index.js';
+import { TesseraError } from '@tessera/core';
+
+import { CumulativeTotals, defineMetrics, describeByCode, ensureGenerated, errorReply, flagTable, HttpError, isInside, parseFlags, subdirectories } from '../src/index.js';
 
 const scratch = mkdtempSync(join(tmpdir(), 'server-kit-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -78,5 +80,45 @@ describe('subdirectories and isInside', () => {
     expect(isInside(root, root)).toBe(true);
     expect(isInside(root, join(root, '..', 'x'))).toBe(false);
     expect(isInside(root, `${root}-other`)).toBe(false);
+  });
+});
+
+describe('describeByCode', () => {
+  class QuotaError extends TesseraError {
+    static override readonly kind = 'capacity' as const;
+    readonly taskId = 't1';
+    readonly bytesLeft = 0;
+    constructor() {
+      super('TESSERA_QUOTA', 'the quota is spent');
+    }
+  }
+  class OddError extends TesseraError {
+    static override readonly kind = 'invalid' as const;
+    readonly task = 't2';
+    constructor() {
+      super('TESSERA_ODD', 'odd');
+    }
+  }
+  const table = { TESSERA_QUOTA: { code: 'quota_exceeded', param: 'task', type: 'capacity_error' as const, hint: '; ask for more' } };
+
+  it('words a listed error: public code, param, type and hint; the status stays the kind’s', () => {
+    const r = errorReply(new QuotaError(), { describe: describeByCode(table) });
+    expect(r).toEqual({
+      status: 507,
+      message: 'the quota is spent; ask for more',
+      type: 'capacity_error',
+      code: 'quota_exceeded',
+      param: 'task',
+      details: { taskId: 't1', bytesLeft: 0 },
+    });
+  });
+
+  it('renames fields (the first set wins, the others are dropped), and gives an unlisted code null unless kept', () => {
+    const fields = { taskId: 'task', task: 'task' };
+    expect(errorReply(new QuotaError(), { describe: describeByCode(table, { fields }) }).details).toEqual({ task: 't1' });
+    expect(errorReply(new OddError(), { describe: describeByCode(table) })).toMatchObject({ code: null, message: 'odd', details: { task: 't2' } });
+    expect(errorReply(new OddError(), { describe: describeByCode(table, { keepUnlisted: true }) }).code).toBe('TESSERA_ODD');
+    // Not an engine error: left alone.
+    expect(errorReply(new HttpError(413, 'too_big', 'x'), { describe: describeByCode(table) }).code).toBe('too_big');
   });
 });
