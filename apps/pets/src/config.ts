@@ -42,7 +42,7 @@ const FLAGS = flagTable([
       { flag: 'tag', arg: '<name>', help: "the shared model's tag in the API (default: the dir name)", env: 'PETS_TAG' },
       { flag: 'demo', help: 'serve the demo even if --model is set', env: 'PETS_DEMO=1' },
       { flag: 'demo-dir', arg: '<dir>', help: 'where the demo is generated and cached', env: 'PETS_DEMO_DIR' },
-      { flag: 'params-root', arg: '<dir>', help: 'registration by path reads files only inside this dir', env: 'PETS_PARAMS_ROOT' },
+      { flag: 'params-root', arg: '<dir>', help: 'registration by path reads only inside this dir (default: uploads only)', env: 'PETS_PARAMS_ROOT' },
       { flag: 'max-params-mb', arg: '<n>', help: `largest parameter file, upload or path (default ${DEFAULTS.maxParamsMiB})`, env: 'PETS_MAX_PARAMS_MB' },
       { flag: 'budget-mb', arg: '<n>', help: `device memory: shared model + loaded tasks (default ${DEFAULTS.budgetMiB})`, env: 'PETS_BUDGET_MB' },
     ],
@@ -60,15 +60,15 @@ const FLAGS = flagTable([
   [
     'Batching and the engine',
     [
-      { flag: 'strategy', arg: '<s>', help: `${STRATEGIES.join(' | ')} (default ${DEFAULTS.strategy})`, env: 'PETS_STRATEGY' },
+      { flag: 'strategy', arg: '<s>', help: `${STRATEGIES.join(' | ')} (default ${DEFAULTS.strategy}: the cheapest estimate)`, env: 'PETS_STRATEGY' },
       { flag: 'window-ms', arg: '<n>', help: `a window closes this long after its first query (default ${DEFAULTS.windowMs})`, env: 'PETS_WINDOW_MS' },
       { flag: 'window-queries', arg: '<n>', help: `…or once this many queries wait (default ${DEFAULTS.windowQueries})`, env: 'PETS_WINDOW_QUERIES' },
-      { flag: 'cost-tables', arg: '<file>', help: 'profiled α/β tables (JSON, as --profile writes them)', env: 'PETS_COST_TABLES' },
+      { flag: 'cost-tables', arg: '<file>', help: 'profiled α/β tables (as --profile writes them), not the analytic model', env: 'PETS_COST_TABLES' },
       { flag: 'profile', help: 'profile α/β tables on this machine at start-up (a small grid)', env: 'PETS_PROFILE=1' },
       { flag: 'profile-out', arg: '<file>', help: 'with --profile: also write the tables there', env: 'PETS_PROFILE_OUT' },
       { flag: 'layout', arg: '<l>', help: `padded (dense, as in the paper) | packed (default ${DEFAULTS.layout})`, env: 'PETS_LAYOUT' },
-      { flag: 'scheduling', arg: '<mode>', help: `${SCHEDULINGS.join(' | ')} (default ${DEFAULTS.scheduling})`, env: 'PETS_SCHEDULING' },
-      { flag: 'streams', arg: '<n|dynamic>', help: `PET operator streams (default ${DEFAULTS.streams})`, env: 'PETS_STREAMS' },
+      { flag: 'scheduling', arg: '<mode>', help: `PET operators: intensity (Algorithm 2) | round-robin | sequential (default ${DEFAULTS.scheduling})`, env: 'PETS_SCHEDULING' },
+      { flag: 'streams', arg: '<n|dynamic>', help: `PET operator streams (default ${DEFAULTS.streams}: by the macro-batch's size)`, env: 'PETS_STREAMS' },
       { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'PETS_THREADS' },
       { flag: 'help', short: 'h', help: 'show this help' },
     ],
@@ -85,10 +85,6 @@ MaskBert, Diff-Pruning, BitFit, LoRA, prefix-tuning), generated once into .tesse
 root (or --demo-dir) and reused afterwards, with its parameter directory as --params-root.
 
 ${FLAGS.usage}
-
-Without --params-root only uploads register tasks. --strategy auto plans each window every way and keeps the
-cheapest estimate; --cost-tables replaces the analytic cost model; --scheduling is the PET operators' (intensity
-is Algorithm 2), and --streams dynamic follows each macro-batch's size.
 
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
@@ -127,15 +123,8 @@ export interface ServingOptions {
   threads: number | undefined;
 }
 
-export interface CliConfig extends ServingOptions {
-  /** The shared model's directory; undefined: serve the demo. */
-  modelDir: string | undefined;
-  demo: boolean;
-  demoDir: string | undefined;
-  host: string;
-  port: number;
-  logLevel: string;
-}
+/** The command line: the serving options, and the model (undefined: serve the demo), the demo, host, port and log level. */
+export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 function streamsOf(value: string | undefined): number | 'dynamic' {
   if (value === undefined || value === 'dynamic') return DEFAULTS.streams;
@@ -144,7 +133,7 @@ function streamsOf(value: string | undefined): number | 'dynamic' {
 }
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
-export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
   const values = parseFlags(argv, FLAGS.options);
   if (values.help) return null;
   const str = flagOrEnv(values, env);

@@ -16,7 +16,7 @@
  *
  * The dev bootstrap for TypeScript workers is the separate export `@tessera/server-kit/worker-dev.mjs`.
  */
-export { type ClosableEngine, createTesseraServer, type TesseraServerOptions } from './http/server.js';
+export { type ClosableEngine, createTesseraServer, engineHealth, type ServerBaseOptions, type TesseraServerOptions } from './http/server.js';
 export {
   describeByCode,
   EngineUnavailableError,
@@ -83,6 +83,6 @@ export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schem
 export { flagOrEnv, type FlagSpec, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
 export { isEntryPoint, parseCommandLine, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
-export { isInside, repositoryRoot, subdirectories } from './cli/repository.js';
+export { isInside, realDirectory, repositoryRoot, subdirectories } from './cli/repository.js';
 export { ensureGenerated, generatedDirectory } from './cli/generated-dir.js';
 export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

@@ -75,7 +75,6 @@ const tasks: FastifyPluginAsyncTypebox<TaskRoutesOptions> = async (app, options)
       let params: Buffer;
       let source: string;
       if (request.isMultipart()) {
-        // One file and one small field; the plugin's limits refuse more, and a file over --max-params-mb is a 413.
         ({ json: metadata, file: params } = await readForm(request.parts()));
         checkMetadataAgainstServer(app, metadata);
         source = 'upload';
