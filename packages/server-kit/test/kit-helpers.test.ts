@@ -8,7 +8,21 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { TesseraError } from '@tessera/core';
 
-import { CumulativeTotals, defineMetrics, describeByCode, ensureGenerated, errorReply, flagTable, HttpError, isInside, parseFlags, subdirectories } from '../src/index.js';
+import {
+  createTesseraServer,
+  CumulativeTotals,
+  defineMetrics,
+  describeByCode,
+  engineHealth,
+  ensureGenerated,
+  errorReply,
+  flagTable,
+  HttpError,
+  isInside,
+  parseFlags,
+  realDirectory,
+  subdirectories,
+} from '../src/index.js';
 
 const scratch = mkdtempSync(join(tmpdir(), 'server-kit-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -120,5 +134,54 @@ describe('describeByCode', () => {
     expect(errorReply(new OddError(), { describe: describeByCode(table, { keepUnlisted: true }) }).code).toBe('TESSERA_ODD');
     // Not an engine error: left alone.
     expect(errorReply(new HttpError(413, 'too_big', 'x'), { describe: describeByCode(table) }).code).toBe('too_big');
+  });
+});
+
+describe('realDirectory', () => {
+  it('resolves symlinks, and names the flag when the path is not a directory', () => {
+    const dir = join(scratch, 'real-root');
+    mkdirSync(dir);
+    symlinkSync(dir, join(scratch, 'root-link'));
+    writeFileSync(join(scratch, 'a-file'), 'x');
+    expect(realDirectory(join(scratch, 'root-link'), '--root')).toBe(realDirectory(dir, '--root'));
+    expect(() => realDirectory(join(scratch, 'a-file'), '--params-root')).toThrow(/--params-root .*a-file is not a directory/);
+    expect(() => realDirectory(join(scratch, 'missing'), '--params-root')).toThrow(/ENOENT/);
+  });
+});
+
+describe('createTesseraServer: health and metrics over an engine host', () => {
+  it('engineHealth: status, the fields, requests in flight, and the error once down; collect only while healthy', async () => {
+    const engine = { healthy: true, failure: null as Error | null, inFlight: 2, close: async () => {} };
+    let collects = 0;
+    const app = await createTesseraServer({
+      name: 'kit-test',
+      engine: async () => engine,
+      health: (e) => engineHealth(e, { model: 'm' }),
+      metrics: () => ({
+        collect: async () => {
+          collects++;
+          throw new Error('the engine went down meanwhile');
+        },
+      }),
+      routes: async () => {},
+    });
+    try {
+      const up = await app.inject({ method: 'GET', url: '/health' });
+      expect(up.statusCode).toBe(200);
+      expect(Object.entries(up.json())).toEqual([['status', 'ok'], ['model', 'm'], ['requests_in_flight', 2]]);
+      // A failing collect does not fail the scrape.
+      expect((await app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(200);
+      expect(collects).toBe(1);
+
+      Object.assign(engine, { healthy: false, failure: new Error('the worker exited'), inFlight: 0 });
+      const down = await app.inject({ method: 'GET', url: '/health' });
+      expect(down.statusCode).toBe(503);
+      expect(down.json()).toEqual({ status: 'unhealthy', model: 'm', requests_in_flight: 0, error: 'the worker exited' });
+      const metrics = await app.inject({ method: 'GET', url: '/metrics' });
+      expect(metrics.body).toContain('tessera_engine_healthy 0');
+      expect(collects).toBe(1);
+    } finally {
+      await app.close();
+    }
   });
 });
