@@ -123,7 +123,7 @@ export interface ServingOptions {
   threads: number | undefined;
 }
 
-/** The command line: the serving options, and the model (undefined: serve the demo), the demo, host, port and log level. */
+/** The command line: the serving options plus the model (undefined: the demo), demo, host, port and log level. */
 export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 function streamsOf(value: string | undefined): number | 'dynamic' {

@@ -36,7 +36,7 @@ export function unknownPetType(petType: string, known: readonly string[]): ApiEr
 
 const BUDGET_HINT = '; unload tasks, or start the server with a larger --budget-mb';
 
-/** The API's code and param for the engine's typed errors (by their stable TESSERA_* code); a full budget says what to do. */
+/** The API's code and param for the engine's typed errors (by stable TESSERA_* code); a full budget says what to do. */
 const WORDING: Readonly<Record<string, ErrorWording>> = {
   TESSERA_PET_UNKNOWN_TASK: { code: 'task_not_found' },
   TESSERA_PET_UNKNOWN_TYPE: { code: 'unknown_pet_type', param: 'pet_type' },
