@@ -1,7 +1,7 @@
 /**
  * Command-line flags and their PETS_* environment equivalents (a flag wins over its variable).
  */
-import { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
+import { flagOrEnv, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
 
 /** What parseCli throws for a bad command line. */
 export { UsageError };
@@ -34,6 +34,47 @@ export const DEFAULTS = {
   logLevel: 'info',
 } as const;
 
+const FLAGS = flagTable([
+  [
+    'Model and tasks',
+    [
+      { flag: 'model', arg: '<dir>', help: 'Hugging Face BERT-style encoder directory (the shared model)', env: 'PETS_MODEL' },
+      { flag: 'tag', arg: '<name>', help: "the shared model's tag in the API (default: the dir name)", env: 'PETS_TAG' },
+      { flag: 'demo', help: 'serve the demo even if --model is set', env: 'PETS_DEMO=1' },
+      { flag: 'demo-dir', arg: '<dir>', help: 'where the demo is generated and cached', env: 'PETS_DEMO_DIR' },
+      { flag: 'params-root', arg: '<dir>', help: 'registration by path reads only inside this dir (default: uploads only)', env: 'PETS_PARAMS_ROOT' },
+      { flag: 'max-params-mb', arg: '<n>', help: `largest parameter file, upload or path (default ${DEFAULTS.maxParamsMiB})`, env: 'PETS_MAX_PARAMS_MB' },
+      { flag: 'budget-mb', arg: '<n>', help: `device memory: shared model + loaded tasks (default ${DEFAULTS.budgetMiB})`, env: 'PETS_BUDGET_MB' },
+    ],
+  ],
+  [
+    'HTTP',
+    [
+      { flag: 'host', arg: '<addr>', help: `listen address (default ${DEFAULTS.host})`, env: 'PETS_HOST' },
+      { flag: 'port', arg: '<n>', help: `listen port (default ${DEFAULTS.port})`, env: 'PETS_PORT' },
+      { flag: 'max-input-tokens', arg: '<n>', help: "longest input in tokens (default: the model's max positions)", env: 'PETS_MAX_INPUT_TOKENS' },
+      { flag: 'max-batch-inputs', arg: '<n>', help: `most texts in one classify request (default ${DEFAULTS.maxBatchInputs})`, env: 'PETS_MAX_BATCH_INPUTS' },
+      { flag: 'log-level', arg: '<level>', help: `fatal|error|warn|info|debug|trace|silent (${DEFAULTS.logLevel})`, env: 'PETS_LOG_LEVEL' },
+    ],
+  ],
+  [
+    'Batching and the engine',
+    [
+      { flag: 'strategy', arg: '<s>', help: `${STRATEGIES.join(' | ')} (default ${DEFAULTS.strategy}: the cheapest estimate)`, env: 'PETS_STRATEGY' },
+      { flag: 'window-ms', arg: '<n>', help: `a window closes this long after its first query (default ${DEFAULTS.windowMs})`, env: 'PETS_WINDOW_MS' },
+      { flag: 'window-queries', arg: '<n>', help: `…or once this many queries wait (default ${DEFAULTS.windowQueries})`, env: 'PETS_WINDOW_QUERIES' },
+      { flag: 'cost-tables', arg: '<file>', help: 'profiled α/β tables (as --profile writes them), not the analytic model', env: 'PETS_COST_TABLES' },
+      { flag: 'profile', help: 'profile α/β tables on this machine at start-up (a small grid)', env: 'PETS_PROFILE=1' },
+      { flag: 'profile-out', arg: '<file>', help: 'with --profile: also write the tables there', env: 'PETS_PROFILE_OUT' },
+      { flag: 'layout', arg: '<l>', help: `padded (dense, as in the paper) | packed (default ${DEFAULTS.layout})`, env: 'PETS_LAYOUT' },
+      { flag: 'scheduling', arg: '<mode>', help: `PET operators: intensity (Algorithm 2) | round-robin | sequential (default ${DEFAULTS.scheduling})`, env: 'PETS_SCHEDULING' },
+      { flag: 'streams', arg: '<n|dynamic>', help: `PET operator streams (default ${DEFAULTS.streams}: by the macro-batch's size)`, env: 'PETS_STREAMS' },
+      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'PETS_THREADS' },
+      { flag: 'help', short: 'h', help: 'show this help' },
+    ],
+  ],
+]);
+
 export const USAGE = `tessera-pets: PetS on one machine, a classification server for many parameter-efficient tasks of one shared encoder
 
 Usage: tessera-pets [options]
@@ -41,38 +82,9 @@ Usage: tessera-pets [options]
 
 Without --model, serves the demo: a tiny generated BERT-style encoder and one task of each PET type (Adapter,
 MaskBert, Diff-Pruning, BitFit, LoRA, prefix-tuning), generated once into .tessera/pets-demo at the repository
-root (or --demo-dir) and reused afterwards.
+root (or --demo-dir) and reused afterwards, with its parameter directory as --params-root.
 
-Model and tasks
-  --model <dir>              Hugging Face BERT-style encoder directory (the shared model)   PETS_MODEL
-  --tag <name>               the shared model's tag in the API (default: the dir name)      PETS_TAG
-  --demo                     serve the demo even if --model is set                          PETS_DEMO=1
-  --demo-dir <dir>           where the demo is generated and cached                         PETS_DEMO_DIR
-  --params-root <dir>        POST /v1/tasks {"path": …} reads parameter files only inside this dir
-                             (default: none, so only uploads register tasks; the demo sets its own)  PETS_PARAMS_ROOT
-  --max-params-mb <n>        largest parameter file accepted, upload or path (default ${DEFAULTS.maxParamsMiB})        PETS_MAX_PARAMS_MB
-  --budget-mb <n>            device memory for the shared model plus loaded tasks (default ${DEFAULTS.budgetMiB})   PETS_BUDGET_MB
-HTTP
-  --host <addr>              listen address (default ${DEFAULTS.host})                                PETS_HOST
-  --port <n>                 listen port (default ${DEFAULTS.port})                                   PETS_PORT
-  --max-input-tokens <n>     longest input accepted, in tokens (default: the model's max positions)  PETS_MAX_INPUT_TOKENS
-  --max-batch-inputs <n>     most texts in one classify request (default ${DEFAULTS.maxBatchInputs})                 PETS_MAX_BATCH_INPUTS
-  --log-level <level>        fatal|error|warn|info|debug|trace|silent (${DEFAULTS.logLevel})                  PETS_LOG_LEVEL
-Batching and the engine
-  --strategy <s>             auto | cb | alpha-only | beta-only | fixed (default ${DEFAULTS.strategy}: plan each window
-                             every way and keep the cheapest estimate)                   PETS_STRATEGY
-  --window-ms <n>            a window closes this long after its first query (default ${DEFAULTS.windowMs})       PETS_WINDOW_MS
-  --window-queries <n>       …or once this many queries wait (default ${DEFAULTS.windowQueries})                  PETS_WINDOW_QUERIES
-  --cost-tables <file>       profiled α/β tables (JSON, as --profile writes them) instead of the
-                             analytic cost model                                          PETS_COST_TABLES
-  --profile                  profile α/β tables on this machine at start-up (a small grid)  PETS_PROFILE=1
-  --profile-out <file>       with --profile: also write the tables there, for --cost-tables  PETS_PROFILE_OUT
-  --layout <l>               padded (dense batches, as in the paper) | packed (default ${DEFAULTS.layout})  PETS_LAYOUT
-  --scheduling <mode>        PET operator scheduling: intensity (Algorithm 2) | round-robin | sequential
-                             (default ${DEFAULTS.scheduling})                                         PETS_SCHEDULING
-  --streams <n|dynamic>      PET operator streams (default ${DEFAULTS.streams}: by the macro-batch's size)       PETS_STREAMS
-  --threads <n>              CPU kernel threads (default: TESSERA_THREADS or all cores)   PETS_THREADS
-  -h, --help                 show this help
+${FLAGS.usage}
 
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
@@ -111,15 +123,8 @@ export interface ServingOptions {
   threads: number | undefined;
 }
 
-export interface CliConfig extends ServingOptions {
-  /** The shared model's directory; undefined: serve the demo. */
-  modelDir: string | undefined;
-  demo: boolean;
-  demoDir: string | undefined;
-  host: string;
-  port: number;
-  logLevel: string;
-}
+/** The command line: the serving options plus the model (undefined: the demo), demo, host, port and log level. */
+export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 function streamsOf(value: string | undefined): number | 'dynamic' {
   if (value === undefined || value === 'dynamic') return DEFAULTS.streams;
@@ -128,32 +133,8 @@ function streamsOf(value: string | undefined): number | 'dynamic' {
 }
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
-export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliConfig | null {
-  const values = parseFlags(argv, {
-    model: { type: 'string' },
-    tag: { type: 'string' },
-    demo: { type: 'boolean' },
-    'demo-dir': { type: 'string' },
-    'params-root': { type: 'string' },
-    'max-params-mb': { type: 'string' },
-    'budget-mb': { type: 'string' },
-    host: { type: 'string' },
-    port: { type: 'string' },
-    'max-input-tokens': { type: 'string' },
-    'max-batch-inputs': { type: 'string' },
-    'log-level': { type: 'string' },
-    strategy: { type: 'string' },
-    'window-ms': { type: 'string' },
-    'window-queries': { type: 'string' },
-    'cost-tables': { type: 'string' },
-    profile: { type: 'boolean' },
-    'profile-out': { type: 'string' },
-    layout: { type: 'string' },
-    scheduling: { type: 'string' },
-    streams: { type: 'string' },
-    threads: { type: 'string' },
-    help: { type: 'boolean', short: 'h' },
-  });
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
+  const values = parseFlags(argv, FLAGS.options);
   if (values.help) return null;
   const str = flagOrEnv(values, env);
   const logLevel = parseChoiceFlag('--log-level', str('log-level', 'PETS_LOG_LEVEL'), LOG_LEVELS, DEFAULTS.logLevel);

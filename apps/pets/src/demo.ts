@@ -4,11 +4,8 @@
  * serves it, with every demo task registered and loaded and the parameter directory as --params-root, so
  * registering one more by path works out of the box.
  */
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
 import { ensurePetsDemo, PETS_DEMO_MODEL_NAME, PETS_DEMO_TASKS, type PetsDemo } from '@tessera/pet-ops';
-import { repositoryRoot } from '@tessera/server-kit';
+import { generatedDirectory } from '@tessera/server-kit';
 
 export type Demo = PetsDemo;
 export const DEMO_MODEL_NAME = PETS_DEMO_MODEL_NAME;
@@ -16,7 +13,7 @@ export const DEMO_TASKS = PETS_DEMO_TASKS;
 
 /** `.tessera/pets-demo` under the repository root (or the current directory outside a checkout). */
 export function defaultDemoDir(): string {
-  return join(repositoryRoot(dirname(fileURLToPath(import.meta.url))) ?? process.cwd(), '.tessera', 'pets-demo');
+  return generatedDirectory(import.meta.url, 'pets-demo');
 }
 
 /** Returns the demo under `dir`, generating it first when it is missing or from an older recipe (atomically). */

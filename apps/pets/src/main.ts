@@ -3,24 +3,16 @@
  * SIGINT / SIGTERM close it cleanly (close-with-grace, installed by `listen`). `pnpm --filter @tessera/pets start`
  * runs this file from source.
  */
-import { isEntryPoint, runMain, usageExitCode } from '@tessera/server-kit';
+import { isEntryPoint, parseCommandLine, runMain } from '@tessera/server-kit';
 
-import { type CliConfig, parseCli, USAGE } from './config.js';
+import { parseCli, USAGE } from './config.js';
 import { defaultDemoDir, ensureDemo } from './demo.js';
 import type { StartupTask } from './engine/protocol.js';
 import { buildServer, listen } from './server.js';
 
 export async function main(argv: readonly string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  let config: CliConfig | null;
-  try {
-    config = parseCli(argv, env);
-  } catch (err) {
-    return usageExitCode(err);
-  }
-  if (config === null) {
-    process.stdout.write(USAGE);
-    return 0;
-  }
+  const config = parseCommandLine(() => parseCli(argv, env), USAGE);
+  if (typeof config === 'number') return config;
   const say = (line: string) => process.stdout.write(`[pets] ${line}\n`);
 
   const { modelDir: dir, demo: serveDemo, demoDir, host, port, logLevel, ...serving } = config;

@@ -11,15 +11,14 @@
  * drive it with `inject` or `listen`); `listen` adds the graceful shutdown: on SIGINT/SIGTERM stop accepting, let
  * in-flight requests finish, then stop the engine worker.
  */
-import { readFileSync, realpathSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 
 import multipart from '@fastify/multipart';
-import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
-import { createTesseraServer, listenWithGrace } from '@tessera/server-kit';
+import { createTesseraServer, engineHealth, listenWithGrace, type ListenWithGraceOptions, realDirectory, type ServerBaseOptions } from '@tessera/server-kit';
 
 import { petsErrors } from './api/errors.js';
 import type { InputLimits } from './api/inputs.js';
@@ -50,17 +49,13 @@ declare module 'fastify' {
   }
 }
 
-export interface ServerOptions extends Partial<{ [K in keyof ServingOptions]: ServingOptions[K] | undefined }> {
+export interface ServerOptions extends Partial<{ [K in keyof ServingOptions]: ServingOptions[K] | undefined }>, ServerBaseOptions {
   /** A Hugging Face BERT-style encoder directory: the shared model. */
   modelDir: string;
   /** Tasks registered (and possibly loaded) at start-up, from parameter files on disk. */
   startupTasks?: readonly StartupTask[] | undefined;
-  /** fastify's logger option (default: off). */
-  logger?: FastifyServerOptions['logger'];
   /** Start-up progress lines (profiling); default: none. */
   onProgress?: ((line: string) => void) | undefined;
-  /** How long closing waits for the engine worker to stop before terminating it (default 10 s). */
-  engineShutdownTimeoutMs?: number | undefined;
 }
 
 /** The cost model the worker will use: tables read here (a bad file fails start-up naming it), profiling, or analytic. */
@@ -83,11 +78,7 @@ function costOption(options: ServerOptions): WorkerInit['cost'] {
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const modelDir = resolve(options.modelDir);
   const maxParamsBytes = Math.round((options.maxParamsMiB ?? DEFAULTS.maxParamsMiB) * MIB);
-  let paramsRoot: string | null = null;
-  if (options.paramsRoot !== undefined) {
-    paramsRoot = realpathSync(resolve(options.paramsRoot));
-    if (!statSync(paramsRoot).isDirectory()) throw new Error(`--params-root ${paramsRoot} is not a directory`);
-  }
+  const paramsRoot = options.paramsRoot === undefined ? null : realDirectory(options.paramsRoot, '--params-root');
   // Checked before a worker starts: a decoder or a missing file is a configuration error with a clear message.
   const config = readHfConfig(modelDir);
   if (config.family !== 'encoder') throw new Error(`${modelDir} holds a ${config.architecture}; PetS serves BERT-style encoders (the shared model of its tasks)`);
@@ -98,7 +89,6 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   return createTesseraServer<PetsEngineClient>({
     name: 'tessera-pets',
     logger: options.logger,
-    validatorCompiler: TypeBoxValidatorCompiler,
     errors: petsErrors({ knownPetTypes: () => petTypes, maxParamsBytes }),
     async setup(app) {
       // One file (the parameters) and one small field (the metadata) per registration; anything bigger is refused.
@@ -127,19 +117,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       return engine;
     },
     // Answered on the HTTP thread from the client's state (the worker reports every change of its tasks).
-    health: (engine) => ({
-      healthy: engine.healthy,
-      body: {
-        status: engine.healthy ? 'ok' : 'unhealthy',
+    health: (engine) =>
+      engineHealth(engine, {
         ready: engine.healthy,
         shared_model: engine.model.tag,
         device: engine.model.device,
         tasks_registered: engine.memory.registeredTasks,
         tasks_loaded: engine.memory.loadedTasks,
-        requests_in_flight: engine.inFlight,
-        ...(engine.healthy ? {} : { error: engine.failure?.message ?? 'the engine is not running' }),
-      },
-    }),
+      }),
     metrics: (registry, engine) => petsMetrics(registry, engine),
     async routes(app, engine) {
       app.decorate('tokenizer', tokenizer);
@@ -156,18 +141,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 }
 
-export interface ListenOptions {
-  host?: string;
-  port?: number;
-  /** How long a signal-triggered shutdown may take before the process exits anyway (default 30 s). */
-  graceMs?: number;
-}
+export type ListenOptions = Partial<ListenWithGraceOptions>;
 
 /**
- * Listens and installs the graceful shutdown (close-with-grace): on SIGINT, SIGTERM or an uncaught error, stop
- * accepting connections, let in-flight requests finish, then stop the engine worker; exit when done or after
- * `graceMs`. A second signal exits at once. Resolves with the address.
+ * Listens (default 127.0.0.1:8001) with server-kit's graceful shutdown: on SIGINT or SIGTERM, in-flight requests
+ * finish, then the engine worker stops. Resolves with the address.
  */
 export async function listen(app: FastifyInstance, options: ListenOptions = {}): Promise<string> {
-  return listenWithGrace(app, { host: options.host ?? DEFAULTS.host, port: options.port ?? DEFAULTS.port, ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }) });
+  const { host = DEFAULTS.host, port = DEFAULTS.port, graceMs } = options;
+  return listenWithGrace(app, { host, port, ...(graceMs === undefined ? {} : { graceMs }) });
 }

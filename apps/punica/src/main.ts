@@ -2,7 +2,7 @@
  * The `tessera-punica` command: parse flags, generate the demo when no model is given, then run the role: the
  * single-process server (default), or a cluster scheduler, worker or frontend on Redis (`--role`). `pnpm --filter @tessera/punica start` runs this file from source.
  */
-import { isEntryPoint, runMain, stopOnSignal, usageExitCode } from '@tessera/server-kit';
+import { isEntryPoint, parseCommandLine, runMain, stopOnSignal } from '@tessera/server-kit';
 
 import { startClusterScheduler, startClusterWorker } from './cluster/roles.js';
 import { parseCli, USAGE } from './config.js';
@@ -10,16 +10,8 @@ import { defaultDemoDir, ensureDemo } from './demo.js';
 import { buildServer, discoverAdapters, listen, MIB } from './server.js';
 
 export async function main(argv: readonly string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  let config;
-  try {
-    config = parseCli(argv, env);
-  } catch (err) {
-    return usageExitCode(err);
-  }
-  if (config === null) {
-    process.stdout.write(USAGE);
-    return 0;
-  }
+  const config = parseCommandLine(() => parseCli(argv, env), USAGE);
+  if (typeof config === 'number') return config;
 
   const redis = { url: config.redisUrl, prefix: config.clusterPrefix };
   // The scheduler needs no model: it places requests by the workers' load reports.

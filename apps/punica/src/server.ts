@@ -15,12 +15,11 @@
  */
 import { basename, resolve } from 'node:path';
 
-import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 
 import type { RedisOptions } from '@tessera/cluster';
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
-import { createTesseraServer, listenWithGrace, type ListenWithGraceOptions, ModelRegistry, openaiGenerationRoutes, subdirectories } from '@tessera/server-kit';
+import { createTesseraServer, engineHealth, listenWithGrace, type ListenWithGraceOptions, ModelRegistry, openaiGenerationRoutes, type ServerBaseOptions, subdirectories } from '@tessera/server-kit';
 
 import { connectClusterFrontend } from './cluster/frontend.js';
 import { type PunicaHost, startWorkerHost } from './engine/protocol.js';
@@ -42,7 +41,7 @@ declare module 'fastify' {
   }
 }
 
-export interface ServerOptions {
+export interface ServerOptions extends ServerBaseOptions {
   /** A Hugging Face Llama-style model directory. */
   modelDir: string;
   /** The base model's id in the API (default: the directory's name). */
@@ -65,10 +64,6 @@ export interface ServerOptions {
   adapterAdmin?: boolean | undefined;
   /** When set, runtime-loaded adapters must live inside this directory. */
   adapterRoot?: string | undefined;
-  /** fastify's logger option (default: off). */
-  logger?: FastifyServerOptions['logger'];
-  /** How long closing waits for the engine worker to stop before terminating it (default 10 s). */
-  engineShutdownTimeoutMs?: number | undefined;
   /**
    * Cluster frontend (`--role frontend`): no engine in this process; requests go through the Punica scheduler on
    * this Redis to the worker processes. Runtime adapter loading is off (workers register adapters at start).
@@ -105,7 +100,6 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   return createTesseraServer<PunicaHost>({
     name: 'tessera-punica',
     logger: options.logger,
-    validatorCompiler: TypeBoxValidatorCompiler,
     errors: punicaErrors,
     async engine(app) {
       let engine: PunicaHost;
@@ -130,16 +124,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       return engine;
     },
     // Answered on the HTTP thread from the host's state, so it stays fast while the engine computes.
-    health: (engine) => ({
-      healthy: engine.healthy,
-      body: {
-        status: engine.healthy ? 'ok' : 'unhealthy',
-        model: name,
-        device: engine.ready.model.device,
-        requests_in_flight: engine.inFlight,
-        ...(engine.healthy ? {} : { error: engine.failure?.message ?? 'the engine is not running' }),
-      },
-    }),
+    health: (engine) => engineHealth(engine, { model: name, device: engine.ready.model.device }),
     metrics: (registry, engine) => punicaMetrics(registry, engine, { model: name, maxLora: maxBatch }),
     async routes(app, engine) {
       const now = Math.floor(Date.now() / 1000);

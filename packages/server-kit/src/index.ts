@@ -7,6 +7,7 @@
  * - worker/: WorkerEngineClient, the front side of the host protocol over a worker thread (the host side is
  *   @tessera/cluster's serveWorkerHost), and the worker's start-up
  * - http/streams: answering with a request's stream (cancel on disconnect, status after the first output, SSE);
+ *   http/uploads: a file named by a path under a root, or uploaded with a JSON field (multipart), checked;
  *   http/metrics: a server's metrics as one table, counters that follow an engine's cumulative totals
  * - openai/: OpenAI's generation endpoints (/v1/completions, /v1/chat/completions: schemas, chat template, sampling
  *   and limits, JSON or SSE answers) over any engine that streams tokens
@@ -15,12 +16,14 @@
  *
  * The dev bootstrap for TypeScript workers is the separate export `@tessera/server-kit/worker-dev.mjs`.
  */
-export { type ClosableEngine, createTesseraServer, type TesseraServerOptions } from './http/server.js';
+export { type ClosableEngine, createTesseraServer, engineHealth, type ServerBaseOptions, type TesseraServerOptions } from './http/server.js';
 export {
+  describeByCode,
   EngineUnavailableError,
   type ErrorMappingOptions,
   type ErrorReply,
   type ErrorType,
+  type ErrorWording,
   errorBody,
   errorReply,
   errorType,
@@ -40,6 +43,7 @@ export {
 } from './host/engine-host.js';
 export { WorkerEngineClient, type WorkerEngineEvents, type WorkerEngineOptions } from './worker/engine-client.js';
 export { openStream, sendSse, SSE_HEADERS, sseData } from './http/streams.js';
+export { type JsonAndFileForm, jsonAndFileForm, type MultipartPart, readFileUnderRoot, type ReadUnderRootOptions } from './http/uploads.js';
 export { CumulativeTotals, defineMetrics, type MetricOf, type MetricSpec } from './http/metrics.js';
 export { openaiGenerationRoutes, promptTokens } from './openai/routes.js';
 export { generationMetrics, type GenerationSample, LATENCY_BUCKETS } from './openai/metrics.js';
@@ -77,8 +81,8 @@ export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';
 export { flagOrEnv, type FlagSpec, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from './cli/flags.js';
-export { isEntryPoint, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
+export { isEntryPoint, parseCommandLine, runMain, stopOnSignal, usageExitCode } from './cli/main.js';
 export { listenWithGrace, type ListenWithGraceOptions } from './cli/listen.js';
-export { isInside, repositoryRoot, subdirectories } from './cli/repository.js';
+export { isInside, realDirectory, repositoryRoot, subdirectories } from './cli/repository.js';
 export { ensureGenerated, generatedDirectory } from './cli/generated-dir.js';
 export { startWorker, type StartedWorker, type StartWorkerOptions, watchWorker, workerEntry, type WorkerEntry } from './worker/start.js';

@@ -1,6 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 
-import { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '../src/index.js';
+import { flagOrEnv, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseCommandLine, parseFlags, parseIntegerFlag, UsageError } from '../src/index.js';
 
 describe('parseIntegerFlag', () => {
   it('reads integers in range and treats unset or empty as undefined', () => {
@@ -66,5 +66,32 @@ describe('parseFlags and flagOrEnv', () => {
       expect(() => parseFlags(argv, options), argv.join(' ')).toThrow(UsageError);
     }
     expect(() => parseFlags(['--nope'], options)).toThrow(/--nope/);
+  });
+});
+
+describe('parseCommandLine', () => {
+  it('gives the config, or the exit code: 0 after the usage for --help, 2 after a UsageError; anything else throws', () => {
+    const out = vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      expect(parseCommandLine(() => ({ port: 1 }), 'usage\n')).toEqual({ port: 1 });
+      expect(out).not.toHaveBeenCalled();
+      expect(parseCommandLine(() => null, 'usage\n')).toBe(0);
+      expect(out).toHaveBeenCalledWith('usage\n');
+      expect(
+        parseCommandLine(() => {
+          throw new UsageError('--port must be an integer');
+        }, 'usage\n'),
+      ).toBe(2);
+      expect(err).toHaveBeenCalledWith(expect.stringContaining('--port must be an integer'));
+      expect(() =>
+        parseCommandLine(() => {
+          throw new TypeError('a bug');
+        }, 'usage\n'),
+      ).toThrow(TypeError);
+    } finally {
+      out.mockRestore();
+      err.mockRestore();
+    }
   });
 });

@@ -6,7 +6,23 @@ import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { CumulativeTotals, defineMetrics, ensureGenerated, flagTable, isInside, parseFlags, subdirectories } from '../src/index.js';
+import { TesseraError } from '@tessera/core';
+
+import {
+  createTesseraServer,
+  CumulativeTotals,
+  defineMetrics,
+  describeByCode,
+  engineHealth,
+  ensureGenerated,
+  errorReply,
+  flagTable,
+  HttpError,
+  isInside,
+  parseFlags,
+  realDirectory,
+  subdirectories,
+} from '../src/index.js';
 
 const scratch = mkdtempSync(join(tmpdir(), 'server-kit-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
@@ -78,5 +94,94 @@ describe('subdirectories and isInside', () => {
     expect(isInside(root, root)).toBe(true);
     expect(isInside(root, join(root, '..', 'x'))).toBe(false);
     expect(isInside(root, `${root}-other`)).toBe(false);
+  });
+});
+
+describe('describeByCode', () => {
+  class QuotaError extends TesseraError {
+    static override readonly kind = 'capacity' as const;
+    readonly taskId = 't1';
+    readonly bytesLeft = 0;
+    constructor() {
+      super('TESSERA_QUOTA', 'the quota is spent');
+    }
+  }
+  class OddError extends TesseraError {
+    static override readonly kind = 'invalid' as const;
+    readonly task = 't2';
+    constructor() {
+      super('TESSERA_ODD', 'odd');
+    }
+  }
+  const table = { TESSERA_QUOTA: { code: 'quota_exceeded', param: 'task', type: 'capacity_error' as const, hint: '; ask for more' } };
+
+  it('words a listed error: public code, param, type and hint; the status stays the kind’s', () => {
+    const r = errorReply(new QuotaError(), { describe: describeByCode(table) });
+    expect(r).toEqual({
+      status: 507,
+      message: 'the quota is spent; ask for more',
+      type: 'capacity_error',
+      code: 'quota_exceeded',
+      param: 'task',
+      details: { taskId: 't1', bytesLeft: 0 },
+    });
+  });
+
+  it('renames fields (the first set wins, the others are dropped), and gives an unlisted code null unless kept', () => {
+    const fields = { taskId: 'task', task: 'task' };
+    expect(errorReply(new QuotaError(), { describe: describeByCode(table, { fields }) }).details).toEqual({ task: 't1' });
+    expect(errorReply(new OddError(), { describe: describeByCode(table) })).toMatchObject({ code: null, message: 'odd', details: { task: 't2' } });
+    expect(errorReply(new OddError(), { describe: describeByCode(table, { keepUnlisted: true }) }).code).toBe('TESSERA_ODD');
+    // Not an engine error: left alone.
+    expect(errorReply(new HttpError(413, 'too_big', 'x'), { describe: describeByCode(table) }).code).toBe('too_big');
+  });
+});
+
+describe('realDirectory', () => {
+  it('resolves symlinks, and names the flag when the path is not a directory', () => {
+    const dir = join(scratch, 'real-root');
+    mkdirSync(dir);
+    symlinkSync(dir, join(scratch, 'root-link'));
+    writeFileSync(join(scratch, 'a-file'), 'x');
+    expect(realDirectory(join(scratch, 'root-link'), '--root')).toBe(realDirectory(dir, '--root'));
+    expect(() => realDirectory(join(scratch, 'a-file'), '--params-root')).toThrow(/--params-root .*a-file is not a directory/);
+    expect(() => realDirectory(join(scratch, 'missing'), '--params-root')).toThrow(/ENOENT/);
+  });
+});
+
+describe('createTesseraServer: health and metrics over an engine host', () => {
+  it('engineHealth: status, the fields, requests in flight, and the error once down; collect only while healthy', async () => {
+    const engine = { healthy: true, failure: null as Error | null, inFlight: 2, close: async () => {} };
+    let collects = 0;
+    const app = await createTesseraServer({
+      name: 'kit-test',
+      engine: async () => engine,
+      health: (e) => engineHealth(e, { model: 'm' }),
+      metrics: () => ({
+        collect: async () => {
+          collects++;
+          throw new Error('the engine went down meanwhile');
+        },
+      }),
+      routes: async () => {},
+    });
+    try {
+      const up = await app.inject({ method: 'GET', url: '/health' });
+      expect(up.statusCode).toBe(200);
+      expect(Object.entries(up.json())).toEqual([['status', 'ok'], ['model', 'm'], ['requests_in_flight', 2]]);
+      // A failing collect does not fail the scrape.
+      expect((await app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(200);
+      expect(collects).toBe(1);
+
+      Object.assign(engine, { healthy: false, failure: new Error('the worker exited'), inFlight: 0 });
+      const down = await app.inject({ method: 'GET', url: '/health' });
+      expect(down.statusCode).toBe(503);
+      expect(down.json()).toEqual({ status: 'unhealthy', model: 'm', requests_in_flight: 0, error: 'the worker exited' });
+      const metrics = await app.inject({ method: 'GET', url: '/metrics' });
+      expect(metrics.body).toContain('tessera_engine_healthy 0');
+      expect(collects).toBe(1);
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -9,23 +9,15 @@
  * device budget 507, an engine that is down 503); this file only words the body in this API's vocabulary.
  */
 import type { ErrorField } from '@tessera/core';
-import { type ErrorMappingOptions, type ErrorReply, type ErrorType, errorBody, errorReply, HttpError } from '@tessera/server-kit';
+import { describeByCode, type ErrorMappingOptions, type ErrorReply, type ErrorWording, HttpError, type HttpErrorOptions } from '@tessera/server-kit';
 
 import { UNION_FIELD_HINTS } from './schemas.js';
 
 /** An error of the HTTP layer (a bad path, an input over a limit) with its status and API code. */
 export class ApiError extends HttpError {
-  constructor(
-    statusCode: number,
-    message: string,
-    options: { type?: ErrorType; code?: string | null; param?: string | null; details?: Record<string, ErrorField>; cause?: unknown } = {},
-  ) {
+  constructor(statusCode: number, message: string, options: HttpErrorOptions & { code?: string | null } = {}) {
     const { code, ...rest } = options;
     super(statusCode, code ?? null, message, rest);
-  }
-
-  toBody(): { error: Record<string, ErrorField> } {
-    return errorBody(errorReply(this));
   }
 }
 
@@ -42,8 +34,10 @@ export function unknownPetType(petType: string, known: readonly string[]): ApiEr
   });
 }
 
-/** The API's code and param for the engine's typed errors (by their stable TESSERA_* code). */
-const WORDING: Readonly<Record<string, { code: string; param?: string }>> = {
+const BUDGET_HINT = '; unload tasks, or start the server with a larger --budget-mb';
+
+/** The API's code and param for the engine's typed errors (by stable TESSERA_* code); a full budget says what to do. */
+const WORDING: Readonly<Record<string, ErrorWording>> = {
   TESSERA_PET_UNKNOWN_TASK: { code: 'task_not_found' },
   TESSERA_PET_UNKNOWN_TYPE: { code: 'unknown_pet_type', param: 'pet_type' },
   TESSERA_PET_UNKNOWN_SHARED_MODEL: { code: 'unknown_shared_model', param: 'shared_model' },
@@ -51,8 +45,8 @@ const WORDING: Readonly<Record<string, { code: string; param?: string }>> = {
   TESSERA_PET_CONFIG: { code: 'invalid_pet_config', param: 'params' },
   TESSERA_PET_TYPE_MISMATCH: { code: 'invalid_pet_config', param: 'params' },
   TESSERA_PET_TASK_STATE: { code: 'task_state' },
-  TESSERA_PET_DEVICE_BUDGET: { code: 'budget_exceeded' },
-  TESSERA_BUDGET_EXCEEDED: { code: 'budget_exceeded' },
+  TESSERA_PET_DEVICE_BUDGET: { code: 'budget_exceeded', hint: BUDGET_HINT },
+  TESSERA_BUDGET_EXCEEDED: { code: 'budget_exceeded', hint: BUDGET_HINT },
   TESSERA_INVALID_ARGUMENT: { code: 'invalid_argument' },
   TESSERA_ENGINE_UNAVAILABLE: { code: 'engine_unavailable' },
   // Parameter files that cannot be read at all (not a safetensors file, bad header, truncated).
@@ -80,6 +74,8 @@ const DETAILS: Readonly<Record<string, string>> = {
  * file limit names --max-params-mb.
  */
 export function petsErrors(options: { knownPetTypes: () => readonly string[]; maxParamsBytes: number }): ErrorMappingOptions {
+  // An unlisted TESSERA_* code stays in the body: a client can still tell the errors apart.
+  const byCode = describeByCode(WORDING, { fields: DETAILS, keepUnlisted: true });
   return {
     unionHints: UNION_FIELD_HINTS,
     validationCode: 'invalid_request',
@@ -89,16 +85,9 @@ export function petsErrors(options: { knownPetTypes: () => readonly string[]; ma
         const message = `the parameter file is larger than ${options.maxParamsBytes} bytes (--max-params-mb)`;
         return { ...reply, message, code: 'params_too_large', param: 'params', details: { limit: options.maxParamsBytes } };
       }
-      if (typeof code !== 'string' || !code.startsWith('TESSERA_')) return reply;
-      const wording = WORDING[code];
-      const details: Record<string, ErrorField> = {};
-      for (const [field, value] of Object.entries(reply.details)) {
-        const name = DETAILS[field];
-        if (name !== undefined && details[name] === undefined) details[name] = value;
-      }
-      if (code === 'TESSERA_PET_UNKNOWN_TYPE') details['known_pet_types'] ??= [...options.knownPetTypes()];
-      const message = wording?.code === 'budget_exceeded' ? `${reply.message}; unload tasks, or start the server with a larger --budget-mb` : reply.message;
-      return { ...reply, message, code: wording?.code ?? reply.code, param: wording?.param ?? null, details };
+      const described = byCode(err, reply);
+      if (code === 'TESSERA_PET_UNKNOWN_TYPE') described.details['known_pet_types'] ??= [...options.knownPetTypes()];
+      return described;
     },
   };
 }

@@ -3,11 +3,9 @@
  * (they also drive fast serialization, so every field a body carries is declared here). Unknown request fields are
  * accepted and ignored.
  */
-import { type Static, type TSchema, Type } from 'typebox';
+import { type Static, Type } from 'typebox';
 
-function Nullable<T extends TSchema>(schema: T) {
-  return Type.Union([schema, Type.Null()]);
-}
+import { Nullable } from '@tessera/server-kit';
 
 /** Task ids and names: no path separators, no `..`, at most 128 characters. */
 export const TASK_ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$';

@@ -11,18 +11,14 @@
  */
 import { randomUUID } from 'node:crypto';
 
-import { WorkerEngineClient, workerEntry } from '@tessera/server-kit';
+import { WorkerEngineClient, type WorkerEngineOptions, workerEntry } from '@tessera/server-kit';
 
 import type { ClassifyResult, EncodedInput, MemorySummary, PetsProtocol, RegisterTask, WorkerInit } from './protocol.js';
 
 export const MIB = 1024 * 1024;
 
-export interface EngineOptions extends Omit<WorkerInit, 'entry'> {
-  /** How long close() waits for the worker to finish before terminating it (default 10 s). */
-  shutdownTimeoutMs?: number;
-  /** Start-up progress lines from the worker (profiling, start-up tasks). */
-  onProgress?: (line: string) => void;
-}
+/** The worker's init, with the worker client's start-up progress lines and shutdown timeout (default 10 s). */
+export type EngineOptions = Omit<WorkerInit, 'entry'> & Pick<WorkerEngineOptions, 'onProgress' | 'shutdownTimeoutMs'>;
 
 export class PetsEngineClient {
   readonly client: WorkerEngineClient<PetsProtocol>;

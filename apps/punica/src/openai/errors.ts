@@ -5,35 +5,28 @@
  * words the body in the API's vocabulary: OpenAI's and vLLM's public codes instead of TESSERA_* ones.
  */
 import { UnknownAdapterError } from '@tessera/adapter-swap';
-import { type ErrorMappingOptions, type ErrorReply, modelNotFound, OPENAI_UNION_FIELD_HINTS } from '@tessera/server-kit';
+import { describeByCode, type ErrorMappingOptions, type ErrorWording, modelNotFound, OPENAI_UNION_FIELD_HINTS } from '@tessera/server-kit';
 
 /** The public code of the engine's typed errors (by their stable TESSERA_* code); any other is null. */
-const CODES: Readonly<Record<string, string>> = {
-  TESSERA_UNKNOWN_ADAPTER: 'model_not_found',
-  TESSERA_CONTEXT_TOO_LONG: 'context_length_exceeded',
-  TESSERA_KV_TOO_SMALL: 'kv_cache_too_small',
-  TESSERA_ADAPTER_EXISTS: 'adapter_exists',
-  TESSERA_ADAPTER_TOO_LARGE: 'adapter_too_large',
-  TESSERA_ADAPTER_IN_USE: 'adapter_in_use',
-  TESSERA_ADAPTER_LOAD_FAILED: 'adapter_load_failed',
-  TESSERA_BUDGET_EXCEEDED: 'insufficient_capacity',
-  TESSERA_KV_EXHAUSTED: 'insufficient_capacity',
-  TESSERA_ENGINE_UNAVAILABLE: 'engine_unavailable',
+const CODES: Readonly<Record<string, ErrorWording>> = {
+  // OpenAI's client reads an unknown model as invalid_request_error (404).
+  TESSERA_UNKNOWN_ADAPTER: { code: 'model_not_found', type: 'invalid_request_error' },
+  TESSERA_CONTEXT_TOO_LONG: { code: 'context_length_exceeded' },
+  TESSERA_KV_TOO_SMALL: { code: 'kv_cache_too_small', hint: " (the server's KV cache, --kv-budget-mib, cannot hold this request)" },
+  TESSERA_ADAPTER_EXISTS: { code: 'adapter_exists', param: 'lora_name' },
+  TESSERA_ADAPTER_TOO_LARGE: { code: 'adapter_too_large' },
+  TESSERA_ADAPTER_IN_USE: { code: 'adapter_in_use' },
+  TESSERA_ADAPTER_LOAD_FAILED: { code: 'adapter_load_failed' },
+  TESSERA_BUDGET_EXCEEDED: { code: 'insufficient_capacity' },
+  TESSERA_KV_EXHAUSTED: { code: 'insufficient_capacity' },
+  TESSERA_ENGINE_UNAVAILABLE: { code: 'engine_unavailable' },
 };
 
 export const punicaErrors: ErrorMappingOptions = {
   unionHints: OPENAI_UNION_FIELD_HINTS,
   // OpenAI's body has exactly four keys.
   fields: false,
-  describe(err: Error, reply: ErrorReply): ErrorReply {
-    const code = (err as { code?: unknown }).code;
-    if (typeof code !== 'string' || !code.startsWith('TESSERA_')) return reply;
-    const described = { ...reply, code: CODES[code] ?? null };
-    if (code === 'TESSERA_UNKNOWN_ADAPTER') return { ...described, type: 'invalid_request_error' };
-    if (code === 'TESSERA_ADAPTER_EXISTS') return { ...described, param: 'lora_name' };
-    if (code === 'TESSERA_KV_TOO_SMALL') return { ...described, message: `${reply.message} (the server's KV cache, --kv-budget-mib, cannot hold this request)` };
-    return described;
-  },
+  describe: describeByCode(CODES),
 };
 
 /** An engine error about the request for `model`: an adapter that went away is that model's 404. */

@@ -26,6 +26,24 @@ export function usageExitCode(err: unknown): number {
 }
 
 /**
+ * main()'s command line: the parsed config, or the exit code to return at once: 0 once `usage` is printed for
+ * --help (`parse` returned null), 2 for a UsageError (see {@link usageExitCode}). Anything else is rethrown.
+ *
+ *   const config = parseCommandLine(() => parseCli(argv, env), USAGE);
+ *   if (typeof config === 'number') return config;
+ */
+export function parseCommandLine<T extends object>(parse: () => T | null, usage: string): T | number {
+  let config: T | null;
+  try {
+    config = parse();
+  } catch (err) {
+    return usageExitCode(err);
+  }
+  if (config === null) process.stdout.write(usage);
+  return config ?? 0;
+}
+
+/**
  * Runs `main` and sets the process's exit code from it. A failure is printed after `prefix` ('[pets]'): a typed
  * Tessera error (code `TESSERA_*`: a bad model directory, Redis down) by its message, which says what to do, as a
  * stack would only bury it; anything else with its stack.

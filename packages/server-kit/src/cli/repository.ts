@@ -1,5 +1,5 @@
 /** Paths a server reads: the repository root (its demos), the subdirectories of a directory, containment. */
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 
 /**
@@ -20,6 +20,16 @@ export function subdirectories(dir: string): { name: string; path: string }[] {
     .filter((d) => !d.name.startsWith('.') && (d.isDirectory() || (d.isSymbolicLink() && statSync(join(root, d.name)).isDirectory())))
     .map((d) => ({ name: d.name, path: join(root, d.name) }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/**
+ * A root a server reads under (`--params-root`), resolved once at start: its real path (symlinks followed, as
+ * {@link isInside} needs), or a start-up error naming `flag` when it is not a directory.
+ */
+export function realDirectory(dir: string, flag: string): string {
+  const real = realpathSync(resolve(dir));
+  if (!statSync(real).isDirectory()) throw new Error(`${flag} ${real} is not a directory`);
+  return real;
 }
 
 /** Whether `path` is `root` or inside it (both already resolved; symlinks are the caller's to resolve first). */

@@ -72,6 +72,11 @@ export class HttpError extends TesseraError {
     this.details = options.details ?? {};
     this.type = options.type ?? errorType(statusCode);
   }
+
+  /** The body this error answers with (an HttpError is already in the API's words: no `describe`). */
+  toBody(): { error: Record<string, ErrorField> } {
+    return errorBody(errorReply(this));
+  }
 }
 
 /** The engine (worker thread, cluster) is not running or went away: 503 by its kind. */
@@ -116,6 +121,51 @@ export interface ErrorMappingOptions {
    * or a hint in the message. The status stays the kind's; this only words the body.
    */
   describe?: (err: Error, reply: ErrorReply) => ErrorReply;
+}
+
+/** How an API words one of the engine's typed errors (by its stable TESSERA_* code). */
+export interface ErrorWording {
+  /** The body's public code ('model_not_found'). */
+  code: string;
+  /** The request field at fault. */
+  param?: string;
+  type?: ErrorType;
+  /** Appended to the message: what the client or operator can do ('; unload tasks, or …'). */
+  hint?: string;
+}
+
+/**
+ * A `describe` from one table of TESSERA_* codes, as both servers word the engine's errors: a listed error gets
+ * its public code, param, type and hint; an unlisted one the code null (or its own, with `keepUnlisted`).
+ * `fields` renames the error's own fields for the body and drops the others (default: all kept as they are).
+ * Errors without a TESSERA_* code are left alone.
+ */
+export function describeByCode(
+  table: Readonly<Record<string, ErrorWording>>,
+  options: { fields?: Readonly<Record<string, string>>; keepUnlisted?: boolean } = {},
+): (err: Error, reply: ErrorReply) => ErrorReply {
+  return (err, reply) => {
+    const code = (err as { code?: unknown }).code;
+    if (typeof code !== 'string' || !code.startsWith('TESSERA_')) return reply;
+    const wording = table[code];
+    let details = { ...reply.details };
+    if (options.fields !== undefined) {
+      details = {};
+      // Several fields may carry one API name (task, taskId): the first one set wins.
+      for (const [field, value] of Object.entries(reply.details)) {
+        const name = options.fields[field];
+        if (name !== undefined && details[name] === undefined) details[name] = value;
+      }
+    }
+    return {
+      ...reply,
+      message: `${reply.message}${wording?.hint ?? ''}`,
+      type: wording?.type ?? reply.type,
+      code: wording?.code ?? (options.keepUnlisted ? reply.code : null),
+      param: wording?.param ?? reply.param,
+      details,
+    };
+  };
 }
 
 /** The reply for any thrown value. Unexpected failures get a generic message: the log has the details. */

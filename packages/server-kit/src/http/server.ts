@@ -20,12 +20,35 @@
  *   });
  *   await listen(app, { host, port });     // listenWithGrace: SIGINT/SIGTERM drain, then close the engine
  */
+import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance, type FastifySchemaCompiler, type FastifyServerOptions } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 import { gracefulClose } from '../plugins/graceful-close.js';
 import { definePlugin } from '../plugins/define-plugin.js';
 import { errorBody, type ErrorMappingOptions, errorReply } from './errors.js';
+
+/**
+ * The /health answer of a server over an engine host: `status` ok or unhealthy, the server's own `fields`,
+ * `requests_in_flight`, and while unhealthy the `error` that says why (answered from the host's state, so it
+ * stays fast while the engine computes).
+ */
+export function engineHealth(
+  host: { healthy: boolean; failure: Error | null; inFlight: number },
+  fields: Record<string, unknown>,
+): { healthy: boolean; body: Record<string, unknown> } {
+  const { healthy } = host;
+  const error = healthy ? {} : { error: host.failure?.message ?? 'the engine is not running' };
+  return { healthy, body: { status: healthy ? 'ok' : 'unhealthy', ...fields, requests_in_flight: host.inFlight, ...error } };
+}
+
+/** The options every server's buildServer takes besides its own (ServerOptions extends it). */
+export interface ServerBaseOptions {
+  /** fastify's logger option (default: off). */
+  logger?: FastifyServerOptions['logger'];
+  /** How long closing waits for the engine worker to stop before terminating it (default 10 s). */
+  engineShutdownTimeoutMs?: number | undefined;
+}
 
 /** What a server's engine must offer the kit: a way to stop. */
 export interface ClosableEngine {
@@ -38,7 +61,10 @@ export interface TesseraServerOptions<Engine extends ClosableEngine> {
   logger?: FastifyServerOptions['logger'];
   /** Further fastify options (the kit sets forceCloseConnections 'idle' and pluginTimeout 0). */
   fastify?: Omit<FastifyServerOptions, 'logger'>;
-  /** The validator compiler for route schemas (e.g. TypeBoxValidatorCompiler). */
+  /**
+   * The validator compiler for route schemas (default TypeBoxValidatorCompiler: fastify's default ajv would coerce
+   * types, e.g. a token-id prompt into strings).
+   */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   validatorCompiler?: FastifySchemaCompiler<any>;
   /** Plugins registered before the engine starts (content parsers such as @fastify/multipart). */
@@ -47,7 +73,11 @@ export interface TesseraServerOptions<Engine extends ClosableEngine> {
   engine: (app: FastifyInstance) => Promise<Engine>;
   /** GET /health: `healthy` picks 200 or 503; `body` is sent as is. */
   health: (engine: Engine) => { healthy: boolean; body: Record<string, unknown> };
-  /** The server's metrics: register them on `registry`; `collect` runs before each /metrics render. */
+  /**
+   * The server's metrics: register them on `registry`; `collect` runs before each /metrics render while the
+   * engine is healthy. A `collect` that fails (the engine went down meanwhile) is logged and the scrape still
+   * answers: the health gauge says the engine is down.
+   */
   metrics?: (registry: Registry, engine: Engine, app: FastifyInstance) => { collect?: () => Promise<void> } | void;
   /** How errors are worded (the status always comes from the error's kind). */
   errors?: ErrorMappingOptions;
@@ -70,7 +100,7 @@ export async function createTesseraServer<Engine extends ClosableEngine>(options
   // pluginTimeout 0: the engine plugin resolves when the engine is up; that takes as long as the model and the
   // machine make it, and an engine that fails rejects the start on its own.
   const app = Fastify({ ...options.fastify, logger: options.logger ?? false, forceCloseConnections: 'idle', pluginTimeout: 0 });
-  if (options.validatorCompiler) app.setValidatorCompiler(options.validatorCompiler);
+  app.setValidatorCompiler(options.validatorCompiler ?? TypeBoxValidatorCompiler);
 
   await app.register(gracefulClose({ name: `${name}-graceful-close` }));
   await app.register(
@@ -130,8 +160,9 @@ export async function createTesseraServer<Engine extends ClosableEngine>(options
     return reply.code(h.healthy ? 200 : 503).send(h.body);
   });
   app.get('/metrics', async (_request, reply) => {
-    healthy.set(options.health(engine).healthy ? 1 : 0);
-    await collect?.();
+    const up = options.health(engine).healthy;
+    healthy.set(up ? 1 : 0);
+    if (up) await collect?.().catch((err: unknown) => app.log.warn({ err }, 'metrics: sampling the engine failed'));
     return reply.type(registry.contentType).send(await registry.metrics());
   });
 
