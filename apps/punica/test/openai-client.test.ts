@@ -54,6 +54,14 @@ describe('completions', () => {
   });
 });
 
+describe('batched prompts and n through the client', () => {
+  it('one choice per prompt × sample, indexed p·n + i', async () => {
+    const res = await client.completions.create({ model: 'sql', prompt: ['SELECT', 'FROM'], n: 2, max_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+    expect(res.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    expect(res.usage).toMatchObject({ completion_tokens: 12 });
+  });
+});
+
 describe('chat completions', () => {
   const messages: OpenAI.ChatCompletionMessageParam[] = [
     { role: 'system', content: 'You write SQL.' },
@@ -103,7 +111,7 @@ describe('errors through the client', () => {
   });
 
   it('bad input is a BadRequestError naming the field', async () => {
-    const err = await client.chat.completions.create({ model: 'sql', messages: [{ role: 'user', content: 'x' }], n: 3 }).catch((e: unknown) => e);
+    const err = await client.chat.completions.create({ model: 'sql', messages: [{ role: 'user', content: 'x' }], n: 0 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('n');
     const tooLong = await client.completions.create({ model: 'sql', prompt: 'x', max_tokens: 4000 }).catch((e: unknown) => e);

@@ -80,8 +80,21 @@ describe('openaiGenerationRoutes', () => {
     expect(chunks.at(-1)!.usage).toMatchObject({ completion_tokens: 2 });
   });
 
+  it('batched prompts × n: one engine request per choice, ids and seeds derived (seed + i), usage counting each prompt once', async () => {
+    const before = submitted.length;
+    const res = await post('/v1/completions', { model: 'base', prompt: [[7, 7], [8]], n: 2, max_tokens: 2, temperature: 1, seed: 10 });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    const mine = submitted.slice(before);
+    expect(mine.map((r) => r.id)).toEqual([0, 1, 2, 3].map((i) => `${body.id}-${i}`));
+    expect(mine.map((r) => r.prompt)).toEqual([[7, 7], [7, 7], [8], [8]]);
+    expect(mine.map((r) => r.sampling.seed)).toEqual([10, 11, 10, 11]);
+    expect(body.choices.map((c: { index: number }) => c.index)).toEqual([0, 1, 2, 3]);
+    expect(body.usage).toEqual({ prompt_tokens: 3, completion_tokens: 8, total_tokens: 11 });
+  });
+
   it('refuses what it cannot honour, an unknown model, and a request over the context', async () => {
-    expect((await post('/v1/completions', { model: 'base', prompt: 'x', n: 2 })).json().error).toMatchObject({ param: 'n' });
+    expect((await post('/v1/completions', { model: 'base', prompt: 'x', n: 200 })).json().error).toMatchObject({ param: 'n' });
     const unknown = await post('/v1/completions', { model: 'nope', prompt: 'x' });
     expect(unknown.statusCode).toBe(404);
     expect(unknown.json().error).toMatchObject({ code: 'model_not_found', param: 'model' });

@@ -1,12 +1,14 @@
 /**
  * The generation path shared by /v1/completions and /v1/chat/completions (routes.ts), after the body passed its schema:
  *
- *   rejectUnsupported  → 400 for fields this server cannot honour (n > 1, logprobs, penalties, …)
+ *   rejectUnsupported  → 400 for fields this server cannot honour (penalties, logit_bias, …)
  *   backend.resolve    → which adapter (the server's 404 for an unknown model name)
  *   tokens + limits    → prompt token ids; max_tokens checked against the context (400 context_length_exceeded)
- *   engine.submit      → the host protocol (worker thread or Redis); the first event is awaited before the status
- *                        line is sent, so a failure at admission is still a proper 4xx/5xx and not a 200 stream with an error in it
- *   respond            → one JSON body, or SSE chunks (`data: {...}`, then `data: [DONE]`)
+ *   planChoices        → one engine request per choice: each prompt × n samples (index p·n + i), seeds derived
+ *   engine.submit      → the host protocol (worker thread or Redis); the first event of every choice is awaited
+ *                        before the status line is sent, so a failure at admission is still a proper 4xx/5xx and
+ *                        not a 200 stream with an error in it
+ *   respond            → one JSON body, or SSE chunks (`data: {...}`, then `data: [DONE]`), choices interleaved
  *
  * A client that disconnects before the end cancels its request in the engine (its KV pages are freed at once).
  */
@@ -14,7 +16,7 @@ import { randomBytes } from 'node:crypto';
 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
-import type { EventStream, FinishedResult, GenerateRequest, StreamOutput, TokenEvent } from '@tessera/cluster';
+import type { DeliveredItem, EventStream, FinishedResult, GenerateRequest, StreamOutput, TokenEvent } from '@tessera/cluster';
 
 import { type ErrorMappingOptions, EngineUnavailableError, errorBody, errorReply, HttpError } from '../http/errors.js';
 import { openStream, sendSse, sseData } from '../http/streams.js';
@@ -64,28 +66,55 @@ export interface SamplingBody {
   logit_bias?: Record<string, number> | null;
 }
 
+/** One choice of a response: one engine request. */
+export interface ChoicePlan {
+  /** The choice's `index`: sample i of prompt p is p·n + i (vLLM's order). */
+  index: number;
+  /** The engine request id: the completion id, with `-<index>` appended when the response has several choices. */
+  requestId: string;
+  /** Which prompt of the request it continues (0 unless the completion's prompt was a list). */
+  promptIndex: number;
+  prompt: number[];
+  maxTokens: number;
+  sampling: GenerateRequest['sampling'];
+}
+
 export interface GenerationPlan {
   id: string;
   /** The `model` the client sent, echoed in responses (as OpenAI and vLLM do). */
   model: string;
   adapter: string | null;
-  prompt: number[];
-  maxTokens: number;
-  sampling: GenerateRequest['sampling'];
+  /** In `index` order: prompts × n. */
+  choices: ChoicePlan[];
   stop: string[];
   ignoreEos: boolean;
   stream: boolean;
   includeUsage: boolean;
 }
 
+/** A generated token as the routes see it (the host protocol's token event, delivered). */
+export type DeliveredToken = DeliveredItem<TokenEvent>;
+
+/** What one choice produced, for the non-streaming body. */
+export interface ChoiceOutcome {
+  plan: ChoicePlan;
+  text: string;
+  finishReason: FinishReason;
+  /** Every generated token (an ending EOS included), in order. */
+  tokens: DeliveredToken[];
+}
+
 /** How one endpoint shapes its bodies and chunks. */
 export interface ResponseShape {
-  /** The non-streaming body. */
-  body(plan: GenerationPlan, created: number, result: FinishedResult, usage: Usage): unknown;
-  /** Chunks sent before any token (chat: the assistant role delta). */
-  opening(plan: GenerationPlan, created: number): unknown[];
-  /** A chunk carrying generated text, or the closing chunk with the finish reason. */
-  chunk(plan: GenerationPlan, created: number, text: string, finishReason: FinishReason): unknown;
+  /** The non-streaming body (choices in index order). */
+  body(plan: GenerationPlan, created: number, choices: ChoiceOutcome[], usage: Usage): unknown;
+  /** Chunks sent for a choice before any of its tokens (chat: the assistant role delta). */
+  opening(plan: GenerationPlan, created: number, choice: ChoicePlan): unknown[];
+  /**
+   * A chunk carrying one generated token of a choice (`token`; its text may be empty: held back for a possible stop
+   * string or a split character, or an EOS), or the choice's closing chunk (`token` null) with its finish reason.
+   */
+  chunk(plan: GenerationPlan, created: number, choice: ChoicePlan, text: string, token: DeliveredToken | null, finishReason: FinishReason): unknown;
   /** The usage-only chunk of `stream_options.include_usage`. */
   usageChunk(plan: GenerationPlan, created: number, usage: Usage): unknown;
 }
@@ -99,9 +128,6 @@ function nonZero(v: number | null | undefined): boolean {
 
 /** 400 for known fields the server cannot honour: they change results, so they are never silently ignored. */
 export function rejectUnsupportedSampling(body: SamplingBody): void {
-  if (body.n !== undefined && body.n !== null && body.n > 1) {
-    throw badRequest(`n = ${body.n} is not supported: this server returns one choice per request; send ${body.n} requests (with different seeds) instead`, 'n');
-  }
   if (nonZero(body.presence_penalty)) throw badRequest('presence_penalty is not supported (only 0)', 'presence_penalty');
   if (nonZero(body.frequency_penalty)) throw badRequest('frequency_penalty is not supported (only 0)', 'frequency_penalty');
   if (body.logit_bias && Object.keys(body.logit_bias).length > 0) throw badRequest('logit_bias is not supported', 'logit_bias');
@@ -168,54 +194,171 @@ export function usageOf(result: Pick<FinishedResult, 'promptTokens' | 'completio
   return { prompt_tokens: result.promptTokens, completion_tokens: result.completionTokens, total_tokens: result.promptTokens + result.completionTokens };
 }
 
-/** Submits the plan and answers the HTTP request: a JSON body, or an SSE stream. */
+/** Most choices one request may ask for (prompts × n). */
+export const MAX_CHOICES = 128;
+
+/**
+ * The seed of sample `i` of a prompt when the request gives `seed`: `seed + i` (vLLM's derivation for n > 1), or
+ * `seed − i` where `seed + i` would pass Number.MAX_SAFE_INTEGER. Sample 0 uses the request's seed itself, so n = 1
+ * gives what it gave before; distinct samples get distinct streams.
+ */
+export function sampleSeed(seed: number, i: number): number {
+  return Number.isSafeInteger(seed + i) ? seed + i : seed - i;
+}
+
+/**
+ * The choices of a request: for each prompt, `n` samples (index p·n + i), each its own engine request. Sample i
+ * of a seeded request uses sampleSeed(seed, i); an unseeded sampled request draws a random seed per sample.
+ * `budget(prompt, p)` is each prompt's completion length (its context check).
+ */
+export function planChoices(
+  id: string,
+  prompts: readonly number[][],
+  n: number,
+  sampling: GenerateRequest['sampling'],
+  seeded: boolean,
+  budget: (prompt: number[], p: number) => number,
+): ChoicePlan[] {
+  const total = prompts.length * n;
+  if (total > MAX_CHOICES) {
+    throw badRequest(`${prompts.length} prompt(s) × n = ${n} asks for ${total} choices; at most ${MAX_CHOICES} per request`, prompts.length > 1 ? 'prompt' : 'n');
+  }
+  const choices: ChoicePlan[] = [];
+  prompts.forEach((prompt, p) => {
+    const maxTokens = budget(prompt, p);
+    for (let i = 0; i < n; i++) {
+      const index = p * n + i;
+      let s = sampling;
+      if (i > 0 && sampling.seed !== undefined) {
+        s = { ...sampling, seed: seeded ? sampleSeed(sampling.seed, i) : randomBytes(4).readUInt32LE(0) };
+      }
+      choices.push({ index, requestId: total === 1 ? id : `${id}-${index}`, promptIndex: p, prompt, maxTokens, sampling: s });
+    }
+  });
+  return choices;
+}
+
+type Outputs = AsyncGenerator<StreamOutput<TokenEvent, FinishedResult>>;
+
+/**
+ * Submits every choice of the plan and answers the HTTP request: one JSON body with the choices in index order, or
+ * one SSE stream where the choices' chunks interleave as their tokens come (each chunk names its choice's index).
+ * Every generated token is one chunk (its text may be empty: held back for a stop string or a split character,
+ * or an EOS); each choice then gets a closing chunk with its finish reason, so a choice's token chunks number
+ * exactly its completion tokens. `usage` sums the choices' completion tokens and counts each prompt once.
+ */
 export async function respond(backend: GenerationBackend, plan: GenerationPlan, shape: ResponseShape, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  const { id, adapter, prompt, maxTokens, sampling, stop, ignoreEos } = plan;
+  const { adapter, stop, ignoreEos } = plan;
   const requestError = (err: unknown) => (backend.requestError ? backend.requestError(err, plan.model) : err);
-  let outputs: AsyncGenerator<StreamOutput<TokenEvent, FinishedResult>>;
+  const cancelAll = () => {
+    for (const c of plan.choices) backend.cancel(c.requestId);
+  };
+  let outputs: Outputs[];
   try {
-    const stream = backend.submit({ id, adapter, prompt, maxTokens, sampling, stop, ignoreEos });
-    // The status line waits for the first event: an error at admission (adapter gone, adapter load failed) still
-    // gets its own status code. A client that goes away cancels the request (its KV pages are freed at once).
-    outputs = await openStream(request, reply, stream, () => backend.cancel(id));
+    const streams = plan.choices.map((c) =>
+      backend.submit({ id: c.requestId, adapter, prompt: c.prompt, maxTokens: c.maxTokens, sampling: c.sampling, stop, ignoreEos }),
+    );
+    // The status line waits for the first event of every choice: an error at admission (adapter gone, adapter
+    // load failed) still gets its own status code. A client that goes away cancels the requests (their KV pages
+    // are freed at once).
+    const opened = await Promise.allSettled(streams.map((stream, i) => openStream(request, reply, stream, () => backend.cancel(plan.choices[i]!.requestId))));
+    const failed = opened.find((o) => o.status === 'rejected');
+    if (failed) {
+      cancelAll();
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    outputs = opened.map((o) => (o as PromiseFulfilledResult<Outputs>).value);
   } catch (err) {
     throw requestError(err);
   }
   const created = Math.floor(Date.now() / 1000);
+  const promptTokens = distinctPromptTokens(plan.choices);
+  const usage = (completionTokens: number): Usage => ({ prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens });
 
   if (!plan.stream) {
-    let text = '';
-    for await (const e of outputs) {
-      if (e.type === 'error') throw requestError(e.error);
-      if (e.type === 'token') text += e.text;
-      else {
-        const result = { ...e.result, text: e.result.text || text };
-        return reply.send(shape.body(plan, created, result, usageOf(result)));
-      }
+    try {
+      const outcomes = await Promise.all(
+        outputs.map(async (out, i): Promise<ChoiceOutcome & { completionTokens: number }> => {
+          const choice = plan.choices[i]!;
+          let text = '';
+          const tokens: DeliveredToken[] = [];
+          for await (const e of out) {
+            if (e.type === 'error') throw e.error;
+            if (e.type === 'token') {
+              tokens.push(e);
+              text += e.text;
+            } else {
+              return { plan: choice, text: e.result.text || text, finishReason: e.result.finishReason === 'length' ? 'length' : 'stop', tokens, completionTokens: e.result.completionTokens };
+            }
+          }
+          throw new EngineUnavailableError(`request ${choice.requestId} ended without a result`);
+        }),
+      );
+      return reply.send(shape.body(plan, created, outcomes, usage(outcomes.reduce((n, o) => n + o.completionTokens, 0))));
+    } catch (err) {
+      cancelAll();
+      throw requestError(err);
     }
-    throw new EngineUnavailableError(`request ${id} ended without a result`);
   }
 
   async function* frames(): AsyncGenerator<string> {
     try {
-      for (const chunk of shape.opening(plan, created)) yield sseData(chunk);
-      for await (const e of outputs) {
+      for (const choice of plan.choices) for (const chunk of shape.opening(plan, created, choice)) yield sseData(chunk);
+      let completionTokens = 0;
+      for await (const { i, output: e } of merge(outputs)) {
+        const choice = plan.choices[i]!;
         if (e.type === 'token') {
-          // Text held back (a possible stop string, a split UTF-8 character) arrives with a later token.
-          if (e.text.length > 0) yield sseData(shape.chunk(plan, created, e.text, null));
+          yield sseData(shape.chunk(plan, created, choice, e.text, e, null));
           continue;
         }
         if (e.type === 'finish') {
+          // A cancelled request (the client went away) ends the response without its closing chunk.
           if (e.result.finishReason === 'cancelled') return;
-          yield sseData(shape.chunk(plan, created, '', openAiFinishReason(e.result.finishReason)));
-          if (plan.includeUsage) yield sseData(shape.usageChunk(plan, created, usageOf(e.result)));
-        } else yield sseData(errorBody(errorReply(requestError(e.error), backend.errors)));
+          completionTokens += e.result.completionTokens;
+          yield sseData(shape.chunk(plan, created, choice, '', null, openAiFinishReason(e.result.finishReason)));
+          continue;
+        }
+        yield sseData(errorBody(errorReply(requestError(e.error), backend.errors)));
         yield SSE_DONE;
         return;
       }
+      if (plan.includeUsage) yield sseData(shape.usageChunk(plan, created, usage(completionTokens)));
+      yield SSE_DONE;
     } finally {
-      backend.cancel(id);
+      cancelAll();
     }
   }
   return sendSse(reply, frames());
+}
+
+/** Prompt tokens of a request: each prompt once, however many samples it has (as vLLM counts them). */
+function distinctPromptTokens(choices: readonly ChoicePlan[]): number {
+  const seen = new Set<number>();
+  let total = 0;
+  for (const c of choices) {
+    if (seen.has(c.promptIndex)) continue;
+    seen.add(c.promptIndex);
+    total += c.prompt.length;
+  }
+  return total;
+}
+
+/** The outputs of several streams as they come, each with its stream's position; ends when all have ended. */
+async function* merge(outputs: readonly Outputs[]): AsyncGenerator<{ i: number; output: StreamOutput<TokenEvent, FinishedResult> }> {
+  const pending = new Map<number, Promise<{ i: number; next: IteratorResult<StreamOutput<TokenEvent, FinishedResult>> }>>();
+  const pull = (i: number) => pending.set(i, outputs[i]!.next().then((next) => ({ i, next })));
+  outputs.forEach((_, i) => pull(i));
+  try {
+    while (pending.size > 0) {
+      const { i, next } = await Promise.race(pending.values());
+      if (next.done) {
+        pending.delete(i);
+        continue;
+      }
+      pull(i);
+      yield { i, output: next.value };
+    }
+  } finally {
+    for (const out of outputs) void out.return(undefined);
+  }
 }

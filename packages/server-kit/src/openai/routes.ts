@@ -1,12 +1,14 @@
 /**
  * OpenAI's generation endpoints, for any server whose engine streams tokens over the host protocol:
  *
- *   POST /v1/completions        `prompt` is a string or token ids (or a one-element list of either); without
- *                               max_tokens, 16 tokens (OpenAI's default for this API)
+ *   POST /v1/completions        `prompt` is a string, token ids, or a list of either (a batch: one engine request
+ *                               per prompt, choices in prompt order); without max_tokens, 16 tokens (OpenAI's
+ *                               default for this API)
  *   POST /v1/chat/completions   `messages` through the chat template (chat-template.ts); without max_tokens /
  *                               max_completion_tokens, whatever the context leaves after the prompt (as vLLM)
  *
- * `model` picks the base model or an adapter (the server's `resolve`); both stream with `stream: true`.
+ * `model` picks the base model or an adapter (the server's `resolve`); both stream with `stream: true`; both take
+ * `n` (n samples per prompt, choice index p·n + i; with `seed`, sample i uses seed + i).
  *
  *   await app.register(openaiGenerationRoutes, { backend: { resolve, tokenizer, contextLength, vocabSize, submit, cancel } });
  *
@@ -22,7 +24,9 @@ import {
   completionId,
   DEFAULT_COMPLETION_MAX_TOKENS,
   type GenerationBackend,
+  type ChoiceOutcome,
   type GenerationPlan,
+  planChoices,
   type ResponseShape,
   rejectUnsupportedSampling,
   respond,
@@ -31,22 +35,24 @@ import {
 } from './generation.js';
 import { ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ErrorBody } from './schemas.js';
 
+const finishOf = (o: ChoiceOutcome) => o.finishReason;
+
 const completionShape: ResponseShape = {
-  body: (plan, created, result, usage) => ({
+  body: (plan, created, choices, usage) => ({
     id: plan.id,
     object: 'text_completion',
     created,
     model: plan.model,
-    choices: [{ index: 0, text: result.text, logprobs: null, finish_reason: result.finishReason === 'length' ? 'length' : 'stop' }],
+    choices: choices.map((o) => ({ index: o.plan.index, text: o.text, logprobs: null, finish_reason: finishOf(o) })),
     usage,
   }),
   opening: () => [],
-  chunk: (plan, created, text, finishReason) => ({
+  chunk: (plan, created, choice, text, _token, finishReason) => ({
     id: plan.id,
     object: 'text_completion',
     created,
     model: plan.model,
-    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason }],
+    choices: [{ index: choice.index, text, logprobs: null, finish_reason: finishReason }],
   }),
   usageChunk: (plan, created, usage) => ({ id: plan.id, object: 'text_completion', created, model: plan.model, choices: [], usage }),
 };
@@ -54,30 +60,23 @@ const completionShape: ResponseShape = {
 const CHAT_CHUNK = 'chat.completion.chunk';
 
 const chatShape: ResponseShape = {
-  body: (plan, created, result, usage) => ({
+  body: (plan, created, choices, usage) => ({
     id: plan.id,
     object: 'chat.completion',
     created,
     model: plan.model,
-    choices: [
-      {
-        index: 0,
-        message: { role: 'assistant', content: result.text },
-        logprobs: null,
-        finish_reason: result.finishReason === 'length' ? 'length' : 'stop',
-      },
-    ],
+    choices: choices.map((o) => ({ index: o.plan.index, message: { role: 'assistant', content: o.text }, logprobs: null, finish_reason: finishOf(o) })),
     usage,
   }),
-  opening: (plan, created) => [
-    { id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
+  opening: (plan, created, choice) => [
+    { id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [{ index: choice.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
   ],
-  chunk: (plan, created, text, finishReason) => ({
+  chunk: (plan, created, choice, text, _token, finishReason) => ({
     id: plan.id,
     object: CHAT_CHUNK,
     created,
     model: plan.model,
-    choices: [{ index: 0, delta: finishReason === null ? { content: text } : {}, logprobs: null, finish_reason: finishReason }],
+    choices: [{ index: choice.index, delta: finishReason === null ? { content: text } : {}, logprobs: null, finish_reason: finishReason }],
   }),
   usageChunk: (plan, created, usage) => ({ id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [], usage }),
 };
@@ -95,15 +94,14 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
       if (body.suffix) throw badRequest('suffix is not supported', 'suffix');
 
       const { adapter } = backend.resolve(body.model);
-      const prompt = promptTokens(body.prompt, backend.tokenizer, backend.vocabSize);
-      const maxTokens = completionBudget(prompt.length, body.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, backend.contextLength, 'prompt');
+      const prompts = promptTokens(body.prompt, backend.tokenizer, backend.vocabSize);
+      const id = completionId('cmpl-');
+      const budget = (prompt: number[]) => completionBudget(prompt.length, body.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, backend.contextLength, 'prompt');
       const plan: GenerationPlan = {
-        id: completionId('cmpl-'),
+        id,
         model: body.model,
         adapter,
-        prompt,
-        maxTokens,
-        sampling: samplingOf(body),
+        choices: planChoices(id, prompts, body.n ?? 1, samplingOf(body), body.seed != null, budget),
         stop: stopStrings(body.stop),
         ignoreEos: body.ignore_eos ?? false,
         stream: body.stream ?? false,
@@ -134,13 +132,13 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
 
       const { adapter } = backend.resolve(body.model);
       const prompt = backend.tokenizer.encode(renderChat(body.messages));
+      const id = completionId('chatcmpl-');
+      const budget = () => completionBudget(prompt.length, maxCompletionTokens ?? maxTokens, null, backend.contextLength, 'messages');
       const plan: GenerationPlan = {
-        id: completionId('chatcmpl-'),
+        id,
         model: body.model,
         adapter,
-        prompt,
-        maxTokens: completionBudget(prompt.length, maxCompletionTokens ?? maxTokens, null, backend.contextLength, 'messages'),
-        sampling: samplingOf(body),
+        choices: planChoices(id, [prompt], body.n ?? 1, samplingOf(body), body.seed != null, budget),
         stop: stopStrings(body.stop),
         ignoreEos: body.ignore_eos ?? false,
         stream: body.stream ?? false,
@@ -151,21 +149,26 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
   );
 };
 
-/** The prompt as token ids: text is encoded (BOS included, by the tokenizer's template); ids are checked. */
-export function promptTokens(prompt: CompletionRequest['prompt'], tokenizer: { encode(text: string): number[] }, vocabSize: number): number[] {
-  let single: string | number[];
-  if (typeof prompt === 'string') single = prompt;
-  else if (prompt.length > 0 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) {
-    if (prompt.length > 1) throw badRequest(`batched prompts are not supported: got ${prompt.length} prompts, send one per request`, 'prompt');
-    single = prompt[0] as string | number[];
-  } else single = prompt as number[];
+/**
+ * The prompts as token-id lists: a string, a list of token ids, a list of strings or a list of token-id lists (a
+ * batch: one prompt each). Text is encoded (BOS included, by the tokenizer's template); ids are checked.
+ */
+export function promptTokens(prompt: CompletionRequest['prompt'], tokenizer: { encode(text: string): number[] }, vocabSize: number): number[][] {
+  if (typeof prompt === 'string') return [onePrompt(prompt, tokenizer, vocabSize, 'prompt')];
+  if (prompt.length > 0 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) {
+    const list = prompt as (string | number[])[];
+    return list.map((p, i) => onePrompt(p, tokenizer, vocabSize, list.length === 1 ? 'prompt' : `prompt[${i}]`));
+  }
+  return [onePrompt(prompt as number[], tokenizer, vocabSize, 'prompt')];
+}
 
+function onePrompt(single: string | number[], tokenizer: { encode(text: string): number[] }, vocabSize: number, name: string): number[] {
   if (typeof single === 'string') {
-    if (single.length === 0) throw badRequest('prompt must not be empty', 'prompt');
+    if (single.length === 0) throw badRequest(`${name} must not be empty`, 'prompt');
     return tokenizer.encode(single);
   }
-  if (single.length === 0) throw badRequest('prompt must not be empty', 'prompt');
+  if (single.length === 0) throw badRequest(`${name} must not be empty`, 'prompt');
   const bad = single.findIndex((t) => t >= vocabSize);
-  if (bad >= 0) throw badRequest(`prompt[${bad}] = ${single[bad]} is not a token id of this model (vocabulary size ${vocabSize})`, 'prompt');
+  if (bad >= 0) throw badRequest(`${name}[${bad}] = ${single[bad]} is not a token id of this model (vocabulary size ${vocabSize})`, 'prompt');
   return [...single];
 }

@@ -2,7 +2,7 @@
  * TypeBox schemas of the OpenAI-compatible API: request bodies (validated by fastify before a handler runs) and
  * response bodies (they also drive fast serialization). Field names and shapes follow OpenAI's API and vLLM's
  * extensions (`top_k`, `ignore_eos`). Unknown request fields are accepted and ignored,
- * as OpenAI and vLLM do; known fields this server cannot honour (n > 1, logprobs, penalties, tools, …) are
+ * as OpenAI and vLLM do; known fields this server cannot honour (penalties, logit_bias, tools, …) are
  * rejected by the routes with a 400 that names them, never silently ignored.
  */
 import { type Static, type TSchema, Type } from 'typebox';
@@ -44,7 +44,7 @@ const samplingFields = {
 export const CompletionRequest = Type.Object(
   {
     ...samplingFields,
-    /** A string, token ids, or a one-element list of either (batched prompts are not supported). */
+    /** A string, token ids, or a list of either (a batch of prompts). */
     prompt: Type.Union([Type.String(), TokenIds, Type.Array(Type.String(), { minItems: 1 }), Type.Array(TokenIds, { minItems: 1 })]),
     echo: Type.Optional(Nullable(Type.Boolean())),
     logprobs: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
@@ -86,7 +86,7 @@ export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
 
 /** Friendlier messages for the union-typed fields, whose raw schema errors list every branch. */
 export const UNION_FIELD_HINTS: Readonly<Record<string, string>> = {
-  prompt: 'must be a string, an array of token ids, or a one-element array of either',
+  prompt: 'must be a string, an array of token ids, or an array of either',
   stop: 'must be a non-empty string or an array of at most 16 non-empty strings',
   content: 'must be a string, an array of content parts, or null',
   role: "must be one of 'system', 'developer', 'user', 'assistant'",
