@@ -166,3 +166,77 @@ describe('usage equals what was streamed', () => {
     expect(heldBack).toBeGreaterThan(0);
   });
 });
+
+describe('logprobs', () => {
+  interface CompletionLogprobs {
+    tokens: string[];
+    token_logprobs: number[];
+    top_logprobs: Record<string, number>[];
+    text_offset: number[];
+  }
+
+  it('completions logprobs: k: per token its text, logprob, the top k (with the chosen one) and text offsets; the same when streamed', async () => {
+    const req = { model: 'alpha', prompt: 'Hello there', max_tokens: 8, temperature: 0, ignore_eos: true, logprobs: 3 };
+    const body = (await post('/v1/completions', req)).json();
+    const lp = body.choices[0].logprobs as CompletionLogprobs;
+    expect(lp.tokens).toHaveLength(8);
+    expect(lp.token_logprobs).toHaveLength(8);
+    expect(lp.top_logprobs).toHaveLength(8);
+    let offset = 0;
+    lp.tokens.forEach((token, i) => {
+      expect(lp.text_offset[i]).toBe(offset);
+      offset += token.length;
+      const top = lp.top_logprobs[i]!;
+      const values = Object.values(top);
+      expect(values.length).toBeGreaterThanOrEqual(1);
+      expect(values.length).toBeLessThanOrEqual(4);
+      // Greedy: the chosen token is the most likely one.
+      expect(top[token]).toBeCloseTo(lp.token_logprobs[i]!, 6);
+      expect(Math.max(...values)).toBeCloseTo(lp.token_logprobs[i]!, 6);
+      expect(values.reduce((n, v) => n + Math.exp(v), 0)).toBeLessThanOrEqual(1 + 1e-6);
+      for (const v of values) expect(v).toBeLessThanOrEqual(0);
+    });
+
+    const chunks = await streamed('/v1/completions', req);
+    const merged: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+    for (const c of chunks) {
+      const part = c.choices[0]!.logprobs as CompletionLogprobs | null;
+      if (c.choices[0]!.finish_reason !== null) {
+        expect(part).toBeNull();
+        continue;
+      }
+      for (const k of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'] as const) (merged[k] as unknown[]).push(...part![k]);
+    }
+    expect(merged).toEqual(lp);
+    // logprobs: 0 gives the chosen token's logprob alone.
+    const zero = (await post('/v1/completions', { ...req, logprobs: 0 })).json().choices[0].logprobs as CompletionLogprobs;
+    expect(zero.token_logprobs).toEqual(lp.token_logprobs);
+    zero.top_logprobs.forEach((top, i) => expect(top).toEqual({ [zero.tokens[i]!]: zero.token_logprobs[i] }));
+  });
+
+  it('chat logprobs: true, top_logprobs: k → content entries with bytes; the same numbers as completions over the same prompt', async () => {
+    const messages = [{ role: 'user', content: 'Hi there' }];
+    const body = (await post('/v1/chat/completions', { model: 'alpha', messages, max_tokens: 5, temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2 })).json();
+    const content = body.choices[0].logprobs.content as { token: string; logprob: number; bytes: number[]; top_logprobs: { token: string; logprob: number; bytes: number[] }[] }[];
+    expect(content).toHaveLength(5);
+    for (const entry of content) {
+      expect(entry.bytes).toEqual([...Buffer.from(entry.token, 'utf8')]);
+      expect(entry.top_logprobs).toHaveLength(2);
+      expect(entry.top_logprobs[0]!.logprob).toBeCloseTo(entry.logprob, 6);
+      expect(entry.top_logprobs[0]!.logprob).toBeGreaterThanOrEqual(entry.top_logprobs[1]!.logprob);
+    }
+    const ids = app.tokenizer.encode('user: Hi there\nassistant:');
+    const completion = (await post('/v1/completions', { model: 'alpha', prompt: ids, max_tokens: 5, temperature: 0, ignore_eos: true, logprobs: 2 })).json();
+    expect(completion.choices[0].logprobs.token_logprobs).toEqual(content.map((e) => e.logprob));
+    // Without logprobs, null; top_logprobs alone or over 20 is refused.
+    expect((await post('/v1/chat/completions', { model: 'alpha', messages, max_tokens: 2 })).json().choices[0].logprobs).toBeNull();
+    for (const bad of [{ top_logprobs: 2 }, { logprobs: true, top_logprobs: 21 }]) {
+      const res = await post('/v1/chat/completions', { model: 'alpha', messages, max_tokens: 2, ...bad });
+      expect(res.statusCode).toBe(400);
+      expect(res.json().error.param).toBe('top_logprobs');
+    }
+    const over = await post('/v1/completions', { model: 'alpha', prompt: 'x', logprobs: 21 });
+    expect(over.statusCode).toBe(400);
+    expect(over.json().error.param).toBe('logprobs');
+  });
+});

@@ -377,7 +377,7 @@ export class Scheduler {
       s.nextToken = r.token;
       s.generated.push(r.token);
       this.counters.tokensGenerated++;
-      this.emit(s, { kind: 'token', id: s.id, token: r.token, text: r.text });
+      this.emit(s, r.logprobs ? { kind: 'token', id: s.id, token: r.token, text: r.text, logprobs: r.logprobs } : { kind: 'token', id: s.id, token: r.token, text: r.text });
       if (r.finish !== null) {
         finished.push(s.id);
         this.finish(s, r.finish);

@@ -1,5 +1,5 @@
 /** The batcher's public shapes (contract C4). Plain data; the step-plan contract itself is @tessera/core's. */
-import type { FinishReason, StepSamplingParams, StepSegment } from '@tessera/core';
+import type { FinishReason, StepSamplingParams, StepSegment, TokenLogprobs } from '@tessera/core';
 
 /**
  * Where adapter weights live. The batcher asks it whether an adapter is on the device, starts loads, and pins an
@@ -43,6 +43,8 @@ export interface BatcherRequest {
    * onToken is the token after them.
    */
   generated?: readonly number[];
+  /** Report each token's log-probability and this many alternatives (the runner's RunnerRequest.logprobs). */
+  logprobs?: number;
 }
 
 /** @tessera/core's FinishReason. */
@@ -62,7 +64,7 @@ export interface FinishedRequest {
 /** Callbacks of one request. They run synchronously inside step(); an exception thrown by one cancels the request. */
 export interface RequestListener {
   /** Each generated token, once, in order, with the text it made safe to show ('' while held back). */
-  onToken?(token: number, textDelta: string): void;
+  onToken?(token: number, textDelta: string, logprobs?: TokenLogprobs): void;
   onFinish?(result: FinishedRequest): void;
   /** The request failed (its adapter could not be loaded, or its step's forward threw); nothing more follows. */
   onError?(err: Error): void;
@@ -87,7 +89,7 @@ export type KvExhaustionPolicy = 'requeue' | 'evict';
  * add), error (an adapter that could not be loaded, a failed forward) or evicted (kvExhaustion 'evict').
  */
 export type SchedulerEvent =
-  | { kind: 'token'; id: string; token: number; text: string }
+  | { kind: 'token'; id: string; token: number; text: string; logprobs?: TokenLogprobs }
   | { kind: 'finish'; id: string; finishReason: BatcherFinishReason; tokens: number[]; promptTokens: number; completionTokens: number }
   | { kind: 'error'; id: string; error: Error }
   | { kind: 'evicted'; id: string; generated: number[] };

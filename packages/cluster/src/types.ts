@@ -8,7 +8,7 @@
  *   host ──finish/error/evicted──▶ scheduler (capacity freed, migration)
  *   host ──HostLoad (with a TTL when distributed)──▶ scheduler (placement; a silent host is lost)
  */
-import type { FinishReason, SerializedError } from '@tessera/core';
+import type { FinishReason, SerializedError, TokenLogprobs } from '@tessera/core';
 
 /** Sampling parameters, as the batcher takes them. */
 export interface SamplingOptions {
@@ -30,6 +30,8 @@ export interface GenerateRequest {
   sampling: SamplingOptions;
   stop: string[];
   ignoreEos: boolean;
+  /** Report each token's log-probability and this many most likely alternatives (0..20); absent: none. */
+  logprobs?: number;
 }
 
 /**
@@ -133,7 +135,7 @@ export type HostMessage<Event, Notice> = { event: Event } | { notice: Notice };
 // ─── Punica's instance ─────────────────────────────────────────────────────────────────────────────────────────
 
 /** A generated token: `index` is its position in the whole generated sequence (0-based, across attempts). */
-export type TokenEvent = ItemEvent<'token', { token: number; text: string }>;
+export type TokenEvent = ItemEvent<'token', { token: number; text: string; logprobs?: TokenLogprobs }>;
 
 /**
  * What a host emits about one placement. `index` is the token's position in the whole generated sequence

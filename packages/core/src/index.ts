@@ -43,4 +43,6 @@ export type {
   RunnerRequest,
   ModelLimits,
   StepExecutor,
+  TokenLogprobs,
 } from './step-plan.js';
+export { MAX_TOP_LOGPROBS } from './step-plan.js';

@@ -61,9 +61,26 @@ export interface StepPlan {
 /** Why a runner ended a sequence: FinishReason less 'cancelled' (which only a scheduler decides). */
 export type StopReason = Exclude<FinishReason, 'cancelled'>;
 
+/**
+ * Log-probabilities of one sampled token: the log-softmax (in float64) of the raw logits row it was sampled from,
+ * before temperature, top-k and top-p (vLLM's default `logprobs_mode`). Only for a request opened with `logprobs`.
+ */
+export interface TokenLogprobs {
+  /** The sampled token's log-probability. */
+  logprob: number;
+  /** The request's `logprobs` most likely tokens, most likely first (ties: lower id first). */
+  top: { token: number; logprob: number }[];
+}
+
+/** Most alternatives a request may ask for per token (OpenAI's and vLLM's default cap). */
+export const MAX_TOP_LOGPROBS = 20;
+
 export type RowResult =
-  /** The sequence sampled `token`; `text` is what became safe to show; `finish` ends the request. */
-  | { kind: 'token'; requestId: string; token: number; text: string; finish: StopReason | null }
+  /**
+   * The sequence sampled `token`; `text` is what became safe to show; `finish` ends the request; `logprobs` is
+   * there when the request was opened with `logprobs`.
+   */
+  | { kind: 'token'; requestId: string; token: number; text: string; finish: StopReason | null; logprobs?: TokenLogprobs | undefined }
   /** The sequence could not run (its adapter could not be resolved, the forward threw, sampling threw). */
   | { kind: 'failed'; requestId: string; error: Error };
 
@@ -99,6 +116,8 @@ export interface RunnerRequest {
   ignoreEos?: boolean | undefined;
   /** Tokens generated before (a migrated or resumed request): replayed through the stop conditions. */
   generated?: readonly number[] | undefined;
+  /** Report each sampled token's log-probability and this many most likely alternatives (0..MAX_TOP_LOGPROBS); absent: none. */
+  logprobs?: number | undefined;
 }
 
 /** The model limits a scheduler validates requests against. */

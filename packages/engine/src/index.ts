@@ -87,6 +87,7 @@ export { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from './hooks/lora-
 export { type KvBlockTable, type KvCacheShape, type KvCacheStats, type KvLayerTensors, PagedKvCache, type PagedKvCacheOptions, pagesForLength } from './kv/paged-kv-cache.js';
 export { argmax, createSampler, type Sampler, type SamplingParams } from './sampling/sampler.js';
 export { type StopReason, StopChecker, type StopCheckerOptions, type StopStep } from './sampling/stop.js';
+export { logSumExp, MAX_TOP_LOGPROBS, tokenLogprobs, validateTopLogprobs } from './sampling/logprobs.js';
 export { type GenerateOptions, type GenerateRequest, type GenerateResult, generateBatch } from './generate.js';
 export { StepRunner, type StepRunnerModel, type StepRunnerOptions } from './runner/step-runner.js';
 

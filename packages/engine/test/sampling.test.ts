@@ -4,6 +4,7 @@ import { randomFloats, rng } from '@tessera/test-utils';
 import { describe, expect, it } from 'vitest';
 import { argmax, createSampler, type SamplingParams } from '../src/sampling/sampler.js';
 import { type StopReason, StopChecker, type StopStep } from '../src/sampling/stop.js';
+import { tokenLogprobs, validateTopLogprobs } from '../src/sampling/logprobs.js';
 
 /**
  * The filtered distribution, computed the slow obvious way: full sort (logit desc, id asc), keep k, softmax of
@@ -436,5 +437,20 @@ describe('StopChecker without a decode function', () => {
     expect(long.push(9)).toEqual({ text: '', finished: 'length' });
     expect(() => long.push(1)).toThrow(/already finished/);
     expect(() => new StopChecker({ eosTokenIds: [9], maxTokens: 2, decode: null, stopStrings: ['x'] })).toThrow(/stop strings need a decode function/);
+  });
+});
+
+describe('tokenLogprobs', () => {
+  it('log-softmax in float64 of the raw row; top k most likely first, ties by lower id; k = 0 gives none', () => {
+    const row = new Float32Array([1, 3, 3, 2, -Infinity]);
+    const lse = Math.log(Math.exp(1) + 2 * Math.exp(3) + Math.exp(2));
+    const r = tokenLogprobs(row, 3, 3);
+    expect(r.logprob).toBeCloseTo(2 - lse, 12);
+    expect(r.top.map((t) => t.token)).toEqual([1, 2, 3]);
+    expect(r.top[0]!.logprob).toBeCloseTo(3 - lse, 12);
+    expect(tokenLogprobs(row, 4, 0)).toEqual({ logprob: -Infinity, top: [] });
+    expect(tokenLogprobs(row, 0, 9).top.map((t) => t.token)).toEqual([1, 2, 3, 0, 4]);
+    expect(() => validateTopLogprobs(21)).toThrow(/from 0 to 20/);
+    expect(() => validateTopLogprobs(1.5)).toThrow();
   });
 });

@@ -140,6 +140,39 @@ describe('StepRunner', () => {
     cache.dispose();
   });
 
+  it('logprobs: the sampled token and the top k under a float64 log-softmax of the same raw logits (direct forward)', () => {
+    const tokens = prompt(6, 9);
+    const cache = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
+    const runner = new StepRunner({ model, cache, deltas: [delta] });
+    cache.allocator.addSequence('s');
+    cache.allocator.reserve('s', tokens.length);
+    runner.open({ id: 'r', maxTokens: 4, ignoreEos: true, sampling: { temperature: 0.8, seed: 5 }, logprobs: 5 });
+    runner.open({ id: 'plain', maxTokens: 4, ignoreEos: true });
+    const rows: PlannedSequence[] = [{ requestId: 'r', seqId: 's', adapter: 'lora', kind: 'prefill', tokens, position: 0 }];
+    const [res] = runner.run({ step: 1, sequences: rows, segments: segmentsOf(rows), rows: tokens.length, reserved: [], released: [] }).results;
+    if (res?.kind !== 'token') throw new Error('expected a token');
+
+    const direct = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
+    direct.addSequence('d');
+    direct.reserve('d', tokens.length);
+    const out = model.forward([{ id: 'd', tokens, key: 'lora' }], { cache: direct, deltas: [delta], logits: 'last' });
+    const logits = Array.from(out.logits!.toArray() as Float32Array, Number);
+    out.logits!.dispose();
+    direct.dispose();
+    const max = Math.max(...logits);
+    const lse = max + Math.log(logits.reduce((sum, x) => sum + Math.exp(x - max), 0));
+    const want = logits.map((x) => x - lse);
+    expect(res.logprobs).toBeDefined();
+    expect(Math.abs(res.logprobs!.logprob - want[res.token]!)).toBeLessThan(1e-4);
+    const order = want.map((lp, id) => ({ id, lp })).sort((a, b) => b.lp - a.lp || a.id - b.id).slice(0, 5);
+    expect(res.logprobs!.top.map((t) => t.token)).toEqual(order.map((o) => o.id));
+    res.logprobs!.top.forEach((t, i) => expect(Math.abs(t.logprob - order[i]!.lp)).toBeLessThan(1e-4));
+    expect(() => runner.open({ id: 'bad', maxTokens: 1, logprobs: 21 })).toThrow(/logprobs must be an integer from 0 to 20/);
+    runner.close('r');
+    runner.close('plain');
+    cache.dispose();
+  });
+
   it('open validates sampling and stop options, and replays generated tokens', () => {
     const cache = PagedKvCache.create({ ...model.kvShape, numPages: 4 }, model.backend);
     const runner = new StepRunner({ model, cache });

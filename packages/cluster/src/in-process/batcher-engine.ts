@@ -104,11 +104,12 @@ export function batcherEngine(batcher: HostableLoop, options: BatcherEngineOptio
             stop: request.stop,
             ignoreEos: request.ignoreEos,
             generated,
+            ...(request.logprobs !== undefined ? { logprobs: request.logprobs } : {}),
           },
           {
-            onToken: (token, text) => {
+            onToken: (token, text, logprobs) => {
               entry.tokens++;
-              sink({ kind: 'token', id, attempt, index: next++, token, text });
+              sink(logprobs ? { kind: 'token', id, attempt, index: next++, token, text, logprobs } : { kind: 'token', id, attempt, index: next++, token, text });
             },
             onFinish: (result) => {
               leave();

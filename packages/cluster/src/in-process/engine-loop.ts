@@ -106,6 +106,7 @@ export class EngineLoop {
         stop: request.stop,
         ignoreEos: request.ignoreEos,
         generated: request.generated,
+        logprobs: request.logprobs,
       });
     } catch (err) {
       throw new RequestValidationError('TESSERA_INVALID_REQUEST', id, `request ${JSON.stringify(id)}: ${asError(err).message}`, { cause: err });
@@ -183,7 +184,7 @@ export class EngineLoop {
     const listener = this.listeners.get(event.id);
     switch (event.kind) {
       case 'token':
-        listener?.onToken?.(event.token, event.text);
+        listener?.onToken?.(event.token, event.text, event.logprobs);
         return;
       case 'finish': {
         const { id, tokens, finishReason, promptTokens, completionTokens } = event;

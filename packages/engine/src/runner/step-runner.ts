@@ -9,7 +9,8 @@
  *      rebuilt without them; any other error fails the whole step;
  *   3. one `model.forward` over the rows (prefills first, then decodes), logits of each sequence's last row;
  *   4. each request's own seeded sampler picks its token; its StopChecker decides whether it ends (EOS, a stop
- *      string, maxTokens) and what text became safe to show.
+ *      string, maxTokens) and what text became safe to show; a request opened with `logprobs: k` also gets the
+ *      token's log-probability and the k most likely tokens' (log-softmax of the raw logits row, sampling/logprobs.ts).
  * It returns a {@link StepOutcome}: a token (and finish reason) per sampled row, or the rows that failed. It keeps
  * per request only what sampling needs across steps (sampler stream, stop state), from `open` to `close`.
  */
@@ -29,6 +30,7 @@ import { SegmentLayout } from '../hooks/segment-layout.js';
 import type { ModelDelta } from '../hooks/sites.js';
 import type { PagedKvCache } from '../kv/paged-kv-cache.js';
 import type { DecoderModel, DecoderSequence } from '../models/decoder.js';
+import { tokenLogprobs, validateTopLogprobs } from '../sampling/logprobs.js';
 import { createSampler, type Sampler } from '../sampling/sampler.js';
 import { StopChecker } from '../sampling/stop.js';
 
@@ -51,6 +53,8 @@ type PreparableDelta = ModelDelta & { prepare?: (layout: SegmentLayout) => void 
 interface RequestState {
   readonly sampler: Sampler;
   readonly stop: StopChecker;
+  /** Alternatives to report per token; null: no logprobs. */
+  readonly logprobs: number | null;
 }
 
 function asError(err: unknown): Error {
@@ -107,6 +111,7 @@ export class StepRunner implements StepExecutor {
     if (this.requests.has(request.id)) throw new InvalidArgumentError(`StepRunner: request ${JSON.stringify(request.id)} is already open`);
     const stopStrings = request.stop ?? [];
     if (stopStrings.length > 0 && !this.decode) throw new InvalidArgumentError('stop strings need the runner to have a decode function');
+    const logprobs = request.logprobs === undefined ? null : validateTopLogprobs(request.logprobs);
     const sampler = createSampler(request.sampling ?? {});
     const stop = new StopChecker({
       eosTokenIds: this.model.config.eosTokenIds,
@@ -121,7 +126,7 @@ export class StepRunner implements StepExecutor {
         throw new InvalidArgumentError(`generated token ${i} already ends the request (EOS or a stop string); nothing is left to generate`);
       }
     }
-    this.requests.set(request.id, { sampler, stop });
+    this.requests.set(request.id, { sampler, stop, logprobs });
   }
 
   /** The request's text so far (stop string and what follows cut off); '' without a `decode`. */
@@ -189,9 +194,12 @@ export class StepRunner implements StepExecutor {
         const state = this.requests.get(s.requestId);
         try {
           if (!state) throw new Error(`StepRunner: internal error: request ${JSON.stringify(s.requestId)} is in the plan but was not opened`);
-          const token = state.sampler.sample(logits.subarray(b * vocab, (b + 1) * vocab));
+          const row = logits.subarray(b * vocab, (b + 1) * vocab);
+          const token = state.sampler.sample(row);
           const pushed = state.stop.push(token);
-          results.push({ kind: 'token', requestId: s.requestId, token, text: pushed.text, finish: pushed.finished });
+          const result: RowResult = { kind: 'token', requestId: s.requestId, token, text: pushed.text, finish: pushed.finished };
+          if (state.logprobs !== null) result.logprobs = tokenLogprobs(row, token, state.logprobs);
+          results.push(result);
         } catch (err) {
           results.push({ kind: 'failed', requestId: s.requestId, error: asError(err) });
         }

@@ -29,8 +29,11 @@ const SSE_DONE = 'data: [DONE]\n\n';
 export interface GenerationBackend {
   /** The adapter a `model` value selects (null: the base model); throws the server's 404 for an unknown name. */
   resolve(model: string): { adapter: string | null };
-  /** The model's tokenizer (BOS included by its template). */
-  tokenizer: { encode(text: string): number[] };
+  /**
+   * The model's tokenizer (BOS included by its template). `decode` (special tokens kept) names tokens in logprobs
+   * and serves /detokenize; without it a token is shown as `token_id:<id>`.
+   */
+  tokenizer: { encode(text: string): number[]; decode?(ids: number[], options?: { skipSpecialTokens?: boolean }): string };
   /** Most tokens a sequence may hold (prompt + completion): the model's max_position_embeddings. */
   contextLength: number;
   vocabSize: number;
@@ -90,6 +93,8 @@ export interface GenerationPlan {
   ignoreEos: boolean;
   stream: boolean;
   includeUsage: boolean;
+  /** Alternatives per token to report with each token's log-probability (0..20); null: no logprobs. */
+  logprobs: number | null;
 }
 
 /** A generated token as the routes see it (the host protocol's token event, delivered). */
@@ -256,7 +261,16 @@ export async function respond(backend: GenerationBackend, plan: GenerationPlan, 
   let outputs: Outputs[];
   try {
     const streams = plan.choices.map((c) =>
-      backend.submit({ id: c.requestId, adapter, prompt: c.prompt, maxTokens: c.maxTokens, sampling: c.sampling, stop, ignoreEos }),
+      backend.submit({
+        id: c.requestId,
+        adapter,
+        prompt: c.prompt,
+        maxTokens: c.maxTokens,
+        sampling: c.sampling,
+        stop,
+        ignoreEos,
+        ...(plan.logprobs !== null ? { logprobs: plan.logprobs } : {}),
+      }),
     );
     // The status line waits for the first event of every choice: an error at admission (adapter gone, adapter
     // load failed) still gets its own status code. A client that goes away cancels the requests (their KV pages

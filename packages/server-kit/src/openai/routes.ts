@@ -17,6 +17,8 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 
+import { MAX_TOP_LOGPROBS } from '@tessera/core';
+
 import { renderChat } from './chat-template.js';
 import {
   badRequest,
@@ -25,6 +27,7 @@ import {
   DEFAULT_COMPLETION_MAX_TOKENS,
   type GenerationBackend,
   type ChoiceOutcome,
+  type ChoicePlan,
   type GenerationPlan,
   planChoices,
   type ResponseShape,
@@ -33,55 +36,83 @@ import {
   samplingOf,
   stopStrings,
 } from './generation.js';
-import { ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ErrorBody } from './schemas.js';
+import { chatLogprobsOf, completionLogprobsOf, textLength } from './logprobs.js';
+import { ChatCompletionRequest, ChatCompletionResponse, type CompletionLogprobs, CompletionRequest, CompletionResponse, ErrorBody } from './schemas.js';
 
 const finishOf = (o: ChoiceOutcome) => o.finishReason;
 
-const completionShape: ResponseShape = {
-  body: (plan, created, choices, usage) => ({
-    id: plan.id,
-    object: 'text_completion',
-    created,
-    model: plan.model,
-    choices: choices.map((o) => ({ index: o.plan.index, text: o.text, logprobs: null, finish_reason: finishOf(o) })),
-    usage,
-  }),
-  opening: () => [],
-  chunk: (plan, created, choice, text, _token, finishReason) => ({
-    id: plan.id,
-    object: 'text_completion',
-    created,
-    model: plan.model,
-    choices: [{ index: choice.index, text, logprobs: null, finish_reason: finishReason }],
-  }),
-  usageChunk: (plan, created, usage) => ({ id: plan.id, object: 'text_completion', created, model: plan.model, choices: [], usage }),
-};
+function completionShape(backend: GenerationBackend): ResponseShape {
+  // Streaming: where each choice's next token text starts (text_offset).
+  const offsets = new WeakMap<ChoicePlan, number>();
+  return {
+    body: (plan, created, choices, usage) => ({
+      id: plan.id,
+      object: 'text_completion',
+      created,
+      model: plan.model,
+      choices: choices.map((o) => ({
+        index: o.plan.index,
+        text: o.text,
+        logprobs: plan.logprobs === null ? null : completionLogprobsOf(backend, o.tokens, 0),
+        finish_reason: finishOf(o),
+      })),
+      usage,
+    }),
+    opening: () => [],
+    chunk: (plan, created, choice, text, token, finishReason) => {
+      let logprobs: CompletionLogprobs = null;
+      if (plan.logprobs !== null && token) {
+        const offset = offsets.get(choice) ?? 0;
+        logprobs = completionLogprobsOf(backend, [token], offset);
+        offsets.set(choice, offset + textLength(backend, [token]));
+      }
+      return { id: plan.id, object: 'text_completion', created, model: plan.model, choices: [{ index: choice.index, text, logprobs, finish_reason: finishReason }] };
+    },
+    usageChunk: (plan, created, usage) => ({ id: plan.id, object: 'text_completion', created, model: plan.model, choices: [], usage }),
+  };
+}
 
 const CHAT_CHUNK = 'chat.completion.chunk';
 
-const chatShape: ResponseShape = {
-  body: (plan, created, choices, usage) => ({
-    id: plan.id,
-    object: 'chat.completion',
-    created,
-    model: plan.model,
-    choices: choices.map((o) => ({ index: o.plan.index, message: { role: 'assistant', content: o.text }, logprobs: null, finish_reason: finishOf(o) })),
-    usage,
-  }),
-  opening: (plan, created, choice) => [
-    { id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [{ index: choice.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
-  ],
-  chunk: (plan, created, choice, text, _token, finishReason) => ({
-    id: plan.id,
-    object: CHAT_CHUNK,
-    created,
-    model: plan.model,
-    choices: [{ index: choice.index, delta: finishReason === null ? { content: text } : {}, logprobs: null, finish_reason: finishReason }],
-  }),
-  usageChunk: (plan, created, usage) => ({ id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [], usage }),
-};
+function chatShape(backend: GenerationBackend): ResponseShape {
+  return {
+    body: (plan, created, choices, usage) => ({
+      id: plan.id,
+      object: 'chat.completion',
+      created,
+      model: plan.model,
+      choices: choices.map((o) => ({
+        index: o.plan.index,
+        message: { role: 'assistant', content: o.text },
+        logprobs: plan.logprobs === null ? null : chatLogprobsOf(backend, o.tokens),
+        finish_reason: finishOf(o),
+      })),
+      usage,
+    }),
+    opening: (plan, created, choice) => [
+      { id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [{ index: choice.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
+    ],
+    chunk: (plan, created, choice, text, token, finishReason) => ({
+      id: plan.id,
+      object: CHAT_CHUNK,
+      created,
+      model: plan.model,
+      choices: [
+        {
+          index: choice.index,
+          delta: finishReason === null ? { content: text } : {},
+          logprobs: plan.logprobs !== null && token ? chatLogprobsOf(backend, [token]) : null,
+          finish_reason: finishReason,
+        },
+      ],
+    }),
+    usageChunk: (plan, created, usage) => ({ id: plan.id, object: CHAT_CHUNK, created, model: plan.model, choices: [], usage }),
+  };
+}
 
 export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: GenerationBackend }> = async (app, { backend }) => {
+  const completions = completionShape(backend);
+  const chat = chatShape(backend);
   app.post(
     '/v1/completions',
     { schema: { body: CompletionRequest, response: { 200: CompletionResponse, '4xx': ErrorBody, '5xx': ErrorBody } } },
@@ -89,7 +120,7 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
       const body = request.body;
       rejectUnsupportedSampling(body);
       if (body.best_of !== undefined && body.best_of !== null && body.best_of > 1) throw badRequest('best_of > 1 is not supported', 'best_of');
-      if (body.logprobs !== undefined && body.logprobs !== null) throw badRequest('logprobs are not supported', 'logprobs');
+      if (body.logprobs != null && body.logprobs > MAX_TOP_LOGPROBS) throw badRequest(`logprobs must be at most ${MAX_TOP_LOGPROBS}, got ${body.logprobs}`, 'logprobs');
       if (body.echo === true) throw badRequest('echo is not supported', 'echo');
       if (body.suffix) throw badRequest('suffix is not supported', 'suffix');
 
@@ -106,8 +137,9 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
         ignoreEos: body.ignore_eos ?? false,
         stream: body.stream ?? false,
         includeUsage: body.stream_options?.include_usage ?? false,
+        logprobs: body.logprobs ?? null,
       };
-      return respond(backend, plan, completionShape, request, reply);
+      return respond(backend, plan, completions, request, reply);
     },
   );
 
@@ -117,7 +149,9 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
     async (request, reply) => {
       const body = request.body;
       rejectUnsupportedSampling(body);
-      if (body.logprobs === true || (body.top_logprobs ?? 0) > 0) throw badRequest('logprobs are not supported', 'logprobs');
+      const topLogprobs = body.top_logprobs ?? 0;
+      if (topLogprobs > MAX_TOP_LOGPROBS) throw badRequest(`top_logprobs must be at most ${MAX_TOP_LOGPROBS}, got ${topLogprobs}`, 'top_logprobs');
+      if (topLogprobs > 0 && body.logprobs !== true) throw badRequest('top_logprobs needs logprobs: true', 'top_logprobs');
       if (body.tools && body.tools.length > 0) throw badRequest('tools (function calling) are not supported', 'tools');
       if (body.tool_choice !== undefined && body.tool_choice !== null && body.tool_choice !== 'none' && body.tool_choice !== 'auto') {
         throw badRequest('tool_choice is not supported', 'tool_choice');
@@ -143,8 +177,9 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
         ignoreEos: body.ignore_eos ?? false,
         stream: body.stream ?? false,
         includeUsage: body.stream_options?.include_usage ?? false,
+        logprobs: body.logprobs === true ? topLogprobs : null,
       };
-      return respond(backend, plan, chatShape, request, reply);
+      return respond(backend, plan, chat, request, reply);
     },
   );
 };

@@ -102,13 +102,34 @@ export type Usage = Static<typeof Usage>;
 export const FinishReason = Nullable(Type.Union([Type.Literal('stop'), Type.Literal('length')]));
 export type FinishReason = Static<typeof FinishReason>;
 
+/** Completions' (legacy) logprobs: per token its text, log-probability, the top alternatives (with the chosen one) and its text offset. */
+export const CompletionLogprobs = Nullable(
+  Type.Object({
+    tokens: Type.Array(Type.String()),
+    token_logprobs: Type.Array(Nullable(Type.Number())),
+    top_logprobs: Type.Array(Nullable(Type.Record(Type.String(), Type.Number()))),
+    text_offset: Type.Array(Type.Integer()),
+  }),
+);
+export type CompletionLogprobs = Static<typeof CompletionLogprobs>;
+
+const ChatTopLogprob = Type.Object({ token: Type.String(), logprob: Type.Number(), bytes: Nullable(Type.Array(Type.Integer())) });
+
+/** Chat's logprobs: per token its text, log-probability, UTF-8 bytes and the `top_logprobs` most likely alternatives. */
+export const ChatLogprobs = Nullable(
+  Type.Object({
+    content: Nullable(Type.Array(Type.Object({ token: Type.String(), logprob: Type.Number(), bytes: Nullable(Type.Array(Type.Integer())), top_logprobs: Type.Array(ChatTopLogprob) }))),
+  }),
+);
+export type ChatLogprobs = Static<typeof ChatLogprobs>;
+
 export const CompletionResponse = Type.Object({
   id: Type.String(),
   object: Type.Literal('text_completion'),
   created: Type.Integer(),
   model: Type.String(),
   choices: Type.Array(
-    Type.Object({ index: Type.Integer(), text: Type.String(), logprobs: Type.Null(), finish_reason: FinishReason }),
+    Type.Object({ index: Type.Integer(), text: Type.String(), logprobs: CompletionLogprobs, finish_reason: FinishReason }),
   ),
   usage: Usage,
 });
@@ -123,7 +144,7 @@ export const ChatCompletionResponse = Type.Object({
     Type.Object({
       index: Type.Integer(),
       message: Type.Object({ role: Type.Literal('assistant'), content: Type.String() }),
-      logprobs: Type.Null(),
+      logprobs: ChatLogprobs,
       finish_reason: FinishReason,
     }),
   ),
