@@ -240,3 +240,29 @@ describe('logprobs', () => {
     expect(over.json().error.param).toBe('logprobs');
   });
 });
+
+describe('/tokenize and /detokenize as vLLM serves them', () => {
+  it('a prompt or chat messages → count, max_model_len, tokens; tokens → the prompt', async () => {
+    const res = await post('/tokenize', { model: 'alpha', prompt: 'Hello there' });
+    expect(res.statusCode).toBe(200);
+    const ids = app.tokenizer.encode('Hello there');
+    expect(res.json()).toEqual({ count: ids.length, max_model_len: fixture.config.maxPositions, tokens: ids, token_strs: null });
+    const bare = (await post('/tokenize', { model: MODEL_NAME, prompt: 'Hello there', add_special_tokens: false })).json();
+    expect(bare.tokens).toEqual(app.tokenizer.encode('Hello there', { addSpecialTokens: false }));
+    const chat = (await post('/tokenize', { model: MODEL_NAME, messages: [{ role: 'user', content: 'Hi' }] })).json();
+    expect(chat.tokens).toEqual(app.tokenizer.encode('user: Hi\nassistant:'));
+    // The count is what /v1/chat/completions reports as prompt_tokens.
+    const usage = (await post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 1 })).json().usage;
+    expect(usage.prompt_tokens).toBe(chat.count);
+
+    const back = await post('/detokenize', { model: 'alpha', tokens: bare.tokens });
+    expect(back.statusCode).toBe(200);
+    expect(back.json()).toEqual({ prompt: 'Hello there' });
+    const unknown = await post('/tokenize', { model: 'nope', prompt: 'x' });
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.json().error.code).toBe('model_not_found');
+    const bad = await post('/detokenize', { model: 'alpha', tokens: [1, 1_000_000] });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().error.param).toBe('tokens');
+  });
+});

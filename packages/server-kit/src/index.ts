@@ -51,8 +51,14 @@ export {
   badRequest,
   completionBudget,
   completionId,
+  type ChoiceOutcome,
+  type ChoicePlan,
   DEFAULT_COMPLETION_MAX_TOKENS,
+  type DeliveredToken,
   type GenerationBackend,
+  MAX_CHOICES,
+  planChoices,
+  sampleSeed,
   type GenerationPlan,
   openAiFinishReason,
   rejectUnsupportedSampling,
@@ -68,15 +74,22 @@ export { type AdapterEntry, type BaseModelEntry, ModelRegistry, modelNotFound } 
 export {
   ChatCompletionRequest,
   ChatCompletionResponse,
+  ChatLogprobs,
   ChatMessage,
+  CompletionLogprobs,
   CompletionRequest,
   CompletionResponse,
+  DetokenizeRequest,
+  DetokenizeResponse,
   ErrorBody,
   FinishReason,
   Nullable,
   UNION_FIELD_HINTS as OPENAI_UNION_FIELD_HINTS,
+  TokenizeRequest,
+  TokenizeResponse,
   Usage,
 } from './openai/schemas.js';
+export { chatLogprobsOf, completionLogprobsOf, LOGPROB_FLOOR, tokenText } from './openai/logprobs.js';
 export { definePlugin } from './plugins/define-plugin.js';
 export { gracefulClose } from './plugins/graceful-close.js';
 export { describeSchemaErrors, paramOf, type SchemaError } from './plugins/schema-errors.js';

@@ -33,7 +33,7 @@ export interface GenerationBackend {
    * The model's tokenizer (BOS included by its template). `decode` (special tokens kept) names tokens in logprobs
    * and serves /detokenize; without it a token is shown as `token_id:<id>`.
    */
-  tokenizer: { encode(text: string): number[]; decode?(ids: number[], options?: { skipSpecialTokens?: boolean }): string };
+  tokenizer: { encode(text: string, options?: { addSpecialTokens?: boolean }): number[]; decode?(ids: number[], options?: { skipSpecialTokens?: boolean }): string };
   /** Most tokens a sequence may hold (prompt + completion): the model's max_position_embeddings. */
   contextLength: number;
   vocabSize: number;

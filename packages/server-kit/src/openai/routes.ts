@@ -7,6 +7,10 @@
  *   POST /v1/chat/completions   `messages` through the chat template (chat-template.ts); without max_tokens /
  *                               max_completion_tokens, whatever the context leaves after the prompt (as vLLM)
  *
+ *   POST /tokenize              vLLM's: `{model, prompt[, add_special_tokens]}` or `{model, messages}` (the chat
+ *                               template's prompt, as /v1/chat/completions sends it) → `{count, max_model_len, tokens}`
+ *   POST /detokenize            vLLM's: `{model, tokens}` → `{prompt}` (special tokens kept)
+ *
  * `model` picks the base model or an adapter (the server's `resolve`); both stream with `stream: true`; both take
  * `n` (n samples per prompt, choice index p·n + i; with `seed`, sample i uses seed + i).
  *
@@ -37,7 +41,18 @@ import {
   stopStrings,
 } from './generation.js';
 import { chatLogprobsOf, completionLogprobsOf, textLength } from './logprobs.js';
-import { ChatCompletionRequest, ChatCompletionResponse, type CompletionLogprobs, CompletionRequest, CompletionResponse, ErrorBody } from './schemas.js';
+import {
+  ChatCompletionRequest,
+  ChatCompletionResponse,
+  type CompletionLogprobs,
+  CompletionRequest,
+  CompletionResponse,
+  DetokenizeRequest,
+  DetokenizeResponse,
+  ErrorBody,
+  TokenizeRequest,
+  TokenizeResponse,
+} from './schemas.js';
 
 const finishOf = (o: ChoiceOutcome) => o.finishReason;
 
@@ -182,6 +197,25 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
       return respond(backend, plan, chat, request, reply);
     },
   );
+
+  app.post('/tokenize', { schema: { body: TokenizeRequest, response: { 200: TokenizeResponse, '4xx': ErrorBody } } }, async (request) => {
+    const body = request.body;
+    backend.resolve(body.model);
+    const tokens =
+      'messages' in body && Array.isArray(body.messages)
+        ? backend.tokenizer.encode(renderChat(body.messages))
+        : backend.tokenizer.encode((body as { prompt: string }).prompt, { addSpecialTokens: (body as { add_special_tokens?: boolean | null }).add_special_tokens ?? true });
+    return { count: tokens.length, max_model_len: backend.contextLength, tokens, token_strs: null };
+  });
+
+  app.post('/detokenize', { schema: { body: DetokenizeRequest, response: { 200: DetokenizeResponse, '4xx': ErrorBody } } }, async (request) => {
+    const { model, tokens } = request.body;
+    backend.resolve(model);
+    const bad = tokens.findIndex((t) => t >= backend.vocabSize);
+    if (bad >= 0) throw badRequest(`tokens[${bad}] = ${tokens[bad]} is not a token id of this model (vocabulary size ${backend.vocabSize})`, 'tokens');
+    if (!backend.tokenizer.decode) throw badRequest('this server cannot detokenize', 'tokens');
+    return { prompt: backend.tokenizer.decode(tokens, { skipSpecialTokens: false }) };
+  });
 };
 
 /**

@@ -152,6 +152,21 @@ export const ChatCompletionResponse = Type.Object({
 });
 export type ChatCompletionResponse = Static<typeof ChatCompletionResponse>;
 
+/** vLLM's POST /tokenize: a prompt, or chat messages (rendered by the chat template with its generation prompt). */
+export const TokenizeRequest = Type.Union([
+  Type.Object({ model: Type.String({ minLength: 1 }), prompt: Type.String(), add_special_tokens: Type.Optional(Nullable(Type.Boolean())) }, { additionalProperties: true }),
+  Type.Object({ model: Type.String({ minLength: 1 }), messages: Type.Array(ChatMessage, { minItems: 1 }) }, { additionalProperties: true }),
+]);
+export type TokenizeRequest = Static<typeof TokenizeRequest>;
+
+export const TokenizeResponse = Type.Object({ count: Type.Integer(), max_model_len: Type.Integer(), tokens: Type.Array(Type.Integer()), token_strs: Nullable(Type.Array(Type.String())) });
+
+/** vLLM's POST /detokenize. */
+export const DetokenizeRequest = Type.Object({ model: Type.String({ minLength: 1 }), tokens: TokenIds }, { additionalProperties: true });
+export type DetokenizeRequest = Static<typeof DetokenizeRequest>;
+
+export const DetokenizeResponse = Type.Object({ prompt: Type.String() });
+
 export const ErrorBody = Type.Object({
   error: Type.Object({ message: Type.String(), type: Type.String(), param: Nullable(Type.String()), code: Nullable(Type.String()) }),
 });
