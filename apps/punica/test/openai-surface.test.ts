@@ -3,6 +3,8 @@
  * batched prompts, n samples per prompt, usage equal to what was streamed, logprobs, echo, /tokenize and
  * /detokenize, and a 413 the client can read.
  */
+import http from 'node:http';
+
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -264,5 +266,51 @@ describe('/tokenize and /detokenize as vLLM serves them', () => {
     const bad = await post('/detokenize', { model: 'alpha', tokens: [1, 1_000_000] });
     expect(bad.statusCode).toBe(400);
     expect(bad.json().error.param).toBe('tokens');
+  });
+});
+
+describe('an oversized body', () => {
+  /**
+   * Posts `total` bytes (declared by content-length or chunked) in one write or in 64 KiB writes yielding between
+   * them; resolves when the exchange is over with the status, the body and any client error (EPIPE, ECONNRESET).
+   */
+  function bigPost(address: string, total: number, declared: boolean, oneWrite: boolean): Promise<{ status?: number; body: string; error?: string }> {
+    return new Promise((resolve) => {
+      const url = new URL('/v1/completions', address);
+      const headers: Record<string, string | number> = { 'content-type': 'application/json' };
+      if (declared) headers['content-length'] = total;
+      const req = http.request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers, agent: false });
+      const out: { status?: number; body: string; error?: string } = { body: '' };
+      req.on('response', (res) => {
+        out.status = res.statusCode!;
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (out.body += c));
+      });
+      req.on('error', (err: NodeJS.ErrnoException) => (out.error = err.code ?? err.message));
+      req.on('close', () => resolve(out));
+      const chunk = Buffer.alloc(oneWrite ? total : 64 * 1024, 0x20);
+      chunk.write('{"model":"alpha","prompt":"');
+      if (oneWrite) return void req.end(chunk);
+      let sent = 0;
+      const next = () => {
+        if (req.destroyed) return;
+        if (sent >= total) return void req.end();
+        const n = Math.min(chunk.length, total - sent);
+        sent += n;
+        req.write(n === chunk.length ? chunk : chunk.subarray(0, n), () => setTimeout(next, 1));
+      };
+      next();
+    });
+  }
+
+  it('is answered with a 413 the client reads, without an EPIPE, also while it is still sending', async () => {
+    const address = await app.listen({ host: '127.0.0.1', port: 0 });
+    for (const declared of [true, false]) {
+      for (const oneWrite of [true, false]) {
+        const answer = await bigPost(address, 24 * 1024 * 1024, declared, oneWrite);
+        expect({ declared, oneWrite, status: answer.status, error: answer.error }).toEqual({ declared, oneWrite, status: 413, error: undefined });
+        expect(JSON.parse(answer.body).error).toMatchObject({ type: 'invalid_request_error', code: 'FST_ERR_CTP_BODY_TOO_LARGE' });
+      }
+    }
   });
 });

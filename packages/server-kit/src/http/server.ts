@@ -20,6 +20,8 @@
  *   });
  *   await listen(app, { host, port });     // listenWithGrace: SIGINT/SIGTERM drain, then close the engine
  */
+import type { IncomingMessage } from 'node:http';
+
 import { TypeBoxValidatorCompiler } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance, type FastifySchemaCompiler, type FastifyServerOptions } from 'fastify';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -94,6 +96,40 @@ declare module 'fastify' {
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80];
 
+/** Most bytes of an oversized body read (and dropped) before its 413 is sent; past it the 413 goes out and the connection closes. */
+export const BODY_DRAIN_BYTES = 256 * 1024 * 1024;
+/** Longest wait for an oversized body's end before its 413 is sent anyway. */
+export const BODY_DRAIN_MS = 30_000;
+
+/** Reads and drops the rest of a request body; true once it ended, false past `maxBytes` or `maxMs` (or on an error). */
+export function drainBody(raw: IncomingMessage, maxBytes: number, maxMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    let read = 0;
+    const finish = (ok: boolean) => {
+      clearTimeout(timer);
+      raw.removeListener('data', onData);
+      raw.removeListener('end', onEnd);
+      raw.removeListener('error', onError);
+      raw.removeListener('close', onClose);
+      resolve(ok);
+    };
+    const onData = (chunk: Buffer) => {
+      read += chunk.length;
+      if (read > maxBytes) finish(false);
+    };
+    const onEnd = () => finish(true);
+    const onError = () => finish(false);
+    const onClose = () => finish(raw.complete);
+    const timer = setTimeout(() => finish(false), maxMs);
+    timer.unref();
+    raw.on('data', onData);
+    raw.on('end', onEnd);
+    raw.on('error', onError);
+    raw.on('close', onClose);
+    raw.resume();
+  });
+}
+
 /** Builds the server and resolves once it is ready: the engine is up and every route registered. */
 export async function createTesseraServer<Engine extends ClosableEngine>(options: TesseraServerOptions<Engine>): Promise<FastifyInstance> {
   const { name } = options;
@@ -106,10 +142,16 @@ export async function createTesseraServer<Engine extends ClosableEngine>(options
   await app.register(
     definePlugin(
       async (instance) => {
-        instance.setErrorHandler((err, request, reply) => {
+        instance.setErrorHandler(async (err, request, reply) => {
           const r = errorReply(err, options.errors);
           if (r.status >= 500) request.log.error({ err }, 'request failed');
-          void reply.code(r.status).send(errorBody(r));
+          // A body over the limit is answered once the client has sent it (read and thrown away, up to a cap), so a
+          // client still sending reads the 413 instead of an EPIPE from a connection closed under it.
+          if (r.status === 413 && !request.raw.complete) {
+            const drained = await drainBody(request.raw, BODY_DRAIN_BYTES, BODY_DRAIN_MS);
+            if (!drained) void reply.header('connection', 'close');
+          }
+          return reply.code(r.status).send(errorBody(r));
         });
         instance.setNotFoundHandler((request, reply) => {
           void reply.code(404).send(
