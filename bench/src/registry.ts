@@ -42,6 +42,11 @@ export const BENCHES: readonly BenchEntry[] = [
     summary: 'PetS in miniature: max tasks in a byte budget (Table 5), PetS vs SeqS throughput (Fig. 7, 9), batching strategies (Fig. 12)',
     load: async () => (await import('./benches/pets.js')).petsBench,
   },
+  {
+    name: 'train',
+    summary: 'training tokens/s and MFU (vs the FMA peak), full and LoRA, mini decoder and encoder; forward/backward/optimizer split',
+    load: async () => (await import('./benches/train.js')).trainBench,
+  },
 ];
 
 export function findBench(name: string): BenchEntry | undefined {

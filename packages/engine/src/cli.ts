@@ -2,9 +2,10 @@
  * The `tessera` command line:
  *   tessera gen model <dir> --family encoder|decoder [--size tiny|mini] [--seed N] [--dtype f32|f16|bf16] [--sharpen X]
  *   tessera gen adapter <dir> --base <modelDir> [--rank R] [--alpha A] [--targets a,b] [--seed N] [--b-std S]
- *   tessera --help | tessera gen --help
- * Results on stdout, progress (mini models) and errors on stderr. Exit codes: 0 ok, 1 the command failed,
- * 2 a usage error (unknown command or flag, bad value).
+ *   tessera train lora|adapter|full|classifier --model <dir> --data <file.jsonl> [--out <dir>] [options]
+ *   tessera --help | tessera gen --help | tessera train --help
+ * Results on stdout, progress (mini models, training steps) and errors on stderr. Exit codes: 0 ok, 1 the command
+ * failed (including bad training data, named by file and line), 2 a usage error (unknown command or flag, bad value).
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -12,17 +13,31 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import type { ModelConfig } from './config.js';
+import type { TrainableSpec } from './train/params.js';
+import { TesseraError } from '@tessera/core';
+
 import { ConfigError } from './errors.js';
 import { parseHfConfig } from './formats/hf-config.js';
 
 export interface CliIo {
+  /** One line (or block) of results; a newline is added when missing. */
   stdout(text: string): void;
+  /** One line (or block) of progress or error; a newline is added when missing. */
   stderr(text: string): void;
+  /**
+   * stderr is a terminal a progress bar may redraw in place (default false: plain progress lines). The process's
+   * io says true when stderr is a TTY, NO_COLOR is unset and TERM is not "dumb".
+   */
+  tty?: boolean;
+  /** Raw stderr output, no newline added (the progress bar's redraws); default: stderr. */
+  stderrRaw?(text: string): void;
 }
 
 const processIo: CliIo = {
   stdout: (t) => process.stdout.write(t.endsWith('\n') ? t : `${t}\n`),
   stderr: (t) => process.stderr.write(t.endsWith('\n') ? t : `${t}\n`),
+  tty: process.stderr.isTTY === true && !process.env.NO_COLOR && process.env.TERM !== 'dumb',
+  stderrRaw: (t) => process.stderr.write(t),
 };
 
 /** A bad command line: printed with the usage text, exit code 2. */
@@ -35,8 +50,12 @@ export function usage(): string {
     'commands:',
     '  gen model <dir>     write a seeded Hugging Face model directory (config.json, model.safetensors, tokenizer)',
     '  gen adapter <dir>   write a seeded PEFT LoRA adapter for a model directory',
+    '  train lora          train a LoRA on a model directory; writes a PEFT adapter directory',
+    '  train adapter       train Houlsby bottleneck adapters on an encoder (PetS layout pet.safetensors)',
+    '  train full          train every weight; writes a model directory',
+    '  train classifier    sequence classification on an encoder ({"text", "label"} records)',
     '',
-    'Run `tessera gen --help` for the options.',
+    'Run `tessera gen --help` or `tessera train --help` for the options.',
   ].join('\n');
 }
 
@@ -72,6 +91,15 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
       io.stdout(usage());
       return 0;
     }
+    if (command === 'train') {
+      if (sub === undefined) throw new UsageError('train: name what to train (lora, adapter, full or classifier)');
+      if (sub === '--help' || sub === '-h') {
+        io.stdout(trainUsage());
+        return 0;
+      }
+      if (!(TRAIN_KINDS as readonly string[]).includes(sub)) throw new UsageError(`unknown train kind "${sub}" (expected ${TRAIN_KINDS.join(', ')})`);
+      return await trainCommand(sub as TrainKind, rest, io);
+    }
     if (command !== 'gen') throw new UsageError(`unknown command "${command}"`);
     if (sub === undefined) throw new UsageError('gen: name what to generate (model or adapter)');
     if (sub === '--help' || sub === '-h') {
@@ -83,8 +111,18 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
     throw new UsageError(`unknown gen target "${sub}" (expected model or adapter)`);
   } catch (err) {
     if (err instanceof UsageError) {
-      io.stderr(`tessera: ${err.message}\n\n${command === 'gen' ? genUsage() : usage()}`);
+      io.stderr(`tessera: ${err.message}\n\n${command === 'gen' ? genUsage() : command === 'train' ? trainUsage() : usage()}`);
       return 2;
+    }
+    // Options the training module judges against the model (targets that match nothing, --seq-len beyond the
+    // positions, …) are bad values too; bad data (TrainDataError, naming file and line) is a failed run.
+    if (err instanceof TesseraError && err.code === 'TESSERA_TRAIN_CONFIG') {
+      io.stderr(`tessera: ${err.message}`);
+      return 2;
+    }
+    if (err instanceof TesseraError) {
+      io.stderr(`tessera: ${err.message}`);
+      return 1;
     }
     // Bad values that only the generator can judge (e.g. targets that match no module) are usage errors too.
     if (err instanceof RangeError) {
@@ -97,10 +135,18 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
   }
 }
 
-/** parseArgs with string-valued flags `names` plus --help / -h; strict, so unknown flags are usage errors. */
-function parse(args: string[], names: readonly string[]): { values: Partial<Record<string, string>>; help: boolean; positionals: string[] } {
+/**
+ * parseArgs with string-valued flags `names`, boolean flags `flags`, plus --help / -h; strict, so unknown flags are
+ * usage errors. Boolean flags come back as the string 'true'.
+ */
+function parse(
+  args: string[],
+  names: readonly string[],
+  flags: readonly string[] = [],
+): { values: Partial<Record<string, string>>; help: boolean; positionals: string[] } {
   const options: NonNullable<Parameters<typeof parseArgs>[0]>['options'] = { help: { type: 'boolean', short: 'h' } };
   for (const name of names) options[name] = { type: 'string' };
+  for (const name of flags) options[name] = { type: 'boolean' };
   let parsed;
   try {
     parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
@@ -108,7 +154,9 @@ function parse(args: string[], names: readonly string[]): { values: Partial<Reco
     throw new UsageError((err as Error).message);
   }
   const { help, ...values } = parsed.values as Record<string, string | boolean | undefined>;
-  return { values: values as Partial<Record<string, string>>, help: help === true, positionals: parsed.positionals };
+  const strings: Partial<Record<string, string>> = {};
+  for (const [k, v] of Object.entries(values)) if (v !== undefined && v !== false) strings[k] = v === true ? 'true' : v;
+  return { values: strings, help: help === true, positionals: parsed.positionals };
 }
 
 function oneDir(positionals: string[], what: string): string {
@@ -222,6 +270,312 @@ async function genAdapter(args: string[], io: CliIo): Promise<number> {
       `seed ${seed}; adapter_model.safetensors ${formatBytes(adapter.bytes)}`,
   );
   return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------- train
+
+const TRAIN_KINDS = ['lora', 'adapter', 'full', 'classifier'] as const;
+type TrainKind = (typeof TRAIN_KINDS)[number];
+const CLASSIFIER_SETS = ['full', 'head', 'bitfit', 'lora', 'adapter'] as const;
+
+export function trainUsage(): string {
+  return [
+    'usage: tessera train lora|adapter|full|classifier --model <dir> --data <file.jsonl> [--out <dir>] [options]',
+    '',
+    'what trains (the model directory\'s config.json says encoder or decoder; the data\'s records say the task):',
+    '  lora         LoRA factors beside the frozen Linears. decoder: causal LM; encoder: classification ({"text",',
+    '               "label"} records) or masked LM ({"text"} records). Writes a PEFT adapter directory',
+    '               (adapter_config.json + adapter_model.safetensors) that PEFT loads and the Punica server hot-loads',
+    '  adapter      encoder only: Houlsby bottleneck adapters + the task\'s head, classification; writes pet.safetensors',
+    '  full         every weight: decoder causal LM, encoder classification or masked LM; writes a model directory',
+    '  classifier   encoder sequence classification with --trainable full (default), head, bitfit, lora or adapter',
+    '',
+    'data (JSONL, one object a line, checked before any step; a bad line exits 1 naming file and line):',
+    '  {"prompt": …, "completion": …}   causal LM, loss on the completion (+ EOS)',
+    '  {"text": …}                      causal LM (packed into --seq-len blocks), or masked LM on an encoder',
+    '  {"text": …, "label": …}          classification; label a name of the config\'s id2label or an index',
+    '',
+    'options:',
+    '  --model DIR            the model directory (config.json, model.safetensors, tokenizer.json); required',
+    '  --data FILE            training data (JSONL); required',
+    '  --out DIR              where the result is written (default: nothing is written)',
+    '  --eval-data FILE       evaluation data (JSONL, same kind); the final eval line reports its loss',
+    '  --steps N              optimiser steps; default 100',
+    '  --lr X                 peak learning rate; default 1e-3 (lora) / 1e-4 (others)',
+    '  --batch N              examples per micro-batch; default 8',
+    '  --grad-accum N         micro-batches per step; default 1',
+    '  --seq-len N            longest example / packed block in tokens; default the model\'s positions',
+    '  --warmup N             linear warm-up steps; default 0',
+    '  --schedule S           cosine (default), linear or constant after the warm-up',
+    '  --min-lr-ratio X       the schedule\'s floor as a share of --lr; default 0',
+    '  --weight-decay X       AdamW decoupled weight decay on matrices; default 0',
+    '  --max-grad-norm X      clip the global gradient norm (default 1; "none": no clipping)',
+    '  --seed N               shuffling, LoRA init, dropout and masks; default 0',
+    '  --eval-every N         evaluate every N steps (and after the last); default 0: only after the last',
+    '  --no-pack              do not pack {"text"} records (each must then fit --seq-len)',
+    '  --rank R               LoRA rank; default 8',
+    '  --alpha A              lora_alpha; default 16',
+    '  --targets T            comma-separated module names (PEFT target_modules); default every Linear (decoder),',
+    '                         query,value (encoder)',
+    '  --dropout X            lora_dropout; default 0',
+    '  --rslora               rank-stabilised LoRA (scale alpha / sqrt(r))',
+    '  --bottleneck M         adapter bottleneck; default hidden / 12',
+    '  --trainable S          classifier: full, head, bitfit, lora or adapter; default full',
+    '  --mlm-probability X    masked LM: share of tokens masked; default 0.15',
+    '  --checkpoint-every N   write a checkpoint every N steps into --checkpoint-dir',
+    '  --checkpoint-dir DIR   where checkpoints go (checkpoint-<step>.safetensors)',
+    '  --resume FILE          continue from a checkpoint (same model, kind, data and seed)',
+    '  --log-every N          plain progress: a line every N steps; default steps / 10',
+    '  --json                 print the result as one JSON object on stdout instead of the summary lines',
+    '',
+    'Progress (stderr): on a terminal a bar redrawn in place; otherwise (or with NO_COLOR) plain lines, each with',
+    'step, loss, learning rate, tokens/s and ETA. Results (stdout): a summary, a final eval line, what was written.',
+    '  --help, -h             this text',
+  ].join('\n');
+}
+
+const TRAIN_STRING_FLAGS = [
+  'model', 'data', 'out', 'eval-data', 'steps', 'lr', 'batch', 'grad-accum', 'seq-len', 'warmup', 'schedule', 'min-lr-ratio',
+  'weight-decay', 'max-grad-norm', 'seed', 'eval-every', 'rank', 'alpha', 'targets', 'dropout', 'bottleneck', 'trainable',
+  'mlm-probability', 'checkpoint-every', 'checkpoint-dir', 'resume', 'log-every',
+] as const;
+const TRAIN_BOOLEAN_FLAGS = ['no-pack', 'rslora', 'json'] as const;
+
+/** A flag that only some kinds use, given to another: a usage error rather than silently ignored. */
+function refuse(values: Partial<Record<string, string>>, flags: readonly string[], why: string): void {
+  for (const f of flags) if (values[f] !== undefined) throw new UsageError(`--${f} ${why}`);
+}
+
+function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '?';
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`;
+}
+
+function formatRate(x: number): string {
+  return Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '?';
+}
+
+interface ProgressLike {
+  step: number;
+  steps: number;
+  loss: number;
+  lr: number;
+  inputTokens: number;
+  elapsedMs: number;
+  evalLoss?: number;
+}
+
+/**
+ * Progress on stderr: on a TTY one bar redrawn in place (`\r`, erase to end of line), ended by a newline; otherwise
+ * a plain line every `every` steps, after the first step, after every evaluation and after the last step.
+ */
+export class TrainProgressReporter {
+  private tokens = 0;
+  private lastEval: number | undefined;
+  private drawn = false;
+  constructor(private readonly io: CliIo, private readonly every: number, private readonly width = 24) {}
+
+  /** The line's fields (shared by both styles). */
+  static describe(p: ProgressLike, tokens: number, evalLoss: number | undefined): string {
+    const secs = p.elapsedMs / 1000;
+    const tps = secs > 0 ? tokens / secs : Number.NaN;
+    const eta = p.step > 0 ? (p.elapsedMs / p.step) * (p.steps - p.step) : Number.NaN;
+    return (
+      `step ${String(p.step).padStart(String(p.steps).length)}/${p.steps}  loss ${p.loss.toFixed(4)}  lr ${p.lr.toExponential(2)}  ` +
+      `${formatRate(tps)} tokens/s  ETA ${formatDuration(eta)}${evalLoss !== undefined ? `  eval ${evalLoss.toFixed(4)}` : ''}`
+    );
+  }
+
+  update(p: ProgressLike): void {
+    this.tokens += p.inputTokens;
+    if (p.evalLoss !== undefined) this.lastEval = p.evalLoss;
+    if (this.io.tty) {
+      const done = Math.round((p.step / p.steps) * this.width);
+      const bar = `[${'#'.repeat(done)}${'.'.repeat(this.width - done)}]`;
+      (this.io.stderrRaw ?? this.io.stderr)(`\r${bar} ${TrainProgressReporter.describe(p, this.tokens, this.lastEval)}\x1b[K`);
+      this.drawn = true;
+      if (p.step === p.steps) this.finish();
+      return;
+    }
+    if (p.step === 1 || p.step === p.steps || p.step % this.every === 0 || p.evalLoss !== undefined) {
+      this.io.stderr(TrainProgressReporter.describe(p, this.tokens, p.evalLoss));
+    }
+  }
+
+  /** Ends a drawn bar with a newline (before anything else is printed). */
+  finish(): void {
+    if (this.drawn) (this.io.stderrRaw ?? this.io.stderr)('\n');
+    this.drawn = false;
+  }
+
+  get totalTokens(): number {
+    return this.tokens;
+  }
+}
+
+async function trainCommand(kind: TrainKind, args: string[], io: CliIo): Promise<number> {
+  const { values, help, positionals } = parse(args, TRAIN_STRING_FLAGS, TRAIN_BOOLEAN_FLAGS);
+  if (help) {
+    io.stdout(trainUsage());
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`train ${kind}: unexpected argument ${positionals.join(' ')} (the model, data and output are --model, --data and --out)`);
+  if (values.model === undefined) throw new UsageError('--model <dir> is required');
+  if (values.data === undefined) throw new UsageError('--data <file.jsonl> is required');
+  const config = readModelConfig(join(resolve(values.model), 'config.json'));
+
+  const steps = integerFlag('--steps', values.steps, 100, 1, 1e9);
+  const batch = integerFlag('--batch', values.batch, 8, 1, 1e6);
+  const gradAccum = integerFlag('--grad-accum', values['grad-accum'], 1, 1, 1e6);
+  const seqLen = values['seq-len'] === undefined ? undefined : integerFlag('--seq-len', values['seq-len'], 0, 2, config.maxPositions);
+  const warmup = integerFlag('--warmup', values.warmup, 0, 0, steps);
+  const schedule = choice('--schedule', values.schedule, ['cosine', 'linear', 'constant'] as const, 'cosine');
+  const minLrRatio = numberFlag('--min-lr-ratio', values['min-lr-ratio'], 0, true);
+  if (minLrRatio > 1) throw new UsageError(`--min-lr-ratio must be in [0, 1], got "${values['min-lr-ratio']}"`);
+  const weightDecay = numberFlag('--weight-decay', values['weight-decay'], 0, true);
+  const maxGradNorm = values['max-grad-norm'] === 'none' ? null : numberFlag('--max-grad-norm', values['max-grad-norm'], 1, false);
+  const seed = integerFlag('--seed', values.seed, 0, 0, 0xffffffff);
+  const evalEvery = integerFlag('--eval-every', values['eval-every'], 0, 0, 1e9);
+  const checkpointEvery = integerFlag('--checkpoint-every', values['checkpoint-every'], 0, 0, 1e9);
+  if (checkpointEvery > 0 && values['checkpoint-dir'] === undefined) throw new UsageError('--checkpoint-every needs --checkpoint-dir');
+  const logEvery = integerFlag('--log-every', values['log-every'], Math.max(1, Math.floor(steps / 10)), 1, 1e9);
+  const lr = values.lr === undefined ? undefined : numberFlag('--lr', values.lr, 0, false);
+
+  // What trains, from the kind (and, for the encoder, the data's records: classification or masked LM).
+  const trainableSet = kind === 'classifier' ? choice('--trainable', values.trainable, CLASSIFIER_SETS, 'full') : kind;
+  if (kind !== 'classifier') refuse(values, ['trainable'], 'is for train classifier');
+  const isLora = trainableSet === 'lora';
+  const isAdapter = trainableSet === 'adapter';
+  if (!isLora) refuse(values, ['rank', 'alpha', 'targets', 'dropout', 'rslora'], `is a LoRA option (train ${kind}${kind === 'classifier' ? ` --trainable ${trainableSet}` : ''} trains no LoRA)`);
+  if (!isAdapter) refuse(values, ['bottleneck'], 'is an adapter option');
+  if (config.family === 'decoder' && (kind === 'adapter' || kind === 'classifier' || isAdapter)) {
+    throw new UsageError(`train ${kind}: ${values.model} is a decoder (${config.architecture}); adapters and classifiers train an encoder`);
+  }
+  let task: 'causal-lm' | 'classification' | 'masked-lm';
+  const { readJsonl } = await import('./train/data.js');
+  if (config.family === 'decoder') task = 'causal-lm';
+  else if (kind === 'classifier' || kind === 'adapter') task = 'classification';
+  else task = readJsonl(values.data).kind === 'labeled' ? 'classification' : 'masked-lm';
+  if (task === 'classification' && config.family === 'encoder' && config.labels.length === 0) {
+    throw new UsageError(`train ${kind}: ${values.model} is a ${config.architecture} without a classifier (no id2label); classification needs BertForSequenceClassification`);
+  }
+  if (task !== 'causal-lm') refuse(values, ['no-pack'], 'is for causal LM on a decoder');
+  if (task !== 'masked-lm') refuse(values, ['mlm-probability'], 'is for masked LM ({"text"} records on an encoder)');
+
+  let trainable: TrainableSpec;
+  if (isLora) {
+    const targets = values.targets?.split(',').map((t) => t.trim());
+    if (targets?.some((t) => t === '')) throw new UsageError(`--targets must be a comma-separated list of module names, got "${values.targets}"`);
+    const dropout = numberFlag('--dropout', values.dropout, 0, true);
+    if (dropout >= 1) throw new UsageError(`--dropout must be in [0, 1), got "${values.dropout}"`);
+    trainable = {
+      kind: 'lora',
+      r: integerFlag('--rank', values.rank, 8, 1, 65536),
+      alpha: numberFlag('--alpha', values.alpha, 16, false),
+      dropout,
+      useRslora: values.rslora === 'true',
+      ...(targets ? { targetModules: targets } : {}),
+    };
+  } else if (isAdapter) {
+    trainable = { kind: 'adapter', ...(values.bottleneck !== undefined ? { bottleneck: integerFlag('--bottleneck', values.bottleneck, 0, 1, 1e6) } : {}) };
+  } else {
+    trainable = { kind: trainableSet as 'full' | 'head' | 'bitfit' };
+  }
+  const mlmProbability = values['mlm-probability'] === undefined ? undefined : numberFlag('--mlm-probability', values['mlm-probability'], 0, false);
+  if (mlmProbability !== undefined && mlmProbability >= 1) throw new UsageError(`--mlm-probability must be in (0, 1), got "${values['mlm-probability']}"`);
+
+  const reporter = new TrainProgressReporter(io, logEvery);
+  const options = {
+    model: values.model,
+    data: values.data,
+    ...(values['eval-data'] !== undefined ? { evalData: values['eval-data'] } : {}),
+    ...(values.out !== undefined ? { out: values.out } : {}),
+    trainable,
+    steps,
+    batchSize: batch,
+    gradAccum,
+    ...(lr !== undefined ? { lr } : {}),
+    warmupSteps: warmup,
+    schedule,
+    minLrRatio,
+    weightDecay,
+    maxGradNorm,
+    seed,
+    evalEvery,
+    ...(seqLen !== undefined ? { maxLength: seqLen } : {}),
+    ...(task === 'causal-lm' ? { pack: values['no-pack'] !== 'true' } : {}),
+    ...(checkpointEvery > 0 ? { checkpointEvery, checkpointDir: values['checkpoint-dir']! } : {}),
+    ...(values.resume !== undefined ? { resumeFrom: values.resume } : {}),
+    onProgress: (p: ProgressLike) => reporter.update(p),
+  };
+  const what = `${kind}${kind === 'classifier' ? ` (${trainableSet})` : ''}, ${task} on the ${config.family} ${values.model}`;
+  io.stderr(`training ${what}: ${steps} steps of ${batch}${gradAccum > 1 ? ` x ${gradAccum}` : ''} examples`);
+
+  const { train, trainClassifier, trainMaskedLm } = await import('./train/trainer.js');
+  const started = performance.now();
+  let run;
+  try {
+    if (task === 'causal-lm') run = train(options);
+    else if (task === 'classification') run = trainClassifier(options);
+    else run = trainMaskedLm({ ...options, ...(mlmProbability !== undefined ? { mlmProbability } : {}) });
+  } finally {
+    reporter.finish();
+  }
+  try {
+    // Training time: the trainer's clock (from its construction: after the model and data were loaded).
+    const last = run.history[run.history.length - 1];
+    const ms = last?.elapsedMs ?? performance.now() - started;
+    const first = run.history[0];
+    const result = {
+      kind,
+      trainable: trainable.kind,
+      task,
+      family: config.family,
+      steps: run.steps,
+      firstLoss: first?.loss ?? null,
+      loss: run.loss,
+      evalLoss: run.evalLoss ?? null,
+      tokens: reporter.totalTokens,
+      seconds: ms / 1000,
+      tokensPerSecond: reporter.totalTokens / (ms / 1000),
+      trainableParameters: run.trainable.params.reduce((n, p) => n + p.value.numel, 0),
+      out: run.written?.dir ?? null,
+      files: run.written?.files ?? [],
+    };
+    if (values.json === 'true') {
+      io.stdout(JSON.stringify(result));
+      return 0;
+    }
+    io.stdout(
+      `trained ${what}: ${result.steps} steps, ${result.trainableParameters.toLocaleString('en-US')} trainable parameters, ` +
+        `${result.tokens.toLocaleString('en-US')} tokens in ${result.seconds.toFixed(1)} s (${formatRate(result.tokensPerSecond)} tokens/s); ` +
+        `loss ${first ? `${first.loss.toFixed(4)} -> ` : ''}${run.loss.toFixed(4)}`,
+    );
+    const unit = task === 'classification' ? 'sequence' : 'token';
+    io.stdout(
+      run.evalLoss !== undefined
+        ? `eval: loss ${run.evalLoss.toFixed(4)} per ${unit}${task === 'classification' ? '' : `, perplexity ${Math.exp(run.evalLoss).toFixed(3)}`} (${values['eval-data']})`
+        : `eval: no --eval-data; last training loss ${run.loss.toFixed(4)} per ${unit}`,
+    );
+    io.stdout(run.written ? `wrote ${run.written.dir}: ${run.written.files.join(', ')}` : 'wrote nothing (no --out)');
+    return 0;
+  } finally {
+    run.dispose();
+  }
+}
+
+/** A model directory's config.json, for train: problems are a bad --model value. */
+function readModelConfig(path: string): ModelConfig {
+  try {
+    return readBaseConfig(path);
+  } catch (err) {
+    if (err instanceof UsageError) throw new UsageError(err.message.replace(/^--base/, '--model'));
+    throw err;
+  }
 }
 
 /** The base model's config.json; any problem is a bad --base value (a UsageError naming the file and the key). */

@@ -69,8 +69,10 @@ export interface TrainProgress {
   steps: number;
   /** Mean cross-entropy per counted target (token, or sequence for classification) of this step (before the update). */
   loss: number;
-  /** Tokens whose loss counted in this step. */
+  /** Tokens whose loss counted in this step (sequences, for classification). */
   tokens: number;
+  /** Input tokens the step's forwards ran over (every micro-batch, padding excluded): what tokens/s counts. */
+  inputTokens: number;
   lr: number;
   /** Global gradient norm before clipping. */
   gradNorm: number;
@@ -86,6 +88,17 @@ export interface TrainResult {
   /** The last evaluation's loss (when there were eval examples). */
   evalLoss?: number;
   history: TrainProgress[];
+}
+
+/** Non-padding tokens of a collated batch (every batch kind carries batch, seq and an optional key mask). */
+function realTokens(batch: unknown): number {
+  const b = batch as { batch?: number; seq?: number; mask?: Uint8Array };
+  if (b.mask) {
+    let n = 0;
+    for (const m of b.mask) n += m;
+    return n;
+  }
+  return (b.batch ?? 0) * (b.seq ?? 0);
 }
 
 /** Runs optimiser steps over examples on a trainable model (causal LM on the decoder, classification on the encoder). */
@@ -131,6 +144,7 @@ export class Trainer<E = LmExample, B = LmBatch> {
     const accum = this.options.gradAccum ?? 1;
     const batches = Array.from({ length: accum }, () => this.trainable.collate(this.sampler.next().map((i) => this.examples[i]!), 'train'));
     const tokens = batches.reduce((n, b) => n + this.trainable.countTargets(b), 0);
+    const inputTokens = batches.reduce((n, b) => n + realTokens(b), 0);
     this.trainable.zeroGrad();
     let lossSum = 0;
     if (tokens > 0) for (const b of batches) lossSum += this.trainable.accumulateGradients(b, 1 / tokens).lossSum;
@@ -143,6 +157,7 @@ export class Trainer<E = LmExample, B = LmBatch> {
       steps: this.schedule.totalSteps,
       loss: tokens > 0 ? lossSum / tokens : Number.NaN,
       tokens,
+      inputTokens,
       lr,
       gradNorm,
       elapsedMs: Date.now() - this.started,
