@@ -103,6 +103,9 @@ export const BODY_DRAIN_MS = 30_000;
 
 /** Reads and drops the rest of a request body; true once it ended, false past `maxBytes` or `maxMs` (or on an error). */
 export function drainBody(raw: IncomingMessage, maxBytes: number, maxMs: number): Promise<boolean> {
+  // Already read to its end (a parsed JSON body, an injected request): nothing to wait for.
+  if (raw.readableEnded) return Promise.resolve(true);
+  if (raw.destroyed) return Promise.resolve(false);
   return new Promise((resolve) => {
     let read = 0;
     const finish = (ok: boolean) => {
