@@ -64,6 +64,8 @@ export interface AdapterInfo {
   hostBytes: number;
   hostCached: boolean;
   pins: number;
+  /** Reservations: waiting requests that will pin it (see {@link AdapterCache.reserve}). */
+  reservations: number;
   /** The phase of a load in flight: reading from disk, or read and queued for device room. */
   loading: 'reading' | 'queued' | null;
   /** Completed loads of this adapter since it was registered. */
@@ -103,6 +105,8 @@ export interface AdapterCacheStats {
   hostBudgetBytes: number;
   /** Adapters with a pin count above zero. */
   pinnedCount: number;
+  /** Adapters with a reservation (and no pin): held for a waiting request, evicted only as a last resort. */
+  reservedCount: number;
   /** Loads started and not settled (reading or queued). */
   loadsInFlight: number;
   /** Loads read and waiting, first come first served, for device room that only an unpin can free. */
@@ -122,6 +126,7 @@ interface Entry<H, D> {
   readonly name: string;
   readonly dir: string;
   pins: number;
+  reservations: number;
   loads: number;
   lastUsedMs: number | null;
   lastLoadMs: number | null;
@@ -232,7 +237,7 @@ export class AdapterCache<H, D> {
       if (existing.dir === absolute) return;
       throw new AdapterExistsError(name, existing.dir, `adapter ${JSON.stringify(name)} is registered already with ${existing.dir} (not ${absolute}); unregister it first`);
     }
-    this.entries.set(name, { name, dir: absolute, pins: 0, loads: 0, lastUsedMs: null, lastLoadMs: null, deviceBytesSeen: undefined, load: undefined });
+    this.entries.set(name, { name, dir: absolute, pins: 0, reservations: 0, loads: 0, lastUsedMs: null, lastLoadMs: null, deviceBytesSeen: undefined, load: undefined });
   }
 
   /**
@@ -278,6 +283,7 @@ export class AdapterCache<H, D> {
       hostBytes: this.host.bytesOf(name),
       hostCached,
       pins: entry.pins,
+      reservations: entry.reservations,
       loading: entry.load ? (entry.load.state === 'queued' ? 'queued' : 'reading') : null,
       loads: entry.loads,
       lastUsedMs: entry.lastUsedMs,
@@ -354,11 +360,36 @@ export class AdapterCache<H, D> {
     if (entry.pins === 0) this.scheduleDrain();
   }
 
+  /**
+   * Holds `name` for a request that waits to be admitted (a scheduler's prefetch; a soft pin). Resident or not:
+   * once resident, a reserved adapter is not evicted to make room for another reserved adapter (that load waits,
+   * first come first served, for an unpin or an unreserve), and a plain load evicts it only when evicting every
+   * unreserved, unpinned adapter would not make room. So loads ahead of admission cannot evict each other.
+   * Counted; each reserve needs one unreserve (pin it first when the request is admitted).
+   */
+  reserve(name: string): void {
+    this.checkLive();
+    const entry = this.entries.get(name);
+    if (!entry) throw new UnknownAdapterError(name);
+    entry.reservations++;
+  }
+
+  /** Drops one reservation; does nothing for an adapter that holds none or was unregistered meanwhile. */
+  unreserve(name: string): void {
+    if (this.disposed) return;
+    const entry = this.entries.get(name);
+    if (!entry || entry.reservations === 0) return;
+    entry.reservations--;
+    if (entry.reservations === 0) this.scheduleDrain();
+  }
+
   stats(): AdapterCacheStats {
     let pinnedCount = 0;
+    let reservedCount = 0;
     let loadsInFlight = 0;
     for (const entry of this.entries.values()) {
       if (entry.pins > 0) pinnedCount++;
+      else if (entry.reservations > 0) reservedCount++;
       if (entry.load) loadsInFlight++;
     }
     return {
@@ -371,6 +402,7 @@ export class AdapterCache<H, D> {
       hostCount: this.host.size,
       hostBudgetBytes: this.hostBudget,
       pinnedCount,
+      reservedCount,
       loadsInFlight,
       queuedLoads: this.queue.length,
     };
@@ -483,7 +515,7 @@ export class AdapterCache<H, D> {
   /** Makes room and uploads. False when even evicting every unpinned adapter would not make room (nothing done). */
   private tryUpload(load: Load<H, D>, by: 'caller' | 'background'): boolean {
     const { entry } = load;
-    if (!this.makeRoom(load.need, by)) return false;
+    if (!this.makeRoom(load.need, by, entry.reservations > 0)) return false;
     if (isSettled(load)) return true; // an 'evicted' listener unregistered it, or disposed the cache
     const uploadStart = this.clock.now();
     let value: D;
@@ -509,7 +541,7 @@ export class AdapterCache<H, D> {
         this.fail(load, new AdapterTooLargeError(entry.name, bytes, this.deviceBudget));
         return true;
       }
-      if (!this.makeRoom(bytes, by)) {
+      if (!this.makeRoom(bytes, by, entry.reservations > 0)) {
         this.source.disposeDevice(value);
         load.need = bytes;
         return false;
@@ -524,16 +556,19 @@ export class AdapterCache<H, D> {
   }
 
   /**
-   * Evicts unpinned adapters, least recently used first, until `need` more bytes fit the device budget. Evicts
-   * nothing (and returns false) when even all of them would not be enough: the resident set stays useful.
+   * Evicts unpinned adapters, least recently used first, until `need` more bytes fit the device budget: the
+   * unreserved ones first, then (only for a load that is not itself reserved) the reserved ones. Evicts nothing
+   * (and returns false) when even all of them would not be enough: the resident set stays useful.
    */
-  private makeRoom(need: number, by: 'caller' | 'background'): boolean {
+  private makeRoom(need: number, by: 'caller' | 'background', reserved: boolean): boolean {
     const free = this.deviceBudget - this.device.bytes;
     if (need <= free) return true;
     const victims: string[] = [];
     let freed = 0;
-    for (const name of this.device.keys()) {
-      if (this.entries.get(name)!.pins > 0 || (by === 'background' && this.fresh.has(name))) continue;
+    const evictable = this.device.keys().filter((name) => this.entries.get(name)!.pins === 0 && !(by === 'background' && this.fresh.has(name)));
+    const isReserved = (name: string) => this.entries.get(name)!.reservations > 0;
+    const order = [...evictable.filter((name) => !isReserved(name)), ...(reserved ? [] : evictable.filter(isReserved))];
+    for (const name of order) {
       victims.push(name);
       freed += this.device.bytesOf(name);
       if (need <= free + freed) break;

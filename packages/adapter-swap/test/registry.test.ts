@@ -92,6 +92,7 @@ describe('register, has, names, info', () => {
       hostBytes: 0,
       hostCached: false,
       pins: 0,
+      reservations: 0,
       loading: null,
       loads: 0,
       lastUsedMs: null,

@@ -89,6 +89,8 @@ interface RequestState {
   /** Admission order of the current admission: the largest is the newest (the preemption victim). */
   admission: number;
   pinned: boolean;
+  /** Queued within the load-ahead horizon: its adapter is reserved (adapters.reserve) until it is pinned. */
+  reserved: boolean;
   /** Input of the pending prefill: prompt, plus the generated tokens after a preemption. */
   prefillTokens: number[] | null;
   /** The last sampled token: the next decode's input. */
@@ -272,6 +274,7 @@ export class Scheduler {
     const t0 = this.clock.now();
     this.startAdapterLoads();
     const preempted = this.makeRoomForDecodes();
+    if (preempted.length > 0) this.startAdapterLoads();
     const admitted = this.admit(this.pages.freePages - this.decodeGrowth());
     if (this.running.length === 0) return null;
 
@@ -421,6 +424,8 @@ export class Scheduler {
     this.inStep = false;
     const pending = this.deferredCancels.splice(0);
     for (const s of pending) this.applyCancel(s);
+    // Admissions, finishes and cancels moved the horizon: load ahead for the requests that entered it.
+    this.startAdapterLoads();
     if (pending.length > 0) this.wake();
   }
 
@@ -514,6 +519,7 @@ export class Scheduler {
       this.adapters.pin(s.adapter);
       s.pinned = true;
     }
+    this.unreserve(s);
     s.prefillTokens = [...s.prompt, ...s.generated];
     if (s.generated.length > 0) this.counters.recomputedTokens += s.prefillTokens.length;
     else this.counters.promptTokens += s.prompt.length;
@@ -530,16 +536,52 @@ export class Scheduler {
   // ─── adapters ──────────────────────────────────────────────────────────────────────────────────────────────
 
   /**
-   * Starts a load for every non-resident adapter among the next maxBatch queued requests (the ones that could
-   * join soon; loading further ahead would only churn a bounded adapter cache). One load per adapter at a time.
+   * The queued requests that could be admitted within the next few steps, in queue order: as many as the batch
+   * has free rows (at least the head of the queue, so its load overlaps the running decodes), while their prefill
+   * pages fit the free KV (the head always counts). Loading further ahead would only churn a bounded adapter cache:
+   * adapters loaded for requests that wait longer would evict each other before anyone pins them (issue 19).
+   */
+  private loadHorizon(): Set<RequestState> {
+    const horizon = new Set<RequestState>();
+    const head = this.queue[0];
+    // The head-only policies admit nobody but the head: while its adapter is not resident, the adapters reserved
+    // for requests behind it could hold the room its load waits for, so only the head holds a reservation.
+    if (head && this.policy !== 'punica' && !this.adapterReady(head.adapter)) return new Set([head]);
+    const rows = Math.max(1, this.maxBatch - this.running.length);
+    const pages = this.pages;
+    let free = pages.freePages - this.decodeGrowth();
+    for (const s of this.queue) {
+      if (horizon.size >= rows) break;
+      const need = pages.pagesForLength(this.inputLength(s));
+      if (horizon.size > 0 && need > free) break;
+      free -= need;
+      horizon.add(s);
+    }
+    return horizon;
+  }
+
+  /**
+   * Keeps the adapters of the requests within the load horizon reserved (a soft pin, so loads ahead cannot evict
+   * each other) and starts a load for each that is not resident, one load per adapter at a time; a queued request
+   * that left the horizon gives its reservation back.
    */
   private startAdapterLoads(): void {
     const adapters = this.adapters;
     if (!adapters) return;
-    const ahead = Math.min(this.queue.length, this.maxBatch);
-    for (let i = 0; i < ahead; i++) {
-      const name = this.queue[i]!.adapter;
-      if (name === null || this.loads.has(name) || adapters.isResident(name)) continue;
+    const horizon = this.loadHorizon();
+    for (const s of this.queue) if (s.reserved && !horizon.has(s)) this.unreserve(s);
+    for (const s of horizon) {
+      const name = s.adapter;
+      if (name === null) continue;
+      if (!s.reserved && adapters.reserve) {
+        try {
+          adapters.reserve(name);
+          s.reserved = true;
+        } catch {
+          // An unknown adapter: its load below rejects and fails the request.
+        }
+      }
+      if (this.loads.has(name) || adapters.isResident(name)) continue;
       let load: Promise<unknown>;
       try {
         load = adapters.ensureResident(name);
@@ -564,6 +606,16 @@ export class Scheduler {
     }
   }
 
+  private unreserve(s: RequestState): void {
+    if (!s.reserved) return;
+    s.reserved = false;
+    try {
+      this.adapters?.unreserve?.(s.adapter!);
+    } catch {
+      // The residency forgot the adapter (unregistered): nothing is held.
+    }
+  }
+
   /** A load was rejected: every queued request waiting for that adapter fails; nothing else changes. */
   private failAdapterWaiters(name: string, cause: unknown): void {
     const message = cause instanceof Error ? cause.message : String(cause);
@@ -580,6 +632,7 @@ export class Scheduler {
       this.released.push(s.seqId);
     }
     s.seqId = '';
+    this.unreserve(s);
     if (s.pinned) {
       s.pinned = false;
       this.adapters!.unpin(s.adapter!);
@@ -730,6 +783,7 @@ export class Scheduler {
       seqId: '',
       admission: 0,
       pinned: false,
+      reserved: false,
       prefillTokens: null,
       nextToken: -1,
       lastFed: -1,

@@ -12,6 +12,14 @@ export interface AdapterResidency {
   /** A pinned adapter is never evicted. Pins are counted: one unpin per pin. */
   pin(name: string): void;
   unpin(name: string): void;
+  /**
+   * Optional soft pin: the scheduler reserves the adapter of each queued request it is loading ahead for (the
+   * requests it can admit within its horizon), and unreserves it once the request is pinned, leaves the horizon
+   * or is gone. A reserved adapter is not evicted to make room for another reserved one (AdapterCache's
+   * semantics), so adapters loaded for waiting requests do not evict each other. Counted, like pins.
+   */
+  reserve?(name: string): void;
+  unreserve?(name: string): void;
 }
 
 /**
