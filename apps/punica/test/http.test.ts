@@ -166,7 +166,7 @@ describe('bad input is a 400 with a clear message and the field as param', () =>
     ['too many choices', { model: 'alpha', prompt: 'x', n: 129 }, { param: 'n', message: /at most 128 per request/ }],
     ['best_of', { model: 'alpha', prompt: 'x', best_of: 3 }, { param: 'best_of', message: /best_of/ }],
     ['logprobs over 20', { model: 'alpha', prompt: 'x', logprobs: 21 }, { param: 'logprobs', message: /logprobs must be at most 20/ }],
-    ['echo', { model: 'alpha', prompt: 'x', echo: true }, { param: 'echo', message: /echo/ }],
+    ['max_tokens 0 without echo', { model: 'alpha', prompt: 'x', max_tokens: 0, echo: false }, { param: 'max_tokens', message: /0 only with echo/ }],
     ['presence_penalty', { model: 'alpha', prompt: 'x', presence_penalty: 0.5 }, { param: 'presence_penalty', message: /not supported/ }],
     ['empty stop string', { model: 'alpha', prompt: 'x', stop: '' }, { param: 'stop', message: /stop must be a non-empty string/ }],
     ['stream_options without stream', { model: 'alpha', prompt: 'x', stream_options: { include_usage: true } }, { param: 'stream_options', message: /only be given when stream is true/ }],

@@ -243,6 +243,124 @@ describe('logprobs', () => {
   });
 });
 
+describe('echo on /v1/completions', () => {
+  interface Logprobs {
+    tokens: string[];
+    token_logprobs: (number | null)[];
+    top_logprobs: (Record<string, number> | null)[];
+    text_offset: number[];
+  }
+  const prompt = 'Hello there';
+  const completion = (body: Record<string, unknown>) => post('/v1/completions', { model: 'alpha', prompt, ...greedy, ...body });
+
+  it('puts the prompt before the text; streamed, the first chunk of each choice starts with it', async () => {
+    const plain = (await completion({})).json();
+    const echoed = (await completion({ echo: true })).json();
+    expect(echoed.choices[0].text).toBe(prompt + plain.choices[0].text);
+    expect(echoed.usage).toEqual(plain.usage);
+    const chunks = await streamed('/v1/completions', { model: 'alpha', prompt, ...greedy, echo: true });
+    expect(chunks[0]!.choices[0]!.text!.startsWith(prompt)).toBe(true);
+    expect(chunks.map((c) => c.choices[0]!.text).join('')).toBe(echoed.choices[0].text);
+    // One chunk per completion token still (the prompt rides on the first).
+    expect(chunks.filter((c) => c.choices[0]!.finish_reason === null)).toHaveLength(6);
+  });
+
+  it('with logprobs: the prompt tokens first (the first null, the rest finite and ≤ 0), the completion after', async () => {
+    const ids = app.tokenizer.encode(prompt);
+    const plain = (await completion({ logprobs: 2 })).json().choices[0].logprobs as Logprobs;
+    const body = (await completion({ echo: true, logprobs: 2 })).json();
+    const lp = body.choices[0].logprobs as Logprobs;
+    expect(lp.tokens).toHaveLength(ids.length + 6);
+    expect(lp.token_logprobs).toHaveLength(ids.length + 6);
+    expect(lp.top_logprobs).toHaveLength(ids.length + 6);
+    expect(lp.text_offset).toHaveLength(ids.length + 6);
+    expect(lp.token_logprobs[0]).toBeNull();
+    expect(lp.top_logprobs[0]).toBeNull();
+    for (let i = 1; i < ids.length; i++) {
+      const v = lp.token_logprobs[i]!;
+      expect(Number.isFinite(v)).toBe(true);
+      expect(v).toBeLessThanOrEqual(0);
+      const top = lp.top_logprobs[i]!;
+      expect(top[lp.tokens[i]!]).toBeCloseTo(v, 6);
+      expect(Object.keys(top).length).toBeGreaterThanOrEqual(2);
+    }
+    expect(lp.tokens.slice(ids.length)).toEqual(plain.tokens);
+    expect(lp.token_logprobs.slice(ids.length)).toEqual(plain.token_logprobs);
+    expect(lp.top_logprobs.slice(ids.length)).toEqual(plain.top_logprobs);
+    let offset = 0;
+    lp.tokens.forEach((t, i) => {
+      expect(lp.text_offset[i]).toBe(offset);
+      offset += t.length;
+    });
+
+    // Streamed: the same entries, the prompt's in the first chunk.
+    const chunks = await streamed('/v1/completions', { model: 'alpha', prompt, ...greedy, echo: true, logprobs: 2 });
+    const first = chunks[0]!.choices[0]!.logprobs as Logprobs;
+    expect(first.tokens).toHaveLength(ids.length + 1);
+    const merged: Logprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+    for (const c of chunks) {
+      const part = c.choices[0]!.logprobs as Logprobs | null;
+      if (!part) continue;
+      for (const k of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset'] as const) (merged[k] as unknown[]).push(...part[k]);
+    }
+    expect(merged).toEqual(lp);
+  });
+
+  it('scoring a prompt and its own greedy continuation (max_tokens 0) gives the logprobs the generation reported', async () => {
+    const ids = app.tokenizer.encode(prompt);
+    const generated = (await post('/v1/completions', { model: 'alpha', prompt: ids, ...greedy, logprobs: 0 })).json();
+    const genLp = generated.choices[0].logprobs as Logprobs;
+    // The generated ids: each token's text back to its id, as far as the text names one token (a byte token
+    // alone decodes to U+FFFD, as several others do).
+    const byText = new Map<string, number[]>();
+    for (let id = 0; id < fixture.config.vocabSize; id++) {
+      const text = app.tokenizer.decode([id], { skipSpecialTokens: false });
+      byText.set(text, [...(byText.get(text) ?? []), id]);
+    }
+    const continuation: number[] = [];
+    for (const t of genLp.tokens) {
+      const candidates = byText.get(t) ?? [];
+      if (candidates.length !== 1) break;
+      continuation.push(candidates[0]!);
+    }
+    expect(continuation.length).toBeGreaterThanOrEqual(2);
+    const n = continuation.length;
+    const full = [...ids, ...continuation];
+    const scoredRes = await post('/v1/completions', { model: 'alpha', prompt: full, max_tokens: 0, echo: true, logprobs: 0 });
+    expect(scoredRes.statusCode).toBe(200);
+    const scored = scoredRes.json();
+    const lp = scored.choices[0].logprobs as Logprobs;
+    expect(lp.tokens).toHaveLength(full.length);
+    expect(lp.tokens.slice(ids.length)).toEqual(genLp.tokens.slice(0, n));
+    lp.token_logprobs.slice(ids.length).forEach((v, i) => expect(v).toBeCloseTo(genLp.token_logprobs[i]!, 4));
+    // The prompt alone: its text, 0 completion tokens, finish 'length'.
+    expect(scored.choices[0].text).toBe(app.tokenizer.decode(full, { skipSpecialTokens: true }));
+    expect(scored.choices[0].finish_reason).toBe('length');
+    expect(scored.usage).toEqual({ prompt_tokens: full.length, completion_tokens: 0, total_tokens: full.length });
+    const chunks = await streamed('/v1/completions', { model: 'alpha', prompt: full, max_tokens: 0, echo: true, logprobs: 0 });
+    expect(chunks.map((c) => c.choices[0]!.text).join('')).toBe(scored.choices[0].text);
+    expect((chunks[0]!.choices[0]!.logprobs as Logprobs).token_logprobs).toEqual(lp.token_logprobs);
+    // Without echo, max_tokens 0 is refused.
+    const refused = await post('/v1/completions', { model: 'alpha', prompt, max_tokens: 0 });
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json().error.param).toBe('max_tokens');
+  });
+
+  it('batched prompts × n × echo: each choice its own prompt first, logprobs matching the prompt alone', async () => {
+    const texts = ['Hello there', 'Once upon a time'];
+    const alone = await Promise.all(texts.map(async (p) => (await post('/v1/completions', { model: 'alpha', prompt: p, ...greedy, echo: true, logprobs: 1 })).json()));
+    const res = (await post('/v1/completions', { model: 'alpha', prompt: texts, n: 2, ...greedy, echo: true, logprobs: 1 })).json();
+    expect(res.choices.map((c: { index: number }) => c.index)).toEqual([0, 1, 2, 3]);
+    res.choices.forEach((c: { text: string; logprobs: Logprobs }, i: number) => {
+      const p = Math.floor(i / 2);
+      expect(c.text.startsWith(texts[p]!)).toBe(true);
+      expect(c.text).toBe(alone[p].choices[0].text);
+      expect(c.logprobs.tokens).toEqual(alone[p].choices[0].logprobs.tokens);
+      c.logprobs.token_logprobs.forEach((v, j) => (v === null ? expect(alone[p].choices[0].logprobs.token_logprobs[j]).toBeNull() : expect(v).toBeCloseTo(alone[p].choices[0].logprobs.token_logprobs[j], 4)));
+    });
+  });
+});
+
 describe('/tokenize and /detokenize as vLLM serves them', () => {
   it('a prompt or chat messages → count, max_model_len, tokens; tokens → the prompt', async () => {
     const res = await post('/tokenize', { model: 'alpha', prompt: 'Hello there' });

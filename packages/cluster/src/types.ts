@@ -16,6 +16,8 @@ export interface SamplingOptions {
   topK?: number;
   topP?: number;
   seed?: number;
+  /** Prompt tokens' log-probabilities with this many alternatives, on the first token's `logprobs.prompt` (core's StepSamplingParams.promptLogprobs). */
+  promptLogprobs?: number;
 }
 
 /** A generation request. `id` is the idempotency key: submitting the same id twice runs it once. */

@@ -70,6 +70,12 @@ export interface TokenLogprobs {
   logprob: number;
   /** The request's `logprobs` most likely tokens, most likely first (ties: lower id first). */
   top: { token: number; logprob: number }[];
+  /**
+   * Only on a request's first token, when it was opened with `sampling.promptLogprobs` (vLLM's `prompt_logprobs`):
+   * one entry per prompt token, in order; entry 0 is null (nothing precedes it), entry i the log-softmax of the
+   * logits at position i − 1 for prompt token i, with `promptLogprobs` alternatives.
+   */
+  prompt?: readonly (TokenLogprobs | null)[] | undefined;
 }
 
 /** Most alternatives a request may ask for per token (OpenAI's and vLLM's default cap). */
@@ -105,6 +111,12 @@ export interface StepSamplingParams {
   topK?: number | undefined;
   topP?: number | undefined;
   seed?: number | undefined;
+  /**
+   * Report the prompt tokens' log-probabilities with this many alternatives each (0..MAX_TOP_LOGPROBS; vLLM's
+   * `prompt_logprobs`, e.g. for `echo` with `logprobs`): the prefill computes the logits of every prompt row, and
+   * the first token's `logprobs.prompt` carries them (its `logprobs` is then there even without `logprobs`).
+   */
+  promptLogprobs?: number | undefined;
 }
 
 /** What a runner keeps per request across steps: its sampler stream and stop conditions. */

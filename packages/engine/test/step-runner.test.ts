@@ -173,6 +173,58 @@ describe('StepRunner', () => {
     cache.dispose();
   });
 
+  it('prompt logprobs: a prefill mixed with another prefill gets every prompt row (entry 0 null), once; the other sequence is unchanged', () => {
+    const a = prompt(5, 3);
+    const b = prompt(7, 11);
+    const run = (withPrompt: boolean) => {
+      const cache = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
+      const runner = new StepRunner({ model, cache, deltas: [delta] });
+      for (const [seq, t] of [['sa', a], ['sb', b]] as const) {
+        cache.allocator.addSequence(seq);
+        cache.allocator.reserve(seq, t.length);
+      }
+      runner.open({ id: 'a', maxTokens: 4, ignoreEos: true });
+      runner.open({ id: 'b', maxTokens: 4, ignoreEos: true, sampling: withPrompt ? { promptLogprobs: 2 } : {} });
+      const rows: PlannedSequence[] = [
+        { requestId: 'a', seqId: 'sa', adapter: null, kind: 'prefill', tokens: a, position: 0 },
+        { requestId: 'b', seqId: 'sb', adapter: 'lora', kind: 'prefill', tokens: b, position: 0 },
+      ];
+      const { results } = runner.run({ step: 1, sequences: rows, segments: segmentsOf(rows), rows: a.length + b.length, reserved: [], released: [] });
+      runner.close('a');
+      runner.close('b');
+      cache.dispose();
+      return results;
+    };
+    const plain = run(false);
+    const withPrompt = run(true);
+    expect(withPrompt.map((r) => (r.kind === 'token' ? r.token : null))).toEqual(plain.map((r) => (r.kind === 'token' ? r.token : null)));
+    const [ra, rb] = withPrompt;
+    if (ra?.kind !== 'token' || rb?.kind !== 'token') throw new Error('expected tokens');
+    expect(ra.logprobs).toBeUndefined();
+    const entries = rb.logprobs!.prompt!;
+    expect(entries).toHaveLength(b.length);
+    expect(entries[0]).toBeNull();
+
+    // Direct: b's logits at every row.
+    const direct = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
+    direct.addSequence('d');
+    direct.reserve('d', b.length);
+    const out = model.forward([{ id: 'd', tokens: b, key: 'lora' }], { cache: direct, deltas: [delta], logits: 'all' });
+    const all = out.logits!.toArray() as Float32Array;
+    out.logits!.dispose();
+    direct.dispose();
+    const vocab = model.config.vocabSize;
+    for (let i = 1; i < b.length; i++) {
+      const row = Array.from(all.subarray((i - 1) * vocab, i * vocab), Number);
+      const max = Math.max(...row);
+      const lse = max + Math.log(row.reduce((sum, x) => sum + Math.exp(x - max), 0));
+      expect(Math.abs(entries[i]!.logprob - (row[b[i]!]! - lse))).toBeLessThan(1e-4);
+      expect(entries[i]!.top).toHaveLength(2);
+    }
+    // The first token's own logprobs come along (the object carrying the prompt's).
+    expect(rb.logprobs!.logprob).toBeLessThanOrEqual(0);
+  });
+
   it('open validates sampling and stop options, and replays generated tokens', () => {
     const cache = PagedKvCache.create({ ...model.kvShape, numPages: 4 }, model.backend);
     const runner = new StepRunner({ model, cache });

@@ -10,7 +10,9 @@
  *   3. one `model.forward` over the rows (prefills first, then decodes), logits of each sequence's last row;
  *   4. each request's own seeded sampler picks its token; its StopChecker decides whether it ends (EOS, a stop
  *      string, maxTokens) and what text became safe to show; a request opened with `logprobs: k` also gets the
- *      token's log-probability and the k most likely tokens' (log-softmax of the raw logits row, sampling/logprobs.ts).
+ *      token's log-probability and the k most likely tokens' (log-softmax of the raw logits row, sampling/logprobs.ts);
+ *      one opened with `sampling.promptLogprobs` gets its prompt tokens' on its first token (`logprobs.prompt`): its
+ *      prefill's forward asks for the logits of every row ('all', the step's other sequences' rows picked by offset).
  * It returns a {@link StepOutcome}: a token (and finish reason) per sampled row, or the rows that failed. It keeps
  * per request only what sampling needs across steps (sampler stream, stop state), from `open` to `close`.
  */
@@ -24,6 +26,7 @@ import {
   type StepOutcome,
   type StepPlan,
   type StepSegment,
+  type TokenLogprobs,
   UnknownAdapterError,
 } from '@tessera/core';
 import { SegmentLayout } from '../hooks/segment-layout.js';
@@ -55,6 +58,8 @@ interface RequestState {
   readonly stop: StopChecker;
   /** Alternatives to report per token; null: no logprobs. */
   readonly logprobs: number | null;
+  /** Alternatives to report per prompt token; null: no prompt logprobs, or already reported. */
+  promptLogprobs: number | null;
 }
 
 function asError(err: unknown): Error {
@@ -112,6 +117,8 @@ export class StepRunner implements StepExecutor {
     const stopStrings = request.stop ?? [];
     if (stopStrings.length > 0 && !this.decode) throw new InvalidArgumentError('stop strings need the runner to have a decode function');
     const logprobs = request.logprobs === undefined ? null : validateTopLogprobs(request.logprobs);
+    const promptK = request.sampling?.promptLogprobs;
+    let promptLogprobs = promptK === undefined ? null : validateTopLogprobs(promptK);
     const sampler = createSampler(request.sampling ?? {});
     const stop = new StopChecker({
       eosTokenIds: this.model.config.eosTokenIds,
@@ -126,7 +133,9 @@ export class StepRunner implements StepExecutor {
         throw new InvalidArgumentError(`generated token ${i} already ends the request (EOS or a stop string); nothing is left to generate`);
       }
     }
-    this.requests.set(request.id, { sampler, stop, logprobs });
+    // A request that generated before (migrated, resumed) reported its prompt logprobs with its first token.
+    if (generated.length > 0) promptLogprobs = null;
+    this.requests.set(request.id, { sampler, stop, logprobs, promptLogprobs });
   }
 
   /** The request's text so far (stop string and what follows cut off); '' without a `decode`. */
@@ -168,12 +177,15 @@ export class StepRunner implements StepExecutor {
       problem = this.prepareDeltas(layout);
     }
 
+    // Prefills whose prompt logprobs are due need the logits of every row ('all': rows picked by offsets).
+    const wantsPrompt = (s: PlannedSequence) => s.kind === 'prefill' && (this.requests.get(s.requestId)?.promptLogprobs ?? null) !== null;
+    const allRows = live.some(wantsPrompt);
     let logits: Float32Array | null = null;
     try {
       if (problem) throw problem.error;
       const sequences: DecoderSequence[] = live.map((s) => ({ id: s.seqId, tokens: s.tokens, key: s.adapter }));
       this.forwards++;
-      const out = this.model.forward(sequences, { cache: this.cache, deltas: this.deltas, layout, logits: 'last' });
+      const out = this.model.forward(sequences, { cache: this.cache, deltas: this.deltas, layout, logits: allRows ? 'all' : 'last' });
       try {
         logits = out.logits!.toArray() as Float32Array;
       } finally {
@@ -188,17 +200,33 @@ export class StepRunner implements StepExecutor {
 
     if (logits) {
       const vocab = this.model.config.vocabSize;
+      // First row of sequence b in the logits: b with 'last', its token offset with 'all'.
+      let offset = 0;
       for (let b = 0; b < live.length; b++) {
         const s = live[b]!;
+        const first = allRows ? offset : b;
+        offset += s.tokens.length;
         if (s.kind === 'wasted') continue;
         const state = this.requests.get(s.requestId);
         try {
           if (!state) throw new Error(`StepRunner: internal error: request ${JSON.stringify(s.requestId)} is in the plan but was not opened`);
-          const row = logits.subarray(b * vocab, (b + 1) * vocab);
+          const last = allRows ? first + s.tokens.length - 1 : b;
+          const row = logits.subarray(last * vocab, (last + 1) * vocab);
           const token = state.sampler.sample(row);
           const pushed = state.stop.push(token);
           const result: RowResult = { kind: 'token', requestId: s.requestId, token, text: pushed.text, finish: pushed.finished };
-          if (state.logprobs !== null) result.logprobs = tokenLogprobs(row, token, state.logprobs);
+          const k = state.logprobs ?? state.promptLogprobs;
+          if (k !== null) result.logprobs = tokenLogprobs(row, token, k);
+          if (state.promptLogprobs !== null && s.kind === 'prefill') {
+            // Prompt token i under the logits of row i − 1; token 0 has none.
+            const promptK = state.promptLogprobs;
+            const prompt: (TokenLogprobs | null)[] = [null];
+            for (let i = 1; i < s.tokens.length; i++) {
+              prompt.push(tokenLogprobs(logits.subarray((first + i - 1) * vocab, (first + i) * vocab), s.tokens[i]!, promptK));
+            }
+            result.logprobs!.prompt = prompt;
+            state.promptLogprobs = null;
+          }
           results.push(result);
         } catch (err) {
           results.push({ kind: 'failed', requestId: s.requestId, error: asError(err) });

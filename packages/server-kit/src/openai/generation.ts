@@ -80,6 +80,13 @@ export interface ChoicePlan {
   prompt: number[];
   maxTokens: number;
   sampling: GenerateRequest['sampling'];
+  /** `echo`: the prompt's text, shown before the completion (completions only). */
+  promptText?: string;
+  /**
+   * `echo` with `max_tokens: 0` (scoring a prompt, as vLLM allows): the engine generates one token (maxTokens 1)
+   * that the response drops; the choice reports the prompt alone and 0 completion tokens.
+   */
+  promptOnly?: boolean;
 }
 
 export interface GenerationPlan {
@@ -302,6 +309,7 @@ export async function respond(backend: GenerationBackend, plan: GenerationPlan, 
               tokens.push(e);
               text += e.text;
             } else {
+              if (choice.promptOnly) return { plan: choice, text: '', finishReason: 'length', tokens, completionTokens: 0 };
               return { plan: choice, text: e.result.text || text, finishReason: e.result.finishReason === 'length' ? 'length' : 'stop', tokens, completionTokens: e.result.completionTokens };
             }
           }
@@ -328,8 +336,8 @@ export async function respond(backend: GenerationBackend, plan: GenerationPlan, 
         if (e.type === 'finish') {
           // A cancelled request (the client went away) ends the response without its closing chunk.
           if (e.result.finishReason === 'cancelled') return;
-          completionTokens += e.result.completionTokens;
-          yield sseData(shape.chunk(plan, created, choice, '', null, openAiFinishReason(e.result.finishReason)));
+          completionTokens += choice.promptOnly ? 0 : e.result.completionTokens;
+          yield sseData(shape.chunk(plan, created, choice, '', null, choice.promptOnly ? 'length' : openAiFinishReason(e.result.finishReason)));
           continue;
         }
         yield sseData(errorBody(errorReply(requestError(e.error), backend.errors)));

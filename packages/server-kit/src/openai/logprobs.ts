@@ -9,9 +9,14 @@
  *   /v1/chat/completions logprobs: true, top_logprobs: k
  *                                     → { content: [{ token, logprob, bytes, top_logprobs: [{ token, logprob, bytes }] }] }
  *
+ * With `echo`, the prompt tokens come first (the first one's logprob and top_logprobs null, as vLLM's), then the
+ * generated ones, text offsets running on across both.
+ *
  * A token's text is its decoding alone, special tokens kept (an EOS shows as e.g. `</s>`); -Infinity is reported
  * as -9999 (JSON has no infinities; vLLM's floor).
  */
+import type { TokenLogprobs } from '@tessera/core';
+
 import type { GenerationBackend, DeliveredToken } from './generation.js';
 import type { ChatLogprobs, CompletionLogprobs } from './schemas.js';
 
@@ -25,8 +30,23 @@ export function tokenText(backend: Pick<GenerationBackend, 'tokenizer'>, id: num
   return decode ? decode.call(backend.tokenizer, [id], { skipSpecialTokens: false }) : `token_id:${id}`;
 }
 
-/** One token's completions logprobs entry (the caller tracks the text offset). */
-export function completionLogprobsOf(backend: Pick<GenerationBackend, 'tokenizer'>, tokens: readonly DeliveredToken[], startOffset: number): NonNullable<CompletionLogprobs> {
+/** A token with its log-probabilities (a generated token, or a prompt token under `echo`; none: null entries). */
+export interface LoggedToken {
+  token: number;
+  logprobs?: TokenLogprobs | null | undefined;
+}
+
+/**
+ * `echo`'s prompt part: the prompt tokens with the log-probabilities the engine reported on the first generated
+ * token (`logprobs.prompt`, vLLM's prompt_logprobs; the first prompt token's are null). Without them, null entries.
+ */
+export function promptLoggedTokens(prompt: readonly number[], first: DeliveredToken | undefined): LoggedToken[] {
+  const reported = first?.logprobs?.prompt;
+  return prompt.map((token, i) => ({ token, logprobs: reported?.[i] ?? null }));
+}
+
+/** The tokens' completions logprobs entries, the first one's text starting at `startOffset` (the caller tracks it). */
+export function completionLogprobsOf(backend: Pick<GenerationBackend, 'tokenizer'>, tokens: readonly LoggedToken[], startOffset: number): NonNullable<CompletionLogprobs> {
   const out: NonNullable<CompletionLogprobs> = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let offset = startOffset;
   for (const t of tokens) {
@@ -52,7 +72,7 @@ export function completionLogprobsOf(backend: Pick<GenerationBackend, 'tokenizer
 }
 
 /** Total text length of the tokens' names (the next text offset after them). */
-export function textLength(backend: Pick<GenerationBackend, 'tokenizer'>, tokens: readonly DeliveredToken[]): number {
+export function textLength(backend: Pick<GenerationBackend, 'tokenizer'>, tokens: readonly LoggedToken[]): number {
   return tokens.reduce((n, t) => n + tokenText(backend, t.token).length, 0);
 }
 

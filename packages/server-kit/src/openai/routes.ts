@@ -3,7 +3,9 @@
  *
  *   POST /v1/completions        `prompt` is a string, token ids, or a list of either (a batch: one engine request
  *                               per prompt, choices in prompt order); without max_tokens, 16 tokens (OpenAI's
- *                               default for this API)
+ *                               default for this API); `echo` puts the prompt before each choice's text (and, with
+ *                               `logprobs`, its tokens first in the logprobs: the engine's prompt logprobs);
+ *                               `echo` with `max_tokens: 0` returns the prompt alone (scoring, as vLLM)
  *   POST /v1/chat/completions   `messages` through the chat template (chat-template.ts); without max_tokens /
  *                               max_completion_tokens, whatever the context leaves after the prompt (as vLLM)
  *
@@ -32,6 +34,7 @@ import {
   type GenerationBackend,
   type ChoiceOutcome,
   type ChoicePlan,
+  type DeliveredToken,
   type GenerationPlan,
   planChoices,
   type ResponseShape,
@@ -40,7 +43,7 @@ import {
   samplingOf,
   stopStrings,
 } from './generation.js';
-import { chatLogprobsOf, completionLogprobsOf, textLength } from './logprobs.js';
+import { chatLogprobsOf, completionLogprobsOf, type LoggedToken, promptLoggedTokens, textLength } from './logprobs.js';
 import {
   ChatCompletionRequest,
   ChatCompletionResponse,
@@ -56,9 +59,19 @@ import {
 
 const finishOf = (o: ChoiceOutcome) => o.finishReason;
 
+/**
+ * The logged tokens of a choice's part: under `echo`, the prompt's (with the prompt logprobs that came on the first
+ * generated token) before the first generated token; the generated ones unless the choice is prompt-only.
+ */
+function loggedTokens(choice: ChoicePlan, generated: readonly DeliveredToken[], withPrompt: boolean): LoggedToken[] {
+  const prompt = withPrompt ? promptLoggedTokens(choice.prompt, generated[0]) : [];
+  return choice.promptOnly ? prompt : [...prompt, ...generated];
+}
+
 function completionShape(backend: GenerationBackend): ResponseShape {
-  // Streaming: where each choice's next token text starts (text_offset).
+  // Streaming: where each choice's next token text starts (text_offset), and the choices whose prompt was echoed.
   const offsets = new WeakMap<ChoicePlan, number>();
+  const echoed = new WeakSet<ChoicePlan>();
   return {
     body: (plan, created, choices, usage) => ({
       id: plan.id,
@@ -67,19 +80,25 @@ function completionShape(backend: GenerationBackend): ResponseShape {
       model: plan.model,
       choices: choices.map((o) => ({
         index: o.plan.index,
-        text: o.text,
-        logprobs: plan.logprobs === null ? null : completionLogprobsOf(backend, o.tokens, 0),
+        text: (o.plan.promptText ?? '') + o.text,
+        logprobs: plan.logprobs === null ? null : completionLogprobsOf(backend, loggedTokens(o.plan, o.tokens, o.plan.promptText !== undefined), 0),
         finish_reason: finishOf(o),
       })),
       usage,
     }),
     opening: () => [],
     chunk: (plan, created, choice, text, token, finishReason) => {
+      // echo: the first token's chunk starts with the prompt (its text, and its tokens' logprobs), as vLLM's.
+      const echo = token !== null && choice.promptText !== undefined && !echoed.has(choice);
+      if (echo) echoed.add(choice);
+      if (token && choice.promptOnly) text = '';
+      if (echo) text = choice.promptText + text;
       let logprobs: CompletionLogprobs = null;
       if (plan.logprobs !== null && token) {
         const offset = offsets.get(choice) ?? 0;
-        logprobs = completionLogprobsOf(backend, [token], offset);
-        offsets.set(choice, offset + textLength(backend, [token]));
+        const logged = loggedTokens(choice, [token], echo);
+        logprobs = completionLogprobsOf(backend, logged, offset);
+        offsets.set(choice, offset + textLength(backend, logged));
       }
       return { id: plan.id, object: 'text_completion', created, model: plan.model, choices: [{ index: choice.index, text, logprobs, finish_reason: finishReason }] };
     },
@@ -136,18 +155,32 @@ export const openaiGenerationRoutes: FastifyPluginAsyncTypebox<{ backend: Genera
       rejectUnsupportedSampling(body);
       if (body.best_of !== undefined && body.best_of !== null && body.best_of > 1) throw badRequest('best_of > 1 is not supported', 'best_of');
       if (body.logprobs != null && body.logprobs > MAX_TOP_LOGPROBS) throw badRequest(`logprobs must be at most ${MAX_TOP_LOGPROBS}, got ${body.logprobs}`, 'logprobs');
-      if (body.echo === true) throw badRequest('echo is not supported', 'echo');
       if (body.suffix) throw badRequest('suffix is not supported', 'suffix');
+      const echo = body.echo === true;
+      // max_tokens 0 scores the prompt (vLLM allows it with echo): one token is generated and dropped.
+      const promptOnly = body.max_tokens === 0;
+      if (promptOnly && !echo) throw badRequest('max_tokens must be >= 1 (0 only with echo)', 'max_tokens');
 
       const { adapter } = backend.resolve(body.model);
       const prompts = promptTokens(body.prompt, backend.tokenizer, backend.vocabSize);
       const id = completionId('cmpl-');
-      const budget = (prompt: number[]) => completionBudget(prompt.length, body.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, backend.contextLength, 'prompt');
+      const budget = (prompt: number[]) =>
+        completionBudget(prompt.length, promptOnly ? 1 : body.max_tokens, DEFAULT_COMPLETION_MAX_TOKENS, backend.contextLength, 'prompt');
+      const sampling = samplingOf(body);
+      if (echo && body.logprobs != null) sampling.promptLogprobs = body.logprobs;
+      const choices = planChoices(id, prompts, body.n ?? 1, sampling, body.seed != null, budget);
+      if (echo) {
+        const texts = promptTexts(body.prompt, prompts, backend.tokenizer);
+        for (const c of choices) {
+          c.promptText = texts[c.promptIndex]!;
+          if (promptOnly) c.promptOnly = true;
+        }
+      }
       const plan: GenerationPlan = {
         id,
         model: body.model,
         adapter,
-        choices: planChoices(id, prompts, body.n ?? 1, samplingOf(body), body.seed != null, budget),
+        choices,
         stop: stopStrings(body.stop),
         ignoreEos: body.ignore_eos ?? false,
         stream: body.stream ?? false,
@@ -229,6 +262,20 @@ export function promptTokens(prompt: CompletionRequest['prompt'], tokenizer: { e
     return list.map((p, i) => onePrompt(p, tokenizer, vocabSize, list.length === 1 ? 'prompt' : `prompt[${i}]`));
   }
   return [onePrompt(prompt as number[], tokenizer, vocabSize, 'prompt')];
+}
+
+/**
+ * `echo`'s text of each prompt: a text prompt as sent; a token-id prompt decoded (special tokens skipped, as the
+ * completion's own text is), or '' when the server cannot decode.
+ */
+function promptTexts(prompt: CompletionRequest['prompt'], ids: readonly number[][], tokenizer: GenerationBackend['tokenizer']): string[] {
+  if (typeof prompt === 'string') return [prompt];
+  const list = prompt.length > 0 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])) ? (prompt as (string | number[])[]) : null;
+  return ids.map((p, i) => {
+    const sent = list?.[i];
+    if (typeof sent === 'string') return sent;
+    return tokenizer.decode ? tokenizer.decode(p, { skipSpecialTokens: true }) : '';
+  });
 }
 
 function onePrompt(single: string | number[], tokenizer: { encode(text: string): number[] }, vocabSize: number, name: string): number[] {

@@ -44,6 +44,8 @@ const samplingFields = {
 export const CompletionRequest = Type.Object(
   {
     ...samplingFields,
+    /** 0 only with `echo` (the route checks it): the prompt alone, scored. */
+    max_tokens: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
     /** A string, token ids, or a list of either (a batch of prompts). */
     prompt: Type.Union([Type.String(), TokenIds, Type.Array(Type.String(), { minItems: 1 }), Type.Array(TokenIds, { minItems: 1 })]),
     echo: Type.Optional(Nullable(Type.Boolean())),
