@@ -89,8 +89,6 @@ interface RequestState {
   /** Admission order of the current admission: the largest is the newest (the preemption victim). */
   admission: number;
   pinned: boolean;
-  /** Queued within the load-ahead horizon: its adapter is reserved (adapters.reserve) until it is pinned. */
-  reserved: boolean;
   /** Input of the pending prefill: prompt, plus the generated tokens after a preemption. */
   prefillTokens: number[] | null;
   /** The last sampled token: the next decode's input. */
@@ -149,6 +147,8 @@ export class Scheduler {
   private readonly live = new Map<string, RequestState>();
   /** Adapter loads in flight, one per adapter. */
   private readonly loads = new Map<string, Promise<void>>();
+  /** Queued requests within the load-ahead horizon whose adapter is reserved (adapters.reserve) until they are pinned. */
+  private readonly reservations = new Set<RequestState>();
   /** KV sequences released since the last plan (the plan reports them). */
   private released: string[] = [];
   private admissionCounter = 0;
@@ -569,14 +569,14 @@ export class Scheduler {
     const adapters = this.adapters;
     if (!adapters) return;
     const horizon = this.loadHorizon();
-    for (const s of this.queue) if (s.reserved && !horizon.has(s)) this.unreserve(s);
+    for (const s of this.reservations) if (!horizon.has(s)) this.unreserve(s);
     for (const s of horizon) {
       const name = s.adapter;
       if (name === null) continue;
-      if (!s.reserved && adapters.reserve) {
+      if (!this.reservations.has(s) && adapters.reserve) {
         try {
           adapters.reserve(name);
-          s.reserved = true;
+          this.reservations.add(s);
         } catch {
           // An unknown adapter: its load below rejects and fails the request.
         }
@@ -607,8 +607,7 @@ export class Scheduler {
   }
 
   private unreserve(s: RequestState): void {
-    if (!s.reserved) return;
-    s.reserved = false;
+    if (!this.reservations.delete(s)) return;
     try {
       this.adapters?.unreserve?.(s.adapter!);
     } catch {
@@ -783,7 +782,6 @@ export class Scheduler {
       seqId: '',
       admission: 0,
       pinned: false,
-      reserved: false,
       prefillTokens: null,
       nextToken: -1,
       lastFed: -1,
