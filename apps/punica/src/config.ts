@@ -37,6 +37,8 @@ const FLAGS = flagTable([
       { flag: 'adapter-budget-mib', arg: '<n>', help: 'device memory for resident adapters (default 64)', env: 'PUNICA_ADAPTER_BUDGET_MIB' },
       { flag: 'host-adapter-budget-mib', arg: '<n>', help: 'host cache of read adapters (default 256, 0 = off)', env: 'PUNICA_HOST_ADAPTER_BUDGET_MIB' },
       { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'PUNICA_THREADS' },
+      { flag: 'prefix-cache', help: 'reuse the KV pages of shared prompt prefixes (per adapter)', env: 'PUNICA_PREFIX_CACHE=1' },
+      { flag: 'fairness', arg: '<policy>', help: "fcfs | vtc: S-LoRA's virtual token counter across adapters (fcfs)", env: 'PUNICA_FAIRNESS' },
     ],
   ],
   [
@@ -75,6 +77,7 @@ export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 export type ClusterRole = 'frontend' | 'worker' | 'scheduler';
 const ROLES: readonly ClusterRole[] = ['frontend', 'worker', 'scheduler'];
+const FAIRNESS = ['fcfs', 'vtc'] as const;
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
 export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
@@ -103,6 +106,8 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     adapterBudgetMiB: parseIntegerFlag('--adapter-budget-mib', str('adapter-budget-mib', 'PUNICA_ADAPTER_BUDGET_MIB'), 1) ?? 64,
     hostAdapterBudgetMiB: parseIntegerFlag('--host-adapter-budget-mib', str('host-adapter-budget-mib', 'PUNICA_HOST_ADAPTER_BUDGET_MIB'), 0) ?? 256,
     threads: parseIntegerFlag('--threads', str('threads', 'PUNICA_THREADS'), 1, 1024),
+    prefixCache: values['prefix-cache'] === true || (parseBooleanFlag('PUNICA_PREFIX_CACHE', env.PUNICA_PREFIX_CACHE) ?? false),
+    fairness: parseChoiceFlag('--fairness', str('fairness', 'PUNICA_FAIRNESS'), FAIRNESS, 'fcfs'),
     role,
     redisUrl: redisFlag ?? (env.REDIS_URL || 'redis://127.0.0.1:6379'),
     clusterPrefix: str('cluster-prefix', 'PUNICA_CLUSTER_PREFIX') ?? 'tessera',

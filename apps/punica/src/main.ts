@@ -51,6 +51,8 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       adapterBudgetBytes: config.adapterBudgetMiB * MIB,
       hostAdapterBudgetBytes: config.hostAdapterBudgetMiB * MIB,
       threads: config.threads ?? null,
+      prefixCache: config.prefixCache,
+      fairness: config.fairness,
       log: say,
     });
     stopOnSignal(() => worker.close(), { prefix: '[punica]' });
@@ -67,6 +69,8 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     adapterBudgetMiB: config.adapterBudgetMiB,
     hostAdapterBudgetMiB: config.hostAdapterBudgetMiB,
     threads: config.threads,
+    prefixCache: config.prefixCache,
+    fairness: config.fairness,
     adapterAdmin: config.adapterAdmin,
     adapterRoot: config.adapterRoot,
     logger: { level: config.logLevel },

@@ -37,6 +37,8 @@ export function punicaMetrics(registry: Registry, engine: PunicaHost, options: {
     steps: { type: 'counter', name: 'tessera_engine_steps_total', help: 'Engine steps (model forwards) run.' },
     kvUsedPages: { type: 'gauge', name: 'tessera_kv_cache_used_pages', help: 'KV-cache pages held by sequences.' },
     kvTotalPages: { type: 'gauge', name: 'tessera_kv_cache_pages', help: 'KV-cache pages in the pool.' },
+    prefixQueries: { type: 'counter', name: 'vllm:prefix_cache_queries_total', help: 'Prefix cache: prefill tokens looked up (hit rate = hits / queries).', labels: ['model_name'] },
+    prefixHits: { type: 'counter', name: 'vllm:prefix_cache_hits_total', help: 'Prefix cache: prefill tokens whose K/V came from cached pages.', labels: ['model_name'] },
   });
   const totals = new CumulativeTotals();
   engine.on('request-end', (end) => vllm.onRequestEnd(end));
@@ -62,6 +64,8 @@ export function punicaMetrics(registry: Registry, engine: PunicaHost, options: {
     m.adaptersResident.set({ tier: 'host' }, a.hostCount);
     m.adapterResidentBytes.set(a.residentBytes);
     m.adapterBudgetBytes.set(a.deviceBudgetBytes);
+    totals.advance(m.prefixQueries, s.prefix.queries, { model_name: options.model });
+    totals.advance(m.prefixHits, s.prefix.hits, { model_name: options.model });
     m.steps.inc(s.steps);
     for (const size of s.batchSizes) m.batchSize.observe(size);
   }

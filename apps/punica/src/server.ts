@@ -60,6 +60,10 @@ export interface ServerOptions extends ServerBaseOptions {
   hostAdapterBudgetMiB?: number | undefined;
   /** CPU kernel threads of the engine (default: TESSERA_THREADS or all cores). */
   threads?: number | undefined;
+  /** Reuse the K/V of shared prompt prefixes within one base + adapter (default false). */
+  prefixCache?: boolean | undefined;
+  /** Admission across adapters: 'fcfs' (default) or 'vtc' (S-LoRA's virtual token counter). */
+  fairness?: 'fcfs' | 'vtc' | undefined;
   /** Serve /v1/load_lora_adapter and /v1/unload_lora_adapter (default true). */
   adapterAdmin?: boolean | undefined;
   /** When set, runtime-loaded adapters must live inside this directory. */
@@ -116,6 +120,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           adapterBudgetBytes: (options.adapterBudgetMiB ?? 64) * MIB,
           hostAdapterBudgetBytes: (options.hostAdapterBudgetMiB ?? 256) * MIB,
           threads: options.threads ?? null,
+          prefixCache: options.prefixCache,
+          fairness: options.fairness,
         };
         engine = await startWorkerHost(init, options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {});
       }

@@ -125,6 +125,8 @@ export type AdapterCacheListener<E extends AdapterCacheEvent> = (payload: Adapte
 interface Entry<H, D> {
   readonly name: string;
   readonly dir: string;
+  /** This registration's number in the cache (a re-registration of the name gets a new one). */
+  readonly registration: number;
   pins: number;
   reservations: number;
   loads: number;
@@ -189,6 +191,7 @@ export class AdapterCache<H, D> {
    */
   private readonly fresh = new Map<string, number>();
   private disposed = false;
+  private registrations = 0;
   private readonly listeners: { [E in AdapterCacheEvent]: Set<AdapterCacheListener<E>> } = {
     'load-start': new Set(),
     loaded: new Set(),
@@ -237,7 +240,7 @@ export class AdapterCache<H, D> {
       if (existing.dir === absolute) return;
       throw new AdapterExistsError(name, existing.dir, `adapter ${JSON.stringify(name)} is registered already with ${existing.dir} (not ${absolute}); unregister it first`);
     }
-    this.entries.set(name, { name, dir: absolute, pins: 0, reservations: 0, loads: 0, lastUsedMs: null, lastLoadMs: null, deviceBytesSeen: undefined, load: undefined });
+    this.entries.set(name, { name, dir: absolute, registration: ++this.registrations, pins: 0, reservations: 0, loads: 0, lastUsedMs: null, lastLoadMs: null, deviceBytesSeen: undefined, load: undefined });
   }
 
   /**
@@ -263,6 +266,17 @@ export class AdapterCache<H, D> {
 
   has(name: string): boolean {
     return this.entries.has(name);
+  }
+
+  /**
+   * A string naming the adapter's current registration: the name and a number that changes when the name is
+   * unregistered and registered again (its files may have changed). The batcher's prefix cache keys K/V by it,
+   * so a same-name reload never reuses stale pages. Throws UnknownAdapterError for an unregistered name.
+   */
+  identity(name: string): string {
+    const entry = this.entries.get(name);
+    if (!entry) throw new UnknownAdapterError(name);
+    return `${name}#${entry.registration}`;
   }
 
   /** Registered names, in registration order. */

@@ -126,6 +126,24 @@ describe('register, has, names, info', () => {
   });
 });
 
+describe('identity', () => {
+  it('names the registration: stable while registered (also across a same-directory re-register), new after unregister + register', async () => {
+    const source = new PeftTestSource(h.fx.base);
+    const cache = h.cache({ source, deviceBudgetBytes: 2 * A });
+    cache.register('a', h.fx.dirs.a!);
+    cache.register('b', h.fx.dirs.b!);
+    const first = cache.identity('a');
+    expect(first).toMatch(/^a#/);
+    expect(cache.identity('b')).not.toBe(first);
+    cache.register('a', h.fx.dirs.a!);
+    expect(cache.identity('a')).toBe(first);
+    await cache.unregister('a');
+    expect(caught(() => cache.identity('a'))).toBeInstanceOf(UnknownAdapterError);
+    cache.register('a', h.fx.dirs.a!);
+    expect(cache.identity('a')).not.toBe(first);
+  });
+});
+
 describe('unregister', () => {
   it('rejects with AdapterInUseError while pinned and changes nothing; once unpinned it frees both tiers', async () => {
     const source = new PeftTestSource(h.fx.base);

@@ -8,6 +8,8 @@
  * α/β cost tables, the intra-/inter-task DPs and their baselines, a profiler, online windows.
  */
 export { Scheduler, type SchedulerOptions, BATCH_POLICIES, DEFAULT_MAX_BATCH } from './scheduler.js';
+export { DEFAULT_VTC_WEIGHTS, FAIRNESS_POLICIES, type FairnessPolicy, VirtualTokenCounter, type VtcWeights } from './serving/fairness.js';
+export { pageKey, PrefixKeyChain, prefixRootKey } from './serving/prefix-keys.js';
 export { type Clock, systemClock } from './clock.js';
 export { AdapterLoadError, BatcherStateError, type RequestValidationCode, RequestValidationError } from './errors.js';
 export type {

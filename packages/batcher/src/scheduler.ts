@@ -32,6 +32,8 @@ import {
   systemClock,
 } from '@tessera/core';
 import { BatcherStateError, RequestValidationError } from './errors.js';
+import { FAIRNESS_POLICIES, type FairnessPolicy, VirtualTokenCounter, type VtcWeights } from './serving/fairness.js';
+import { PrefixKeyChain } from './serving/prefix-keys.js';
 import type {
   AdapterResidency,
   BatchPolicy,
@@ -68,6 +70,17 @@ export interface SchedulerOptions {
   onEvent?: (event: SchedulerEvent) => void;
   /** Called when work may have become runnable: a submit, a cancel, an adapter load settling (the host loop's wake-up). */
   wake?: () => void;
+  /**
+   * Prefix caching: full KV pages of a prompt are published under a key of their tokens, the tokens before them and
+   * the adapter's identity (name and weights version, `adapters.identity`), and a later request of the same base +
+   * adapter with the same leading tokens attaches them instead of prefilling them. Never across adapters. Not with
+   * the 'static' policy (its wasted rows rewrite their last position). Default false.
+   */
+  prefixCache?: boolean;
+  /** 'fcfs' (default) or 'vtc': S-LoRA's virtual token counter across tenants ('punica' policy only). */
+  fairness?: FairnessPolicy;
+  /** VTC's service weights per input and output token (default 1 and 2). */
+  vtcWeights?: Partial<VtcWeights>;
 }
 
 /**
@@ -79,6 +92,14 @@ type Phase = 'queued' | 'running' | 'occupying' | 'done';
 interface RequestState {
   readonly id: string;
   readonly adapter: string | null;
+  /** Who VTC charges: the request's tenant, else its adapter, else '' (the base model). */
+  readonly tenant: string;
+  /** Prefix caching: may this request attach cached pages (no prompt logprobs: those need every prompt row). */
+  readonly prefixReuse: boolean;
+  /** Prefix-cache keys of the request's fed tokens (null until admitted with prefix caching on). */
+  prefixKeys: PrefixKeyChain | null;
+  /** Leading pages of the current admission that are published (or attached). */
+  publishedPages: number;
   readonly prompt: readonly number[];
   readonly maxTokens: number;
   /** Every generated token (those the request was submitted with included). */
@@ -103,6 +124,7 @@ type Counters = Pick<
   SchedulerStats,
   | 'steps' | 'rows' | 'tokensGenerated' | 'promptTokens' | 'recomputedTokens' | 'wastedRows' | 'preemptions'
   | 'layoutBuilds' | 'adapterLoads' | 'submitted' | 'finished' | 'cancelled' | 'failed' | 'listenerErrors'
+  | 'prefixLookupTokens' | 'prefixHitTokens'
 >;
 
 /** The plan in flight and what complete() needs to read its outcome. */
@@ -133,6 +155,9 @@ export class Scheduler {
   readonly kvExhaustion: KvExhaustionPolicy;
   readonly pages: KvPageAllocator;
   readonly limits: ModelLimits;
+  readonly prefixCache: boolean;
+  readonly fairness: FairnessPolicy;
+  private readonly vtc: VirtualTokenCounter | null;
   private readonly adapters: AdapterResidency | undefined;
   private readonly clock: Clock;
   private readonly onEvent: (event: SchedulerEvent) => void;
@@ -168,6 +193,8 @@ export class Scheduler {
     cancelled: 0,
     failed: 0,
     listenerErrors: 0,
+    prefixLookupTokens: 0,
+    prefixHitTokens: 0,
   };
   /** True from the start of plan() to the end of complete() (or of a plan() that found nothing to run). */
   private inStep = false;
@@ -191,8 +218,22 @@ export class Scheduler {
     if (!Number.isSafeInteger(vocabSize) || vocabSize < 1 || !Number.isSafeInteger(maxPositions) || maxPositions < 1) {
       throw new InvalidArgumentError(`Scheduler: limits must be positive integers, got vocabSize ${vocabSize}, maxPositions ${maxPositions}`);
     }
+    const fairness = options.fairness ?? 'fcfs';
+    if (!FAIRNESS_POLICIES.includes(fairness)) {
+      throw new InvalidArgumentError(`Scheduler: fairness must be one of ${FAIRNESS_POLICIES.join(', ')}, got ${String(fairness)}`);
+    }
+    if (fairness === 'vtc' && policy !== 'punica') {
+      throw new InvalidArgumentError(`Scheduler: fairness 'vtc' chooses whom to admit each step, which only the 'punica' policy does (got policy '${policy}')`);
+    }
+    const prefixCache = options.prefixCache ?? false;
+    if (prefixCache && policy === 'static') {
+      throw new InvalidArgumentError(`Scheduler: prefixCache does not combine with the 'static' policy (its wasted rows rewrite cached positions)`);
+    }
     this.policy = policy;
     this.maxBatch = maxBatch;
+    this.prefixCache = prefixCache;
+    this.fairness = fairness;
+    this.vtc = fairness === 'vtc' ? new VirtualTokenCounter(options.vtcWeights) : null;
     this.kvExhaustion = kvExhaustion;
     this.pages = options.pages;
     this.limits = { vocabSize, maxPositions };
@@ -221,6 +262,7 @@ export class Scheduler {
     const state = this.validate(request);
     this.live.set(state.id, state);
     this.queue.push(state);
+    this.vtc?.arrive(state.tenant);
     this.counters.submitted++;
     this.startAdapterLoads();
     this.wake();
@@ -300,11 +342,12 @@ export class Scheduler {
       let kind: PlannedSequence['kind'];
       let added = 0;
       if (prefills.has(s)) {
-        tokens = s.prefillTokens!;
-        position = 0;
-        kind = 'prefill';
+        const input = s.prefillTokens!;
         pages.addSequence(s.seqId);
-        added = pages.reserve(s.seqId, tokens.length);
+        position = this.attachCachedPrefix(s);
+        tokens = position === 0 ? input : input.slice(position);
+        kind = 'prefill';
+        added = pages.reserve(s.seqId, input.length);
       } else if (s.phase === 'occupying') {
         // The row recomputes its last position (same token, same slot): a real decode that grows nothing.
         tokens = [s.lastFed];
@@ -362,6 +405,7 @@ export class Scheduler {
       if (failedIds.has(p.requestId) || !pages.hasSequence(p.seqId)) continue;
       const end = p.position + p.tokens.length;
       if (pages.length(p.seqId) !== end) pages.commit(p.seqId, end);
+      if (this.prefixCache && p.kind !== 'wasted') this.publishFullPages(byId.get(p.requestId)!, end);
     }
 
     const finished: string[] = [];
@@ -380,6 +424,7 @@ export class Scheduler {
       s.nextToken = r.token;
       s.generated.push(r.token);
       this.counters.tokensGenerated++;
+      this.vtc?.chargeOutput(s.tenant, 1);
       this.emit(s, r.logprobs ? { kind: 'token', id: s.id, token: r.token, text: r.text, logprobs: r.logprobs } : { kind: 'token', id: s.id, token: r.token, text: r.text });
       if (r.finish !== null) {
         finished.push(s.id);
@@ -473,7 +518,8 @@ export class Scheduler {
       case 'punica': {
         // The first queued request whose adapter is ready; requests still loading are passed over (they wait,
         // nobody waits for them). FCFS among the ready ones: if that one does not fit the KV, nobody is admitted.
-        const candidate = this.queue.find((s) => this.adapterReady(s.adapter));
+        // With VTC, the ready request of the tenant with the least service first.
+        const candidate = this.admissionOrder().find((s) => this.adapterReady(s.adapter));
         if (!candidate || pages.pagesForLength(this.inputLength(candidate)) > freePages) return [];
         return [this.admitOne(candidate)];
       }
@@ -522,11 +568,59 @@ export class Scheduler {
     this.unreserve(s);
     s.prefillTokens = [...s.prompt, ...s.generated];
     if (s.generated.length > 0) this.counters.recomputedTokens += s.prefillTokens.length;
-    else this.counters.promptTokens += s.prompt.length;
+    else {
+      this.counters.promptTokens += s.prompt.length;
+      // A re-admission's recompute is the scheduler's doing, not the tenant's: VTC charges the prompt once.
+      this.vtc?.chargeInput(s.tenant, s.prompt.length);
+    }
     let at = this.running.length;
     while (at > 0 && byAdapterThenAdmission(this.running[at - 1]!, s) > 0) at--;
     this.running.splice(at, 0, s);
     return s;
+  }
+
+  /** Queue order for admission and load-ahead: FCFS, or with VTC by tenant counter (FCFS within a tenant and on ties). */
+  private admissionOrder(): readonly RequestState[] {
+    const vtc = this.vtc;
+    if (!vtc || this.queue.length < 2) return this.queue;
+    const counter = new Map<string, number>();
+    for (const s of this.queue) if (!counter.has(s.tenant)) counter.set(s.tenant, vtc.counter(s.tenant));
+    // Array.prototype.sort is stable: queue order survives within a counter.
+    return [...this.queue].sort((a, b) => counter.get(a.tenant)! - counter.get(b.tenant)!);
+  }
+
+  // ─── prefix cache ──────────────────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * At a prefill: attaches the cached pages of the longest published prefix of the input (at most up to its
+   * second-to-last token: the last one is always computed, it yields the logits to sample from). Returns the
+   * position the forward starts at (0 without a hit).
+   */
+  private attachCachedPrefix(s: RequestState): number {
+    s.publishedPages = 0;
+    if (!this.prefixCache) return 0;
+    const input = s.prefillTokens!;
+    const identity = s.adapter === null ? null : (this.adapters?.identity?.(s.adapter) ?? s.adapter);
+    if (s.prefixKeys === null || s.prefixKeys.identity !== identity) s.prefixKeys = new PrefixKeyChain(identity, this.pages.pageSize);
+    this.counters.prefixLookupTokens += input.length;
+    if (!s.prefixReuse) return 0;
+    const keys = s.prefixKeys.upTo(Math.floor((input.length - 1) / this.pages.pageSize), (p) => input[p]!);
+    const attached = this.pages.attachPrefix(s.seqId, keys);
+    s.publishedPages = attached;
+    this.counters.prefixHitTokens += attached * this.pages.pageSize;
+    return attached * this.pages.pageSize;
+  }
+
+  /** After a forward wrote the sequence's K/V up to `length`: publishes its pages that became full. */
+  private publishFullPages(s: RequestState, length: number): void {
+    const chain = s.prefixKeys;
+    if (!chain) return;
+    const full = Math.floor(length / this.pages.pageSize);
+    if (full <= s.publishedPages) return;
+    const promptLength = s.prompt.length;
+    const keys = chain.upTo(full, (p) => (p < promptLength ? s.prompt[p]! : s.generated[p - promptLength]!));
+    for (let i = s.publishedPages; i < full; i++) this.pages.publishPage(s.seqId, i, keys[i]!);
+    s.publishedPages = full;
   }
 
   private adapterReady(adapter: string | null): boolean {
@@ -550,7 +644,7 @@ export class Scheduler {
     const rows = Math.max(1, this.maxBatch - this.running.length);
     const pages = this.pages;
     let free = pages.freePages - this.decodeGrowth();
-    for (const s of this.queue) {
+    for (const s of this.admissionOrder()) {
       if (horizon.size >= rows) break;
       const need = pages.pagesForLength(this.inputLength(s));
       if (horizon.size > 0 && need > free) break;
@@ -643,6 +737,7 @@ export class Scheduler {
     if (s.phase === 'queued') this.queue.splice(this.queue.indexOf(s), 1);
     else if (s.phase === 'running' || s.phase === 'occupying') this.running = this.running.filter((r) => r !== s);
     this.releaseKv(s);
+    if (s.phase !== 'done') this.vtc?.leave(s.tenant);
     s.phase = 'done';
     this.live.delete(s.id);
   }
@@ -728,6 +823,8 @@ export class Scheduler {
       kvPagesUsed: pages.usedPages,
       kvPagesFree: pages.freePages,
       kvPageTokens: pages.pageSize,
+      prefixCachedPages: pages.stats().cachedPages,
+      prefixEvictions: pages.prefixEvictions,
     };
   }
 
@@ -772,9 +869,15 @@ export class Scheduler {
         throw bad('TESSERA_TOKEN_OUT_OF_VOCAB', `generated token ${i} is ${t}, outside the vocabulary [0, ${vocabSize})`);
       }
     }
+    const tenant = request.tenant ?? adapter ?? '';
+    if (typeof tenant !== 'string') throw bad('TESSERA_INVALID_REQUEST', `tenant must be a string, got ${JSON.stringify(tenant)}`);
     return {
       id,
       adapter,
+      tenant,
+      prefixReuse: request.sampling?.promptLogprobs === undefined,
+      prefixKeys: null,
+      publishedPages: 0,
       prompt: Array.from(prompt),
       maxTokens,
       generated: Array.from(generated),

@@ -20,6 +20,12 @@ export interface AdapterResidency {
    */
   reserve?(name: string): void;
   unreserve?(name: string): void;
+  /**
+   * Optional: a string that names the adapter's current weights (AdapterCache: the name and its registration's
+   * version). The prefix cache keys pages by it, so a same-name re-registration never reuses stale K/V; without
+   * it the name alone is the key.
+   */
+  identity?(name: string): string;
 }
 
 /**
@@ -53,6 +59,8 @@ export interface BatcherRequest {
   generated?: readonly number[];
   /** Report each token's log-probability and this many alternatives (the runner's RunnerRequest.logprobs). */
   logprobs?: number;
+  /** Who the fairness policy charges for this request (default: its adapter, or '' for the base model). */
+  tenant?: string;
 }
 
 /** @tessera/core's FinishReason. */
@@ -172,6 +180,13 @@ export interface SchedulerStats {
   kvPagesFree: number;
   /** Tokens per KV page. */
   kvPageTokens: number;
+  /** Prefix cache: tokens of every prefill input (first admissions and re-admissions) while it is on. */
+  prefixLookupTokens: number;
+  /** Prefix cache: of those, tokens whose K/V were attached from cached pages instead of computed. */
+  prefixHitTokens: number;
+  /** Published KV pages (held or evictable), and cached pages evicted to make room so far. */
+  prefixCachedPages: number;
+  prefixEvictions: number;
 }
 
 /** The stats of a Scheduler (and of the host loop that drives it). */

@@ -7,6 +7,7 @@
 import { AdapterCache, type AdapterSource } from '@tessera/adapter-swap';
 import { KvPageAllocator, type StepOutcome, type StepPlan } from '@tessera/core';
 import { describe, expect, it } from 'vitest';
+import { fakeRun } from './support/fake-runner.js';
 
 import { type BatcherRequest, type BatchPolicy, Scheduler, type SchedulerEvent } from '../src/index.js';
 
@@ -25,17 +26,6 @@ const source: AdapterSource<number, { bytes: number }> = {
   deviceBytes: (d) => d.bytes,
   disposeDevice: () => {},
 };
-
-function fakeRun(plan: StepPlan, produced: Map<string, number>, maxTokens: Map<string, number>): StepOutcome {
-  const results: StepOutcome['results'][number][] = [];
-  for (const s of plan.sequences) {
-    if (s.kind === 'wasted') continue;
-    const n = (produced.get(s.requestId) ?? 0) + 1;
-    produced.set(s.requestId, n);
-    results.push({ kind: 'token', requestId: s.requestId, token: (s.tokens[s.tokens.length - 1]! + 1) % 100, text: '', finish: n >= maxTokens.get(s.requestId)! ? 'length' : null });
-  }
-  return { ran: true, rows: plan.rows, segments: plan.segments, excluded: [], results };
-}
 
 /**
  * `requests` requests over `adapters` adapters of 1 MiB each, all submitted at once, under a `budgetMiB` device

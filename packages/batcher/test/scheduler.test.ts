@@ -6,21 +6,10 @@
  */
 import { AdapterLoadError, KvPageAllocator, type StepOutcome, type StepPlan } from '@tessera/core';
 import { describe, expect, it } from 'vitest';
+import { fakeRun } from './support/fake-runner.js';
 import { type AdapterResidency, type BatcherRequest, type BatchPolicy, Scheduler, type SchedulerEvent } from '../src/index.js';
 
 const limits = { vocabSize: 100, maxPositions: 4096 };
-
-/** Every sampled row gets token (last input + 1) % 100; a request finishes at its maxTokens. */
-function fakeRun(plan: StepPlan, produced: Map<string, number>, maxTokens: Map<string, number>): StepOutcome {
-  const results: StepOutcome['results'][number][] = [];
-  for (const s of plan.sequences) {
-    if (s.kind === 'wasted') continue;
-    const n = (produced.get(s.requestId) ?? 0) + 1;
-    produced.set(s.requestId, n);
-    results.push({ kind: 'token', requestId: s.requestId, token: (s.tokens[s.tokens.length - 1]! + 1) % 100, text: '', finish: n >= maxTokens.get(s.requestId)! ? 'length' : null });
-  }
-  return { ran: true, rows: plan.rows, segments: plan.segments, excluded: [], results };
-}
 
 function setup(options: { numPages?: number; policy?: BatchPolicy; maxBatch?: number; adapters?: AdapterResidency; kvExhaustion?: 'requeue' | 'evict' } = {}) {
   const pages = new KvPageAllocator(options.numPages ?? 64);

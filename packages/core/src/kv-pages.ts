@@ -8,6 +8,14 @@
  * Lifecycle of a sequence: addSequence → reserve (pages for the tokens about to be written) → commit (the tokens
  * are now written) → … → release (all pages free). Free pages are handed out lowest page id first (a min-heap),
  * whatever order they were released in, so the same request history always yields the same page assignment.
+ *
+ * Prefix caching (vLLM's automatic prefix caching): a full page may be published under a key, a hash of its tokens,
+ * of every token before it and of the adapter that computed it (the caller computes keys; see the batcher). Pages
+ * are reference counted: a new sequence whose leading keys are published attaches those pages (attachPrefix)
+ * instead of recomputing them. A published page that no sequence holds any more stays cached: it counts as free,
+ * and is evicted (its key forgotten) only when a fresh page is needed and no never-cached page is left, least
+ * recently released first. Shared pages are full and never written again: a sequence only writes past its
+ * committed length, which starts after its attached prefix.
  */
 import { type ErrorKind, InvalidArgumentError, registerErrors, TesseraError } from './errors.js';
 
@@ -41,9 +49,15 @@ export interface KvPageAllocatorOptions {
 
 export interface KvPageStats {
   numPages: number;
+  /** Pages a reserve may take: never-used or freed pages, plus cached pages no sequence holds (evictable). */
   freePages: number;
+  /** Pages held by at least one sequence. */
   usedPages: number;
   sequences: number;
+  /** Published pages (prefix cache), held or not. */
+  cachedPages: number;
+  /** Published pages no sequence holds: free, but kept for a later prefix hit until a fresh page is needed. */
+  evictablePages: number;
 }
 
 interface SequenceState {
@@ -105,9 +119,15 @@ export class KvPageAllocator {
   readonly pageSize: number;
   private readonly owner: string;
   private readonly free: FreePageHeap;
-  /** 1 where a page belongs to a sequence: guards against double frees and double ownership. */
-  private readonly pageInUse: Uint8Array;
+  /** Sequences holding each page (more than one only for an attached prefix page): guards double frees too. */
+  private readonly refs: Int32Array;
   private readonly sequences = new Map<KvSequenceId, SequenceState>();
+  /** Prefix cache: key → page, and each published page's key. */
+  private readonly pageOfKey = new Map<string, number>();
+  private readonly keyOfPage = new Map<number, string>();
+  /** Published pages with no holder, least recently released first (Map keeps insertion order). */
+  private readonly evictable = new Map<number, true>();
+  private evictions = 0;
 
   constructor(numPages: number, options: KvPageAllocatorOptions = {}) {
     this.owner = options.owner ?? 'KvPageAllocator';
@@ -118,15 +138,22 @@ export class KvPageAllocator {
     this.pageSize = pageSize;
     this.free = new FreePageHeap(numPages);
     for (let p = 0; p < numPages; p++) this.free.push(p);
-    this.pageInUse = new Uint8Array(numPages);
+    this.refs = new Int32Array(numPages);
   }
 
+  /** Pages a reserve may take (evictable cached pages included). */
   get freePages(): number {
-    return this.free.size;
+    return this.free.size + this.evictable.size;
   }
 
+  /** Pages held by at least one sequence. */
   get usedPages(): number {
-    return this.numPages - this.free.size;
+    return this.numPages - this.freePages;
+  }
+
+  /** Cached pages evicted so far to make room for fresh ones. */
+  get prefixEvictions(): number {
+    return this.evictions;
   }
 
   /** Sequences holding an entry (with or without pages). */
@@ -171,7 +198,7 @@ export class KvPageAllocator {
   /** Appends the lowest free page to the sequence and returns it. Throws KvCacheExhaustedError (changing nothing) when none is free. */
   acquireOne(id: KvSequenceId): number {
     const seq = this.sequence(id);
-    if (this.free.size === 0) throw this.exhausted(id, 1);
+    if (this.freePages === 0) throw this.exhausted(id, 1);
     return this.takePage(seq);
   }
 
@@ -185,7 +212,7 @@ export class KvPageAllocator {
     this.nonNegative(() => `reserve(${describeId(id)}): newLength`, newLength);
     const missing = Math.ceil(newLength / this.pageSize) - seq.pages.length;
     if (missing <= 0) return 0;
-    if (missing > this.free.size) throw this.exhausted(id, missing);
+    if (missing > this.freePages) throw this.exhausted(id, missing);
     for (let i = 0; i < missing; i++) this.takePage(seq);
     return missing;
   }
@@ -203,6 +230,13 @@ export class KvPageAllocator {
         `${this.owner}: commit(${describeId(id)}, ${newLength}) exceeds the ${capacity} positions of its ${seq.pages.length} pages; reserve first`,
       );
     }
+    if (newLength < seq.length && newLength < seq.pages.length * this.pageSize) {
+      // Rewinding into a published page would let the next forward overwrite K/V other sequences share.
+      const page = seq.pages[Math.floor(newLength / this.pageSize)]!;
+      if (this.keyOfPage.has(page)) {
+        throw new InvalidArgumentError(`${this.owner}: commit(${describeId(id)}, ${newLength}) would rewind into page ${page}, which is published in the prefix cache`);
+      }
+    }
     seq.length = newLength;
   }
 
@@ -216,23 +250,70 @@ export class KvPageAllocator {
     if (keepPages * this.pageSize < seq.length) {
       throw new InvalidArgumentError(`${this.owner}: shrinkPages(${describeId(id)}, ${keepPages}) would drop committed tokens (length ${seq.length})`);
     }
-    while (seq.pages.length > keepPages) {
-      const page = seq.pages.pop()!;
-      this.pageInUse[page] = 0;
-      this.free.push(page);
-    }
+    while (seq.pages.length > keepPages) this.dropRef(seq.pages.pop()!, id);
   }
 
   /** Frees all the sequence's pages at once and forgets it. */
   release(id: KvSequenceId): void {
     const seq = this.sequences.get(id);
     if (!seq) throw new InvalidArgumentError(`${this.owner}: cannot release sequence ${describeId(id)}: it is not in the cache (never added, or already released)`);
-    for (const page of seq.pages) {
-      if (this.pageInUse[page] !== 1) throw new Error(`${this.owner}: internal error: page ${page} of ${describeId(id)} is already free`);
-      this.pageInUse[page] = 0;
-      this.free.push(page);
-    }
+    for (const page of seq.pages) this.dropRef(page, id);
     this.sequences.delete(id);
+  }
+
+  // ─── prefix cache ──────────────────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * Publishes page `index` of the sequence under `key` so later sequences with the same prefix can attach it. The
+   * page must be full of committed tokens. Returns false (changing nothing) when the key is already published
+   * (another sequence computed the same prefix first) or the page already has a key.
+   */
+  publishPage(id: KvSequenceId, index: number, key: string): boolean {
+    const seq = this.sequence(id);
+    this.nonNegative(() => `publishPage(${describeId(id)}): index`, index);
+    if (index >= seq.pages.length || (index + 1) * this.pageSize > seq.length) {
+      throw new InvalidArgumentError(
+        `${this.owner}: publishPage(${describeId(id)}, ${index}): only full pages of committed tokens can be published (length ${seq.length}, ${seq.pages.length} pages)`,
+      );
+    }
+    const page = seq.pages[index]!;
+    if (this.pageOfKey.has(key) || this.keyOfPage.has(page)) return false;
+    this.pageOfKey.set(key, page);
+    this.keyOfPage.set(page, key);
+    return true;
+  }
+
+  /** How many of the leading keys are published (the pages a sequence with this prefix could attach). */
+  matchPrefix(keys: readonly string[]): number {
+    let n = 0;
+    while (n < keys.length && this.pageOfKey.has(keys[n]!)) n++;
+    return n;
+  }
+
+  /**
+   * Attaches the published pages of the longest matching prefix of `keys` to a sequence that holds no page yet,
+   * and commits their tokens: the sequence's forward starts after them. Returns the pages attached.
+   */
+  attachPrefix(id: KvSequenceId, keys: readonly string[]): number {
+    const seq = this.sequence(id);
+    if (seq.pages.length > 0) {
+      throw new InvalidArgumentError(`${this.owner}: attachPrefix(${describeId(id)}): the sequence already holds ${seq.pages.length} pages; attach before reserving`);
+    }
+    const n = this.matchPrefix(keys);
+    for (let i = 0; i < n; i++) {
+      const page = this.pageOfKey.get(keys[i]!)!;
+      if (this.refs[page] === 0) this.evictable.delete(page);
+      this.refs[page]!++;
+      seq.pages.push(page);
+    }
+    seq.length = n * this.pageSize;
+    return n;
+  }
+
+  /** Whether page `index` of the sequence is published (a sequence keeps track of what it still has to publish). */
+  isPublished(id: KvSequenceId, index: number): boolean {
+    const page = this.sequence(id).pages[index];
+    return page !== undefined && this.keyOfPage.has(page);
   }
 
   /**
@@ -251,11 +332,18 @@ export class KvPageAllocator {
 
   /** Whether {@link pagesNeeded} fits the free pages. */
   canFit(lengthsById: Iterable<readonly [KvSequenceId, number]>): boolean {
-    return this.pagesNeeded(lengthsById) <= this.free.size;
+    return this.pagesNeeded(lengthsById) <= this.freePages;
   }
 
   stats(): KvPageStats {
-    return { numPages: this.numPages, freePages: this.freePages, usedPages: this.usedPages, sequences: this.sequences.size };
+    return {
+      numPages: this.numPages,
+      freePages: this.freePages,
+      usedPages: this.usedPages,
+      sequences: this.sequences.size,
+      cachedPages: this.keyOfPage.size,
+      evictablePages: this.evictable.size,
+    };
   }
 
   private sequence(id: KvSequenceId): SequenceState {
@@ -269,18 +357,35 @@ export class KvPageAllocator {
     if (!Number.isSafeInteger(value) || value < 0) throw new InvalidArgumentError(`${this.owner}: ${what()} must be a non-negative integer, got ${value}`);
   }
 
+  /** A never-cached free page (lowest id) when there is one, else the least recently released cached page. */
   private takePage(seq: SequenceState): number {
-    const page = this.free.pop();
-    if (this.pageInUse[page] !== 0) throw new Error(`${this.owner}: internal error: free page ${page} is already owned`);
-    this.pageInUse[page] = 1;
+    let page: number;
+    if (this.free.size > 0) page = this.free.pop();
+    else {
+      page = this.evictable.keys().next().value!;
+      this.evictable.delete(page);
+      this.pageOfKey.delete(this.keyOfPage.get(page)!);
+      this.keyOfPage.delete(page);
+      this.evictions++;
+    }
+    if (this.refs[page] !== 0) throw new Error(`${this.owner}: internal error: free page ${page} is already owned`);
+    this.refs[page] = 1;
     seq.pages.push(page);
     return page;
+  }
+
+  /** One holder lets go of a page: at no holder it is free again (kept cached when published). */
+  private dropRef(page: number, id: KvSequenceId): void {
+    if (this.refs[page]! <= 0) throw new Error(`${this.owner}: internal error: page ${page} of ${describeId(id)} is already free`);
+    if (--this.refs[page]! > 0) return;
+    if (this.keyOfPage.has(page)) this.evictable.set(page, true);
+    else this.free.push(page);
   }
 
   private exhausted(id: KvSequenceId, wanted: number): KvCacheExhaustedError {
     return new KvCacheExhaustedError(
       `KV cache exhausted: sequence ${describeId(id)} needs ${wanted} more page${wanted === 1 ? '' : 's'} of ${this.pageSize} tokens, ` +
-        `but only ${this.free.size} of ${this.numPages} pages are free (${this.usedPages} used by ${this.sequences.size} sequences)`,
+        `but only ${this.freePages} of ${this.numPages} pages are free (${this.usedPages} used by ${this.sequences.size} sequences)`,
     );
   }
 }

@@ -55,6 +55,7 @@ export async function connectClusterFrontend(options: { redis: RedisOptions; mod
           runningAdapters: [],
           waitingAdapters: [],
           kv: { usedPages: sum((h) => Math.max(0, h.kvPages - h.freeKvPages)), numPages: sum((h) => h.kvPages) },
+          prefix: { queries: 0, hits: 0 },
           adapters: { registered: adapters.length, residentCount, ...zero },
           steps,
           batchSizes: [],

@@ -23,6 +23,8 @@ export interface AdapterStatus {
 /** What /metrics needs from the engine, sampled when scraped: the loop's queues and steps, KV pages, the adapter cache. */
 export interface EngineStats extends HostSample {
   kv: { usedPages: number; numPages: number };
+  /** Prefix cache, in tokens: prefill inputs looked up, and those attached from cached pages. */
+  prefix: { queries: number; hits: number };
   /** The adapter cache's counters and sizes (AdapterCache.stats()). */
   adapters: { registered: number; residentCount: number; residentBytes: number; deviceBudgetBytes: number; hostCount: number; hits: number; misses: number; loads: number; loadFailures: number; deviceEvictions: number; hostEvictions: number };
 }
@@ -73,6 +75,8 @@ export interface WorkerInit {
   adapterBudgetBytes: number;
   hostAdapterBudgetBytes: number;
   threads: number | null;
+  prefixCache?: boolean | undefined;
+  fairness?: 'fcfs' | 'vtc' | undefined;
 }
 
 /** Starts the engine worker; resolves once the model is loaded and the start-up adapters are registered. */

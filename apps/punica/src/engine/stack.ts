@@ -15,7 +15,7 @@
  * Everything here loads the native addon: never import it on an HTTP thread.
  */
 import { AdapterCache, AdapterExistsError } from '@tessera/adapter-swap';
-import type { KvExhaustionPolicy } from '@tessera/batcher';
+import type { FairnessPolicy, KvExhaustionPolicy } from '@tessera/batcher';
 import { batcherEngine, type BatcherHostEngine, EngineLoop } from '@tessera/cluster';
 import { type DecoderModel, loadDecoder, PagedKvCache, StepRunner, TextTokenizer } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
@@ -32,6 +32,10 @@ export interface EngineStackOptions {
   threads: number | null;
   /** 'requeue' on one machine; 'evict' in a cluster worker, so the scheduler migrates the request (default 'requeue'). */
   kvExhaustion?: KvExhaustionPolicy;
+  /** Reuse the K/V of shared prompt prefixes within one base + adapter (default false). */
+  prefixCache?: boolean | undefined;
+  /** Admission across tenants: 'fcfs' (default) or 'vtc' (S-LoRA's virtual token counter; a tenant = an adapter). */
+  fairness?: FairnessPolicy | undefined;
 }
 
 export interface EngineStack {
@@ -74,6 +78,8 @@ export function buildEngineStack(options: EngineStackOptions): EngineStack {
     policy: 'punica',
     maxBatch: options.maxBatch,
     kvExhaustion: options.kvExhaustion ?? 'requeue',
+    prefixCache: options.prefixCache ?? false,
+    fairness: options.fairness ?? 'fcfs',
   });
   const host = batcherEngine(batcher, { adapters: cache });
   const ranks = new Map<string, number>();

@@ -28,7 +28,8 @@ serveWorkerHost<P['placement'], HostEvent, AdapterNotice, P['admin'], P['ready']
 
   const stats = (): EngineStats => {
     const { usedPages, numPages } = kv.stats();
-    return { ...host.sample(), kv: { usedPages, numPages }, adapters: cache.stats() };
+    const { prefixLookupTokens: queries, prefixHitTokens: hits } = stack.batcher.stats();
+    return { ...host.sample(), kv: { usedPages, numPages }, prefix: { queries, hits }, adapters: cache.stats() };
   };
 
   // Every start-up adapter is read once and checked against the model, concurrently (the reads are async I/O).

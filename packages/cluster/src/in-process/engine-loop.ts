@@ -14,6 +14,8 @@
 import {
   type AdapterResidency,
   type BatchPolicy,
+  type FairnessPolicy,
+  type VtcWeights,
   BatcherStateError,
   type BatcherRequest,
   type BatcherStats,
@@ -43,6 +45,11 @@ export interface EngineLoopOptions {
   kvExhaustion?: KvExhaustionPolicy;
   /** How run() yields between steps; default a setImmediate turn of the event loop. */
   yieldToEventLoop?: () => Promise<void>;
+  /** Reuse KV pages of shared prompt prefixes within one base + adapter (the Scheduler's `prefixCache`). Default false. */
+  prefixCache?: boolean;
+  /** 'fcfs' (default) or 'vtc' (the Scheduler's `fairness`: S-LoRA's virtual token counter across tenants). */
+  fairness?: FairnessPolicy;
+  vtcWeights?: Partial<VtcWeights>;
 }
 
 const setImmediateYield = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -70,6 +77,9 @@ export class EngineLoop {
       ...(options.maxBatch === undefined ? {} : { maxBatch: options.maxBatch }),
       ...(options.clock === undefined ? {} : { clock: options.clock }),
       ...(options.kvExhaustion === undefined ? {} : { kvExhaustion: options.kvExhaustion }),
+      ...(options.prefixCache === undefined ? {} : { prefixCache: options.prefixCache }),
+      ...(options.fairness === undefined ? {} : { fairness: options.fairness }),
+      ...(options.vtcWeights === undefined ? {} : { vtcWeights: options.vtcWeights }),
       onEvent: (event) => this.deliver(event),
       wake: () => this.wakeUp?.(),
     });

@@ -18,6 +18,7 @@ export interface LoopOptions {
   clock?: Clock;
   decode?: (ids: number[]) => string;
   kvExhaustion?: KvExhaustionPolicy;
+  prefixCache?: boolean;
 }
 
 export function makeLoop(options: LoopOptions): EngineLoop {
