@@ -33,6 +33,11 @@ export const BENCHES: readonly BenchEntry[] = [
     load: async () => (await import('./benches/punica.js')).punicaBench,
   },
   {
+    name: 'prefix-cache',
+    summary: 'prefix caching keyed by adapter on a shared system prompt: hit rate, prefill tokens, tokens/s (on vs off)',
+    load: async () => (await import('./benches/prefix-cache.js')).prefixCacheBench,
+  },
+  {
     name: 'cluster',
     summary: 'Punica cluster (Fig. 13): 16 simulated GPUs for an hour of ramped zipf-1.5 load; 3 worker processes on Redis vs one process',
     load: async () => (await import('./benches/cluster.js')).clusterBench,

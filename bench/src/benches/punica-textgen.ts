@@ -30,7 +30,7 @@ import {
   pagesForLength,
 } from '@tessera/engine';
 import type { BatchPolicy, BatcherRequest, BatcherStats, FinishedRequest } from '@tessera/batcher';
-import { EngineLoop } from '@tessera/cluster';
+import { EngineLoop, type EngineLoopOptions } from '@tessera/cluster';
 import { LoraWeightSet, SgmvLoraDelta, readLoraForSgmv } from '@tessera/sgmv-kernel';
 import { PAPER_POPULARITIES, type PopularityName, assignAdapters, popularity } from '@tessera/sgmv-kernel/bench';
 import { rng } from '../data.js';
@@ -141,21 +141,23 @@ export async function sgmvLoraDelta(model: DecoderModel, adapters: ReadonlyMap<s
 
 // ─── one run ───────────────────────────────────────────────────────────────────────────────────────────────────
 
-interface RunResult {
+export interface RunResult {
   ms: number;
   stats: BatcherStats;
   tokens: Map<string, number[]>;
 }
 
-async function serve(
+/** Serves `requests` (all submitted at once) with a fresh EngineLoop on `cache`; `scheduling`: its other options. */
+export async function serve(
   model: DecoderModel,
   cache: PagedKvCache,
   deltas: readonly ModelDelta[],
   policy: BatchPolicy,
   maxBatch: number,
   requests: readonly BatcherRequest[],
+  scheduling: Pick<EngineLoopOptions, 'prefixCache' | 'fairness'> = {},
 ): Promise<RunResult> {
-  const batcher = new EngineLoop({ runner: new StepRunner({ model, cache, deltas }), pages: cache.allocator, policy, maxBatch });
+  const batcher = new EngineLoop({ runner: new StepRunner({ model, cache, deltas }), pages: cache.allocator, policy, maxBatch, ...scheduling });
   const tokens = new Map<string, number[]>();
   const controller = new AbortController();
   let left = requests.length;
