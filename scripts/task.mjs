@@ -50,6 +50,20 @@ if (needsInstall()) {
 console.log('[tessera] building @tessera/native (incremental)');
 p('--filter', '@tessera/native', 'build:native');
 
+/**
+ * Opens every page of the built docs site in Debian's chromium (docs/test/browser.mjs). CI (.ci/run) installs
+ * chromium; elsewhere a missing chromium skips this step with a note instead of failing the whole run.
+ */
+function docsInBrowser() {
+  const chromium = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+  if (!existsSync(chromium) && !process.env.CI) {
+    console.log(`[tessera] docs browser test skipped: no chromium at ${chromium} (apt-get install chromium, or set CHROMIUM_PATH)`);
+    return;
+  }
+  console.log('[tessera] docs site in a browser');
+  run(process.execPath, [join(root, 'docs', 'test', 'browser.mjs')]);
+}
+
 switch (task) {
   case 'test':
     console.log('[tessera] typecheck');
@@ -62,6 +76,7 @@ switch (task) {
     p('exec', 'vitest', 'run', ...rest);
     console.log('[tessera] docs site build');
     p('--filter', '@tessera/docs', 'build');
+    docsInBrowser();
     break;
   case 'start':
     // The main job: the Punica reference server. With no --model it generates (once) a tiny Llama-style model

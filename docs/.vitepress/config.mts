@@ -4,6 +4,8 @@ export default defineConfig({
   title: 'Tessera',
   description: 'Serve many tenants\' fine-tuned variants of one base model on one accelerator, from Node.',
   cleanUrls: true,
+  // A favicon link, so browsers do not ask for a /favicon.ico that is not there (the browser test fails on 404s).
+  head: [['link', { rel: 'icon', type: 'image/svg+xml', href: '/favicon.svg' }]],
   lastUpdated: false,
   themeConfig: {
     nav: [
