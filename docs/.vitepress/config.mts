@@ -1,4 +1,10 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { defineConfig } from 'vitepress';
+
+// The API reference is generated from the TypeScript sources by typedoc (`pnpm --filter @tessera/docs api`, part
+// of `build` and `dev`) into docs/api/, with its own sidebar; before that first run the section is simply absent.
+const apiSidebarFile = new URL('../api/typedoc-sidebar.json', import.meta.url);
+const apiSidebar: { text: string; link: string }[] = existsSync(apiSidebarFile) ? JSON.parse(readFileSync(apiSidebarFile, 'utf8')) : [];
 
 export default defineConfig({
   title: 'Tessera',
@@ -12,6 +18,7 @@ export default defineConfig({
       { text: 'Guide', link: '/guide/getting-started' },
       { text: 'Architecture', link: '/architecture' },
       { text: 'Packages', link: '/packages/native' },
+      ...(apiSidebar.length > 0 ? [{ text: 'API', link: '/api/' }] : []),
     ],
     sidebar: [
       {
@@ -47,6 +54,7 @@ export default defineConfig({
           { text: '@tessera/bench', link: '/packages/bench' },
         ],
       },
+      ...(apiSidebar.length > 0 ? [{ text: 'API reference', collapsed: true, items: apiSidebar }] : []),
     ],
     search: { provider: 'local' },
   },
