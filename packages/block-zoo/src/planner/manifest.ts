@@ -42,7 +42,7 @@ export interface BlockManifest {
   pe: FusedPe | null;
   /** For a stitch: the families it maps between and how the stitching position is encoded. */
   stitch: { fromFamily: string; toFamily: string; positionFeature: 'sum-over-total-depth' } | null;
-  /** Tensors by name (sorted), each once. */
+  /** Tensors by name (sorted), each name once (two names may share one content id, e.g. equal norm gains). */
   tensors: readonly TensorRef[];
   /** Width of the block's input: the hidden size, or 0 for a block that starts at the token ids. */
   dIn: number;
@@ -74,7 +74,18 @@ export function normaliseTensors(refs: readonly TensorRef[]): TensorRef[] {
   return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
-/** Parameters and bytes of a set of refs, each content id counted once. */
+/** Parameters and bytes of refs that are each a distinct tensor (e.g. normalised by name), duplicates included by content. */
+export function namedSize(refs: Iterable<TensorRef>): { params: number; bytes: number } {
+  let params = 0;
+  let bytes = 0;
+  for (const r of refs) {
+    params += elements(r.shape);
+    bytes += tensorByteLength(r);
+  }
+  return { params, bytes };
+}
+
+/** Parameters and bytes of a set of refs, each content id counted once (what deduplicated storage holds). */
 export function uniqueSize(refs: Iterable<TensorRef>): { params: number; bytes: number } {
   const seen = new Set<TensorId>();
   let params = 0;
@@ -106,7 +117,7 @@ export function spanManifest(init: { family: string; archSig: ArchSig; span: Spa
   const stages = engineStages(span, a.numLayers);
   const head = span.end === a.numLayers * 2 + 2;
   const tensors = normaliseTensors(init.tensors);
-  const { params, bytes } = uniqueSize(tensors);
+  const { params, bytes } = namedSize(tensors);
   let attention = 0;
   for (let i = span.start; i < span.end; i++) if (componentAt(i, a.numLayers).kind === 'attention') attention++;
   let kind: BlockKind;
@@ -133,7 +144,7 @@ export function spanManifest(init: { family: string; archSig: ArchSig; span: Spa
 /** The manifest of a stitching block: one Linear (dIn + 1 → dOut) from one family's hidden space to another's. */
 export function stitchManifest(init: { fromFamily: string; toFamily: string; archSig: ArchSig; dIn: number; dOut: number; tensors: readonly TensorRef[] }): BlockManifest {
   const tensors = normaliseTensors(init.tensors);
-  const { params, bytes } = uniqueSize(tensors);
+  const { params, bytes } = namedSize(tensors);
   return seal({
     kind: 'stitch',
     family: init.toFamily,

@@ -18,6 +18,7 @@ import {
   spanManifest,
   stitchManifest,
   surrogateManifest,
+  namedSize,
   type TensorRef,
   uniqueSize,
 } from './manifest.js';
@@ -102,7 +103,7 @@ export interface StorageStats {
   /** Distinct tensors held by any application's chain, surrogates and stitches. */
   uniqueTensors: number;
   uniqueBytes: number;
-  /** Bytes per-model provisioning would hold: each application's tensors counted once per application. */
+  /** Bytes per-model provisioning would hold: every named tensor of every application's model. */
   logicalBytes: number;
   /** 1 − unique / logical. */
   redundancy: number;
@@ -129,6 +130,8 @@ interface PeModel {
 export interface ZooSnapshot {
   version: 1;
   threshold: number;
+  /** Model ids in the order they were added. */
+  order: string[];
   weightSets: { info: ModelInfo; components: TensorRef[][]; cuts: number[] }[];
   peModels: { info: ModelInfo; fused: [number, TensorRef[]][] }[];
   edges: EquivalenceEdge[];
@@ -452,7 +455,7 @@ export class BlockZoo {
     let chainPositions = 0;
     for (const c of chains) {
       const refs = c.blocks.flatMap((b) => b.tensors);
-      logicalBytes += uniqueSize(refs).bytes;
+      logicalBytes += namedSize(byName(refs)).bytes;
       for (const r of refs) unique.set(r.id, r);
       for (const b of c.blocks) blocks.add(b.blockId);
       chainPositions += c.blocks.length;
@@ -476,9 +479,9 @@ export class BlockZoo {
   sharedFraction(app: string): { params: number; sharedParams: number; fraction: number } {
     const chain = this.chain(app);
     const foundation = new Set(this.weightSet(chain.family).components.flat().map((r) => r.id));
-    const refs = chain.blocks.flatMap((b) => b.tensors);
-    const all = uniqueSize(refs).params;
-    const shared = uniqueSize(refs.filter((r) => foundation.has(r.id))).params;
+    const refs = byName(chain.blocks.flatMap((b) => b.tensors));
+    const all = namedSize(refs).params;
+    const shared = namedSize(refs.filter((r) => foundation.has(r.id))).params;
     return { params: all, sharedParams: shared, fraction: all === 0 ? 0 : shared / all };
   }
 
@@ -499,6 +502,7 @@ export class BlockZoo {
     return {
       version: 1,
       threshold: this.threshold,
+      order: [...this.order],
       weightSets: this.order.filter((id) => this.weightSets.has(id)).map((id) => {
         const ws = this.weightSets.get(id)!;
         return { info: ws.info, components: ws.components, cuts: [...ws.cuts] };
@@ -527,9 +531,9 @@ export class BlockZoo {
       for (const [, refs] of pe.fused) for (const r of refs) zoo.registerTensor(r);
       zoo.peModels.set(pe.info.id, { info: pe.info, fused: new Map(pe.fused) });
     }
-    // Chains come out in the order models were added; a PE model always follows its base, so ordering weight
-    // sets first and then PE models by their position in the snapshot keeps every base before its fine-tunes.
-    zoo.order.push(...snapshot.weightSets.map((w) => w.info.id), ...snapshot.peModels.map((p) => p.info.id));
+    for (const id of snapshot.order) if (!zoo.hasModel(id)) throw new ZooInvalidError(`snapshot order names ${JSON.stringify(id)}, which it does not describe`);
+    if (snapshot.order.length !== snapshot.weightSets.length + snapshot.peModels.length) throw new ZooInvalidError('snapshot order does not list every model once');
+    zoo.order.push(...snapshot.order);
     zoo.edgeList.push(...snapshot.edges);
     for (const m of snapshot.extraBlocks) {
       for (const r of m.tensors) zoo.registerTensor(r);
@@ -593,6 +597,11 @@ export class BlockZoo {
   private spanBlock(ws: WeightSet, span: Span): BlockManifest {
     return spanManifest({ family: ws.info.family, archSig: ws.info.archSig, span, tensors: ws.components.slice(span.start, span.end).flat() });
   }
+}
+
+/** Each tensor name once (a tied embedding is listed by the embedding and the head blocks). */
+function byName(refs: readonly TensorRef[]): TensorRef[] {
+  return [...new Map(refs.map((r) => [r.name, r] as const)).values()];
 }
 
 /** Inserts `cut` into the sorted list; false when it was there already. */
