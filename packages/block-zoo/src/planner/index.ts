@@ -42,6 +42,7 @@ export {
   type BlockKind,
   type BlockManifest,
   type FusedPe,
+  formatBlock,
   namedSize,
   normaliseTensors,
   PE_METHODS,

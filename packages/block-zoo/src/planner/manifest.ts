@@ -176,3 +176,23 @@ export function verifyManifest(m: BlockManifest): boolean {
   const { blockId, ...body } = m;
   return contentBlockId(identity(body)) === blockId;
 }
+
+/** A block in one line: its engine stages, and the fused delta if any, e.g. `attn(3)+lora`, `layers(0,2) head`. */
+export function formatBlock(m: BlockManifest): string {
+  if (m.kind === 'stitch') return `stitch(${m.stitch!.fromFamily}→${m.stitch!.toFamily})`;
+  const stages = (m.stages ?? []).map((s) => {
+    switch (s.stage) {
+      case 'embed':
+        return 'embed';
+      case 'head':
+        return 'head';
+      case 'attention':
+        return `attn(${s.layer})`;
+      case 'ffn':
+        return `ffn(${s.layer})`;
+      case 'layers':
+        return s.to - s.from === 1 ? `layer(${s.from})` : `layers(${s.from},${s.to})`;
+    }
+  });
+  return `${m.kind === 'surrogate' ? 'surrogate ' : ''}${stages.join(' ')}${m.pe ? `+${m.pe.method}` : ''}`;
+}
