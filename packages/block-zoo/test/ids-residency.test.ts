@@ -77,7 +77,9 @@ describe('DeviceResidency', () => {
     for (const c of chains) for (const b of c) dev.load(b);
     const s = dev.stats();
     expect(s.residentBytes).toBe(zoo.storage().uniqueBytes);
-    expect(s.logicalBytes).toBe(new Set(chains.flat().map((b) => b.blockId)).size === s.blocks ? chains.flat().filter((b, i, all) => all.findIndex((x) => x.blockId === b.blockId) === i).reduce((n, b) => n + b.paramBytes, 0) : -1);
+    const distinctBlocks = new Map(chains.flat().map((b) => [b.blockId, b] as const));
+    expect(s.blocks).toBe(distinctBlocks.size);
+    expect(s.logicalBytes).toBe([...distinctBlocks.values()].reduce((n, b) => n + b.paramBytes, 0));
     expect(s.logicalBytes).toBeGreaterThan(s.residentBytes);
     // The q_proj of layer 0 is in F's attention block and in A's and B's fused ones.
     const q0 = chains[0]![1]!.tensors.find((t) => t.name === 'model.layers.0.self_attn.q_proj.weight')!;
