@@ -21,9 +21,10 @@ import {
   layerScores,
   logitStd,
   stitchedCosine,
+  stitchTensor,
   vocabCosine,
 } from '../src/fit/index.js';
-import { proportionalDepthGroups, ZooInvalidError } from '../src/planner/index.js';
+import { BlockZoo, proportionalDepthGroups, tensorId, ZooInvalidError } from '../src/planner/index.js';
 import { calibration, fullFineTune, generatePeaky, liftToWider, orthonormalColumns } from './support/fixtures.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tessera-zoo-fit-'));
@@ -137,6 +138,33 @@ describe('stitching on the exact cross-size sibling (§8.1)', () => {
     const h = applyStitch(stitch, hiddenStates(F.weights, data[1]!)[2]!, { i: 2, j: 2 });
     const want = hiddenStates(B, data[1]!)[2]!;
     for (let i = 0; i < h.data.length; i += 11) expect(h.data[i]).toBeCloseTo(want.data[i]!, 8);
+  });
+
+  it('is registered in the zoo as a stitch block between the two families', () => {
+    const stitch = fitStitch(F.weights, B, [{ i: 2, j: 2 }], data);
+    const t = stitchTensor(stitch);
+    expect(t.shape).toEqual([48, 33]);
+    expect(t.data[5 * 33 + 7]).toBe(Math.fround(stitch.weight.data[7 * 48 + 5]!));
+    const ref = { name: t.name, id: tensorId(t, t.data), dtype: t.dtype, shape: t.shape };
+    const zoo = new BlockZoo();
+    const describe = (id: string, w: typeof F.weights) => ({
+      id,
+      archSig: w.arch,
+      tensors: [...w.tensors].map(([name, m]) => {
+        const shape = name.endsWith('norm.weight') ? [m.cols] : [m.rows, m.cols];
+        const data = Float32Array.from(m.data);
+        return { name, id: tensorId({ dtype: 'f32', shape }, data), dtype: 'f32', shape };
+      }),
+    });
+    zoo.addFoundation(describe('small', F.weights));
+    zoo.addFoundation(describe('wide', B));
+    const edges = zoo.addSiblingEquivalence({ a: 'small', b: 'wide', groups: groupScores(F.weights, B, proportionalDepthGroups(4, 4, 2), data) });
+    expect(edges.map((e) => e.requiresStitch)).toEqual([true, true]);
+    const m = zoo.registerStitch({ fromFamily: 'small', toFamily: 'wide', tensors: [ref] });
+    expect(m).toMatchObject({ kind: 'stitch', dIn: 32, dOut: 48, span: null, stitch: { fromFamily: 'small', toFamily: 'wide' } });
+    expect(zoo.stitch('small', 'wide')!.blockId).toBe(m.blockId);
+    expect(zoo.stitch('wide', 'small')).toBeNull();
+    expect(zoo.blocks().some((b) => b.blockId === m.blockId)).toBe(true);
   });
 
   it('a stitch into an unrelated model of the same width scores clearly lower', () => {
