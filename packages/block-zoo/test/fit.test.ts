@@ -147,7 +147,7 @@ describe('stitching on the exact cross-size sibling (§8.1)', () => {
     expect(t.data[5 * 33 + 7]).toBe(Math.fround(stitch.weight.data[7 * 48 + 5]!));
     const ref = { name: t.name, id: tensorId(t, t.data), dtype: t.dtype, shape: t.shape };
     const zoo = new BlockZoo();
-    const describe = (id: string, w: typeof F.weights) => ({
+    const describeWeights = (id: string, w: typeof F.weights) => ({
       id,
       archSig: w.arch,
       tensors: [...w.tensors].map(([name, m]) => {
@@ -156,8 +156,8 @@ describe('stitching on the exact cross-size sibling (§8.1)', () => {
         return { name, id: tensorId({ dtype: 'f32', shape }, data), dtype: 'f32', shape };
       }),
     });
-    zoo.addFoundation(describe('small', F.weights));
-    zoo.addFoundation(describe('wide', B));
+    zoo.addFoundation(describeWeights('small', F.weights));
+    zoo.addFoundation(describeWeights('wide', B));
     const edges = zoo.addSiblingEquivalence({ a: 'small', b: 'wide', groups: groupScores(F.weights, B, proportionalDepthGroups(4, 4, 2), data) });
     expect(edges.map((e) => e.requiresStitch)).toEqual([true, true]);
     const m = zoo.registerStitch({ fromFamily: 'small', toFamily: 'wide', tensors: [ref] });
