@@ -5,14 +5,15 @@
  *
  * The prior. An allocation from a tiny sample is dangerous (requests can only move up, so a missing short runtime
  * turns into a backlog on the long one), and the paper does not say how the first allocation is made. Each bin is
- * a Poisson rate with a Gamma prior worth `priorWeightMs` of traffic at the reference rates:
+ * a Poisson rate with a Gamma prior worth w ms of traffic at the reference rates:
  *
- *   Q_i = SLO · (count_i + ref_i·w) / (T + w)      ref_i: reference rate of bin i (requests per ms), w = priorWeightMs
+ *   Q_i = SLO · (count_i + ref_i·w) / (T + w)      ref_i: reference rate of bin i (requests per ms)
  *
- * At T = 0 this is the prior itself; as T grows the data takes over (at the paper's 120 s window and w = 10 s the
- * prior keeps 7.7 %). After each snapshot the snapshot becomes the reference for the next window, so an early
- * re-solve on a short window leans on the previous estimate instead of on a handful of requests. With w = 0 it is
- * the paper's estimator: count_i / T · SLO.
+ * In the first window the reference is the prior and w its weight (`prior.weightMs`, default 10 s): at T = 0 the
+ * estimate is the prior itself, and the data takes over as T grows. After each snapshot the snapshot becomes the
+ * reference and w becomes `carryOverMs` (default 1 s): an on-demand re-solve right after a period leans on the last
+ * estimate instead of on a handful of requests, while a full window (120 s in the paper) keeps the last estimate
+ * at under 1 %. With both weights 0 it is the paper's estimator, count_i / T · SLO.
  */
 import { type Clock, systemClock } from '@tessera/core';
 
@@ -30,6 +31,8 @@ export interface LengthEstimatorOptions {
   sloMs: number;
   clock?: Clock;
   prior?: LengthPrior;
+  /** Weight (ms of traffic) of the previous snapshot in the next window's estimate. Default 1 000. */
+  carryOverMs?: number;
 }
 
 export interface LengthSnapshot {
@@ -49,7 +52,8 @@ export class LengthEstimator {
   private readonly clock: Clock;
   private readonly counts: Float64Array;
   private readonly reference: Float64Array;
-  private readonly weightMs: number;
+  private weightMs: number;
+  private readonly carryOverMs: number;
   private windowStart: number;
   private oversize = 0;
 
@@ -71,6 +75,8 @@ export class LengthEstimator {
     }
     this.weightMs = prior === undefined ? 0 : (prior.weightMs ?? 10_000);
     if (!(this.weightMs >= 0 && Number.isFinite(this.weightMs))) throw new LengthSchedulerArgumentError(`prior weightMs must be finite and >= 0, got ${this.weightMs}`);
+    this.carryOverMs = options.carryOverMs ?? 1000;
+    if (!(this.carryOverMs >= 0 && Number.isFinite(this.carryOverMs))) throw new LengthSchedulerArgumentError(`carryOverMs must be finite and >= 0, got ${this.carryOverMs}`);
     this.windowStart = this.clock.now();
   }
 
@@ -91,7 +97,8 @@ export class LengthEstimator {
     const q: number[] = [];
     for (let i = 0; i < this.counts.length; i++) {
       const denom = T + w;
-      q.push(denom > 0 ? (this.sloMs * (this.counts[i]! + this.reference[i]! * w)) / denom : 0);
+      // No time and no weight: nothing new is known, so the reference stands.
+      q.push(denom > 0 ? (this.sloMs * (this.counts[i]! + this.reference[i]! * w)) / denom : this.sloMs * this.reference[i]!);
     }
     return { q, counts: Array.from(this.counts), windowMs: T, oversize: this.oversize };
   }
@@ -100,6 +107,7 @@ export class LengthEstimator {
   snapshot(): LengthSnapshot {
     const snap = this.peek();
     for (let i = 0; i < this.counts.length; i++) this.reference[i] = snap.q[i]! / this.sloMs;
+    this.weightMs = this.carryOverMs;
     this.counts.fill(0);
     this.oversize = 0;
     this.windowStart = this.clock.now();

@@ -27,7 +27,7 @@ export interface ReplacementMove {
 export interface ReplacementOptions {
   /** Moves per batch at most. Default max(1, ⌈0.05·G⌉). */
   batchSize?: number;
-  /** Instances that must keep serving at every moment (all runtimes together). Default 1. */
+  /** Instances that must keep serving at every moment (all runtimes together). Default 1 (0 for a single instance, which cannot swap otherwise). */
   floor?: number;
 }
 
@@ -48,7 +48,7 @@ export function planReplacement(instances: readonly ReplacementInstance[], targe
   }
   if (total !== G) throw new LengthSchedulerArgumentError(`target allocates ${total} instances but ${G} are serving`);
   const batchSize = options.batchSize ?? Math.max(1, Math.ceil(0.05 * G));
-  const floor = options.floor ?? 1;
+  const floor = options.floor ?? (G > 1 ? 1 : 0);
   if (!Number.isInteger(batchSize) || batchSize < 1) throw new LengthSchedulerArgumentError(`batchSize must be a positive integer, got ${batchSize}`);
   if (!Number.isInteger(floor) || floor < 0) throw new LengthSchedulerArgumentError(`floor must be a non-negative integer, got ${floor}`);
 

@@ -62,9 +62,9 @@ describe('LengthEstimator', () => {
     expect(new LengthEstimator([64], { sloMs: 100, clock }).peek().q).toEqual([0]);
   });
 
-  it('carries each snapshot over as the next window reference', () => {
+  it('carries each snapshot over as the next window reference, with the carry-over weight', () => {
     const clock = manualClock();
-    const est = new LengthEstimator([64, 128], { sloMs: 100, clock, prior: { q: [0, 0], weightMs: 1000 } });
+    const est = new LengthEstimator([64, 128], { sloMs: 100, clock, prior: { q: [0, 0], weightMs: 1000 }, carryOverMs: 500 });
     for (let k = 0; k < 200; k++) est.observe(10);
     clock.t = 10_000;
     const first = est.snapshot().q;
@@ -72,6 +72,18 @@ describe('LengthEstimator', () => {
     // Right after the snapshot, with no new data, the estimate is the previous one.
     expect(est.peek().q[0]).toBeCloseTo(first[0]!, 12);
     expect(est.peek().counts).toEqual([0, 0]);
+    // Then the previous estimate weighs as 500 ms of traffic, the prior's 1 000 ms no longer.
+    for (let k = 0; k < 30; k++) est.observe(100);
+    clock.t = 11_000;
+    const q = est.peek().q;
+    expect(q[0]).toBeCloseTo((100 * ((first[0]! / 100) * 500)) / 1500, 12);
+    expect(q[1]).toBeCloseTo((100 * 30) / 1500, 12);
+    // Both weights 0: a snapshot with no time passed keeps the last estimate rather than dropping to 0.
+    const bare = new LengthEstimator([64], { sloMs: 100, clock, carryOverMs: 0 });
+    bare.observe(1);
+    clock.t = 12_000;
+    const last = bare.snapshot().q;
+    expect(bare.snapshot().q).toEqual(last);
   });
 
   it('rejects bad configuration', () => {
