@@ -92,7 +92,7 @@ export class HighsSolver implements AllocationSolver {
       }
       let out: MilpOutcome;
       try {
-        out = solveMilp(highs, p, tangents, leftMs / 1000, relGap / 10);
+        out = solveMilp(highs, p, tangents, leftMs / 1000, relGap / 4, best);
       } catch (err) {
         fallback = `highs failed: ${(err as Error).message}`;
         break;
@@ -134,13 +134,19 @@ export class HighsSolver implements AllocationSolver {
   }
 }
 
-/** Initial tangent loads per runtime: r = 0 and K points over (0, M_i]; the last also up to ΣQ (it takes any overflow). */
+/**
+ * Initial tangent loads per runtime: r = 0, half of K spread evenly over (0, M_i] and half closing in on M_i
+ * geometrically (M_i·(1 − 0.6^k)), where a queueing 𝓛 bends hardest; the last runtime also gets points up to ΣQ
+ * (it takes any overflow).
+ */
 function initialTangentPoints(p: PreparedProblem, K: number): number[][] {
   const out: number[][] = [];
+  const even = Math.ceil(K / 2);
   for (let i = 0; i < p.I; i++) {
     const m = p.capacity[i]!;
     const pts = [0];
-    for (let k = 1; k <= K; k++) pts.push((m * k) / K);
+    for (let k = 1; k <= even; k++) pts.push((m * k) / even);
+    for (let k = 1; k <= K - even; k++) pts.push(m * (1 - 0.6 ** k));
     if (i === p.I - 1 && p.totalLoad > m) {
       // Geometric spacing from M to ΣQ: the overload region is steep, a few tangents bound it well.
       const steps = 8;
@@ -182,8 +188,32 @@ function term(coef: number, name: string): string {
   return coef < 0 ? ` - ${num(-coef)} ${name}` : ` + ${num(coef)} ${name}`;
 }
 
+/** Every column's value for an allocation: C and R from Eqs. 4–5, z = [R > 0], T at its tightest tangent. */
+function incumbentColumns(p: PreparedProblem, tangents: number[][], n: ArrayLike<number>): { names: string[]; values: number[] } {
+  const ev = evaluateAllocation(p, n);
+  const names: string[] = [];
+  const values: number[] = [];
+  for (let i = 0; i < p.I; i++) {
+    const c = ev.served[i]!;
+    const ni = n[i]!;
+    let t = 0;
+    for (const r of tangents[i]!) {
+      const slope = slopeAt(p.profiles[i]!, r);
+      t = Math.max(t, slope * c + (loadCost(p.profiles[i]!, r) - r * slope) * ni);
+    }
+    names.push(`n${i}`, `c${i}`, `t${i}`);
+    values.push(ni, c, t);
+    if (i < p.I - 1) {
+      const r = ev.demoted[i]!;
+      names.push(`r${i}`, `z${i}`);
+      values.push(r, r > 0 ? 1 : 0);
+    }
+  }
+  return { names, values };
+}
+
 /** Builds the linearised MILP in CPLEX LP format and solves it. */
-function solveMilp(highs: Highs, p: PreparedProblem, tangents: number[][], timeLimitS: number, mipRelGap: number): MilpOutcome {
+function solveMilp(highs: Highs, p: PreparedProblem, tangents: number[][], timeLimitS: number, mipRelGap: number, incumbent: ArrayLike<number>): MilpOutcome {
   const { I, G } = p;
   const last = I - 1;
   const U = Math.max(p.totalLoad, 1);
@@ -222,6 +252,9 @@ function solveMilp(highs: Highs, p: PreparedProblem, tangents: number[][], timeL
 
   return highs.withModel({ format: 'lp', data: lp }, (model) => {
     model.options.set({ output_flag: false, time_limit: Math.max(timeLimitS, 0.001), mip_rel_gap: mipRelGap });
+    // The best allocation so far as a MIP start: HiGHS prunes against it from the first node.
+    const start = incumbentColumns(p, tangents, incumbent);
+    model.setSolution({ indices: start.names.map((name) => model.getColByName(name)), values: start.values });
     model.run();
     const status = model.getModelStatus() as number;
     const dual = Number(model.info.get('mip_dual_bound'));
