@@ -261,13 +261,19 @@ export class GreedySolver implements AllocationSolver {
  * costs at or above the greedy allocation's objective are pruned (every later cost is ≥ 0). Requires g
  * non-decreasing; exact for any such g, convex or not. Returns N, or null when `deadline` passes first.
  */
-export function dpAllocation(p: PreparedProblem, clock: Clock = systemClock, deadline = Infinity): { n: Int32Array; objective: number } | null {
+export function dpAllocation(
+  p: PreparedProblem,
+  clock: Clock = systemClock,
+  deadline = Infinity,
+  options: { pruneWithGreedy?: boolean } = {},
+): { n: Int32Array; objective: number } | null {
   const { G, I } = p;
   const sumLbAfter = new Int32Array(I + 1);
   for (let i = I - 1; i >= 0; i--) sumLbAfter[i] = sumLbAfter[i + 1]! + p.lowerBounds[i]!;
-  const greedy = greedyAllocation(p);
-  const incumbent = objectiveOf(p, greedy);
-  const cutoff = incumbent + 1e-9 * Math.abs(incumbent) + 1e-12;
+  const prune = options.pruneWithGreedy ?? true;
+  const greedy = prune ? greedyAllocation(p) : null;
+  const incumbent = greedy === null ? Infinity : objectiveOf(p, greedy);
+  const cutoff = greedy === null ? Infinity : incumbent + 1e-9 * Math.abs(incumbent) + 1e-12;
 
   // Per stage and instances-used g: the frontier entries (R, cost, parent g, parent index, n).
   type Frontier = { R: number[]; cost: number[]; parentG: number[]; parentIdx: number[]; n: number[] };
@@ -305,7 +311,7 @@ export function dpAllocation(p: PreparedProblem, clock: Clock = systemClock, dea
           if (n === 0) cost = C > 0 ? Infinity : 0;
           else cost = n * loadCost(profile, C / n);
           const total = base + cost;
-          if (!(total < cutoff)) continue;
+          if (!(total < cutoff) || total === Infinity) continue;
           const target = (next[g + n] ??= empty());
           target.R.push(R);
           target.cost.push(total);
@@ -326,7 +332,9 @@ export function dpAllocation(p: PreparedProblem, clock: Clock = systemClock, dea
   let n: Int32Array;
   let objective: number;
   if (final === undefined || final.R.length === 0) {
-    // Nothing beat the greedy incumbent by the pruning margin: the incumbent is optimal.
+    // Nothing beat the greedy incumbent by the pruning margin: the incumbent is optimal. (Without the incumbent
+    // some allocation always survives: N_I = G − Σ lower bounds has a finite cost.)
+    if (greedy === null) throw new Error('dpAllocation: no feasible allocation survived, which prepareProblem rules out');
     n = greedy;
     objective = incumbent;
   } else {
@@ -343,7 +351,7 @@ export function dpAllocation(p: PreparedProblem, clock: Clock = systemClock, dea
       idx = f.parentIdx[idx]!;
       g = pg;
     }
-    if (incumbent <= objective) {
+    if (greedy !== null && incumbent <= objective) {
       n = greedy;
       objective = incumbent;
     }
@@ -368,16 +376,22 @@ export function dpAllocation(p: PreparedProblem, clock: Clock = systemClock, dea
   }
 }
 
-/** The exact DP as an {@link AllocationSolver}; past `timeLimitMs` it returns the greedy allocation. */
+/**
+ * The exact DP as an {@link AllocationSolver}; past `timeLimitMs` it returns the greedy allocation.
+ * `pruneWithGreedy: false` runs it without the greedy incumbent (slower; an oracle independent of the greedy code).
+ */
 export class DpSolver implements AllocationSolver {
   readonly name = 'dp' as const;
-  constructor(private readonly clock: Clock = systemClock) {}
+  constructor(
+    private readonly clock: Clock = systemClock,
+    private readonly options: { pruneWithGreedy?: boolean } = {},
+  ) {}
 
   async solve(problem: AllocationProblem, options: SolveOptions = {}): Promise<AllocationResult> {
     const t0 = this.clock.now();
     const p = prepareProblem(problem);
     const deadline = options.timeLimitMs === undefined ? Infinity : t0 + options.timeLimitMs;
-    const out = dpAllocation(p, this.clock, deadline);
+    const out = dpAllocation(p, this.clock, deadline, this.options);
     if (out === null) return toResult(p, greedyAllocation(p), 'greedy-ls', this.clock.now() - t0, { fallback: 'time-limit' });
     return toResult(p, out.n, 'dp', this.clock.now() - t0, { lowerBound: out.objective });
   }

@@ -83,6 +83,7 @@ export class TargetTrackingScaler {
 
   /** A request finished now after `latencyMs`. */
   record(latencyMs: number): void {
+    if (!(Number.isFinite(latencyMs) && latencyMs >= 0)) throw new LengthSchedulerArgumentError(`latency must be finite and >= 0, got ${latencyMs}`);
     const at = (this.head + this.size) % this.windowCount;
     this.times[at] = this.clock.now();
     this.latencies[at] = latencyMs;

@@ -82,6 +82,7 @@ export class LengthEstimator {
 
   /** Counts one arrival of `length` tokens in its ideal runtime's bin (the last one if it is longer than all). */
   observe(length: number): void {
+    if (!(length >= 1 && Number.isFinite(length))) throw new LengthSchedulerArgumentError(`request length must be a finite number >= 1, got ${length}`);
     let i = idealRuntimeIndex(this.lengths, length);
     if (i === this.lengths.length) {
       i--;

@@ -54,7 +54,10 @@ export function planReplacement(instances: readonly ReplacementInstance[], targe
 
   const current = new Array<number>(I).fill(0);
   const byRuntime: ReplacementInstance[][] = target.map(() => []);
+  const seen = new Set<string>();
   for (const inst of instances) {
+    if (seen.has(inst.id)) throw new LengthSchedulerArgumentError(`instance "${inst.id}" is listed twice`);
+    seen.add(inst.id);
     if (!Number.isInteger(inst.runtime) || inst.runtime < 0 || inst.runtime >= I) {
       throw new LengthSchedulerArgumentError(`instance "${inst.id}" runs runtime ${inst.runtime}, outside [0, ${I - 1}]`);
     }

@@ -65,6 +65,7 @@ describe('TargetTrackingScaler', () => {
     s.record(1000);
     expect(s.tick([inst('a', 0)])).toBeNull();
     expect(() => new TargetTrackingScaler({ sloMs: 100, longestRuntime: 0, inAt: 0.9, outAt: 0.5 })).toThrow(/inAt/);
+    expect(() => s.record(-1)).toThrow(/latency/);
   });
 });
 

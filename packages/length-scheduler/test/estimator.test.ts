@@ -91,6 +91,7 @@ describe('LengthEstimator', () => {
     expect(() => new LengthEstimator([64, 32], { sloMs: 10 })).toThrow(/ascending/);
     expect(() => new LengthEstimator([64], { sloMs: 10, prior: { q: [1, 2] } })).toThrow(/prior has 2 bins/);
     expect(() => new LengthEstimator([64], { sloMs: 10, prior: { q: [-1] } })).toThrow(/prior q\[0\]/);
+    expect(() => new LengthEstimator([64], { sloMs: 10 }).observe(Number.NaN)).toThrow(/request length/);
   });
 });
 

@@ -92,6 +92,7 @@ describe('planReplacement', () => {
     expect(planReplacement(fleet([0]), [0, 1]).moves).toEqual([{ id: 'g0', from: 0, to: 1 }]);
     expect(() => planReplacement(fleet([0, 0]), [1, 2])).toThrow(/allocates 3 instances but 2/);
     expect(() => planReplacement(fleet([0, 5]), [1, 1])).toThrow(LengthSchedulerArgumentError);
+    expect(() => planReplacement([{ id: 'x', runtime: 0, outstanding: 0 }, { id: 'x', runtime: 1, outstanding: 0 }], [1, 1])).toThrow(/listed twice/);
   });
 });
 
