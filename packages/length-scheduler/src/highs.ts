@@ -32,10 +32,16 @@ let highsPromise: Promise<Highs> | undefined;
 
 /** Loads the HiGHS WebAssembly module once per process (about 3 MB of wasm, compiled on first use). */
 export function loadHighsSolver(): Promise<Highs> {
-  highsPromise ??= import('highs').then(async (mod) => {
-    const load = (mod as unknown as { default: (settings?: object) => Promise<Highs> }).default;
-    return load();
-  });
+  highsPromise ??= import('highs')
+    .then(async (mod) => {
+      const load = (mod as unknown as { default: (settings?: object) => Promise<Highs> }).default;
+      return load();
+    })
+    .catch((err: unknown) => {
+      // A failed load is not cached: the next solve tries again (and falls back to greedy meanwhile).
+      highsPromise = undefined;
+      throw err;
+    });
   return highsPromise;
 }
 

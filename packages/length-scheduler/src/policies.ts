@@ -35,7 +35,10 @@ export interface SchedulingPolicy {
   /** DT: the runtime takes any length unpadded (with slower dynamic-shape kernels); everything else pads. */
   dynamicShape: boolean;
   dispatch: DispatchPolicy;
-  /** Makes the allocation solver (a fresh one per scheduler). */
+  /**
+   * Makes the allocation solver (a fresh one per scheduler). Its clock is for its time limit and `solveMs`, so the
+   * wall clock by default even under simulation, where the period runs on virtual time.
+   */
   solver: (clock?: Clock) => AllocationSolver;
   scaling: 'target-tracking' | 'headroom';
 }

@@ -29,7 +29,9 @@ export interface RuntimeSchedulerOptions {
   estimator: LengthEstimator;
   /** G at the start; change it with `setInstances` after a scaling step. */
   instances: number;
+  /** Default: {@link AutoSolver} on the wall clock (its time limit is about compute, not simulated time). */
   solver?: AllocationSolver;
+  /** Periods are measured on this clock (a virtual one under @tessera/sim). */
   clock?: Clock;
   /** Allocation period (default 120 000 ms). */
   periodMs?: number;
@@ -64,7 +66,8 @@ export class RuntimeScheduler {
     this.profiles = options.profiles;
     this.estimator = options.estimator;
     this.clock = options.clock ?? systemClock;
-    this.solver = options.solver ?? new AutoSolver({ clock: this.clock });
+    // The solver keeps its own (wall) clock: its time limit bounds compute, which a virtual clock does not see.
+    this.solver = options.solver ?? new AutoSolver();
     this.periodMs = options.periodMs ?? 120_000;
     this.timeLimitMs = options.timeLimitMs ?? 10_000;
     this.onAllocation = options.onAllocation;

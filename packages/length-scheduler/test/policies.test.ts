@@ -58,7 +58,7 @@ async function runScheme(name: SchemeName, opts: { instances: number; ratePerS: 
   const rand = mulberry32(opts.seed);
   const sample = Array.from({ length: 4000 }, () => twitterLength(rand, opts.median?.(0) ?? 21));
   const estimator = new LengthEstimator(policy.lengths, { sloMs: SLO, clock, prior: { q: priorFromLengths(policy.lengths, sample, opts.ratePerS, SLO) } });
-  const runtime = new RuntimeScheduler({ profiles, estimator, instances: opts.instances, clock, solver: policy.solver(clock), periodMs: opts.periodMs ?? 10_000 });
+  const runtime = new RuntimeScheduler({ profiles, estimator, instances: opts.instances, clock, solver: policy.solver(), periodMs: opts.periodMs ?? 10_000 });
   const dispatcher = new MultiLevelDispatcher({ lengths: policy.lengths, capacities: profiles.map((p) => p.capacity), policy: policy.dispatch });
   const first = await runtime.solveNow();
   let k = 0;
