@@ -48,6 +48,7 @@ export default defineConfig({
           { text: '@tessera/batcher', link: '/packages/batcher' },
           { text: 'Coordinated batching (PetS)', link: '/packages/batcher-coordinated' },
           { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },
+          { text: '@tessera/length-scheduler', link: '/packages/length-scheduler' },
           { text: '@tessera/block-zoo', link: '/packages/block-zoo' },
           { text: '@tessera/cluster', link: '/packages/cluster' },
           { text: '@tessera/sim', link: '/packages/sim' },
