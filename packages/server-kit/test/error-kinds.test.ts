@@ -14,6 +14,8 @@ const PACKAGES = [
   '@tessera/native',
   '@tessera/engine',
   '@tessera/batcher',
+  '@tessera/length-scheduler',
+  '@tessera/block-zoo',
   '@tessera/pet-ops',
   '@tessera/sgmv-kernel',
   '@tessera/adapter-swap',
@@ -34,6 +36,7 @@ const INTERNAL: Readonly<Record<string, string>> = {
   '@tessera/sim:EventOrderError': 'the simulator scheduled an event in the past: a bug',
   '@tessera/cluster:ClusterError': 'the base class of cluster errors; each subclass states its own kind',
   '@tessera/batcher:BatcherStateError': 'the scheduler driven out of order (plan() during a step, two run() loops): a bug in the caller',
+  '@tessera/block-zoo:ZooIntegrityError': 'the tensor store on disk is corrupt (a stored file does not hash to its id)',
 };
 
 /** Every exported TesseraError class, each under the first package (in PACKAGES order) that exports it. */
