@@ -19,6 +19,10 @@ export interface PunicaRequestSpec {
   cancelAfterTokens?: number;
   /** Non-streaming: abort after this many milliseconds (if the answer has not come yet). */
   cancelAfterMs?: number;
+  /** Streams: called with the count of token chunks so far, after each one (the fault cases time their faults by it). */
+  onToken?: (tokens: number) => void;
+  /** Give up (abort) after this many milliseconds: the outcome is an error that says so, with the tokens so far. */
+  timeoutMs?: number;
 }
 
 export type PunicaOutcome =
@@ -26,7 +30,8 @@ export type PunicaOutcome =
   | { kind: 'cancelled'; tokens: number; ms: number }
   /** An error status with an OpenAI error body, before any token: a clear refusal. */
   | { kind: 'refused'; status: number; code: string | null; message: string }
-  | { kind: 'error'; message: string };
+  /** `tokens`: token chunks a stream delivered before it went wrong (absent when unknown). */
+  | { kind: 'error'; message: string; tokens?: number; timedOut?: boolean };
 
 interface ErrorBody {
   error?: { message?: string; code?: string | null };
@@ -59,6 +64,22 @@ export async function runPunicaRequest(address: string, spec: PunicaRequestSpec)
   const t0 = performance.now();
   let timer: NodeJS.Timeout | undefined;
   let aborted = false;
+  let timedOut = false;
+  let streamedTokens = 0;
+  const deadline =
+    spec.timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => {
+          timedOut = true;
+          controller.abort();
+        }, spec.timeoutMs);
+  const counted: PunicaRequestSpec = {
+    ...spec,
+    onToken: (n) => {
+      streamedTokens = n;
+      spec.onToken?.(n);
+    },
+  };
   if (spec.cancelAfterMs !== undefined) {
     timer = setTimeout(() => {
       aborted = true;
@@ -71,14 +92,16 @@ export async function runPunicaRequest(address: string, spec: PunicaRequestSpec)
       clearTimeout(timer);
       return checkComplete(spec, status, body, performance.now() - t0);
     }
-    return await readStream(url, spec, controller, t0, () => {
+    return await readStream(url, counted, controller, t0, () => {
       aborted = true;
     });
   } catch (err) {
-    if (aborted && isAbort(err)) return { kind: 'cancelled', tokens: 0, ms: performance.now() - t0 };
-    return { kind: 'error', message: `${label(spec)}: ${describe(err)}` };
+    if (timedOut) return { kind: 'error', message: `${label(spec)}: no end after ${spec.timeoutMs} ms (${streamedTokens} token chunks)`, tokens: streamedTokens, timedOut };
+    if (aborted && isAbort(err)) return { kind: 'cancelled', tokens: streamedTokens, ms: performance.now() - t0 };
+    return { kind: 'error', message: `${label(spec)}: ${describe(err)}`, tokens: streamedTokens };
   } finally {
     clearTimeout(timer);
+    clearTimeout(deadline);
   }
 }
 
@@ -150,6 +173,7 @@ async function readStream(url: string, spec: PunicaRequestSpec, controller: Abor
         tokens++;
         text += (spec.endpoint === 'chat' ? c.delta?.content : c.text) ?? '';
         ttftMs ??= performance.now() - t0;
+        spec.onToken?.(tokens);
         if (spec.cancelAfterTokens !== undefined && tokens >= spec.cancelAfterTokens) {
           onAbort();
           controller.abort();
@@ -165,6 +189,6 @@ async function readStream(url: string, spec: PunicaRequestSpec, controller: Abor
   if (finishes !== 1) problems.push(`${finishes} finish chunks`);
   if (tokens !== spec.maxTokens) problems.push(`${tokens} token chunks, asked for ${spec.maxTokens}`);
   if (usageTokens !== spec.maxTokens) problems.push(`usage.completion_tokens ${usageTokens}`);
-  if (problems.length > 0) return { kind: 'error', message: `${label(spec)}: ${problems.join('; ')}` };
+  if (problems.length > 0) return { kind: 'error', message: `${label(spec)}: ${problems.join('; ')}`, tokens };
   return { kind: 'ok', tokens, text, ms: performance.now() - t0, ttftMs };
 }
