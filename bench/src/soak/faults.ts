@@ -310,7 +310,8 @@ class Cluster {
     const finished = new Set<string>();
     let release!: () => void;
     const repaired = new Promise<void>((done) => (release = done));
-    const giveUp = repaired.then(() => sleep(deadlineMs));
+    let deadline: NodeJS.Timeout | undefined;
+    const giveUp = repaired.then(() => new Promise<void>((done) => (deadline = setTimeout(done, deadlineMs))));
     const t = tally();
     const run = (p: Planned) => {
       if (p.via === 'client') {
@@ -331,6 +332,7 @@ class Cluster {
     await inject({ submitLater: () => runs.push(...later.map(run)), inFlight: () => [...progress.keys()].filter((id) => !finished.has(id)).length });
     release();
     await Promise.all(runs);
+    clearTimeout(deadline);
     // The scheduler finished each request id (the direct ones; the frontend's own ids too) exactly once.
     await waitFor('the scheduler to settle', () => this.scheduler.scheduler.snapshot().requests === 0, 30_000).catch(() => {});
     for (const [id, n] of this.doneCount) {
