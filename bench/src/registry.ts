@@ -48,6 +48,11 @@ export const BENCHES: readonly BenchEntry[] = [
     load: async () => (await import('./benches/pets.js')).petsBench,
   },
   {
+    name: 'soak',
+    summary: 'Punica and PetS servers under concurrent streaming/non-streaming/cancelled clients (errors, p50/p99, tokens/s, RSS); faults: worker killed, Redis restarted, budgets exhausted',
+    load: async () => (await import('./benches/soak.js')).soakBench,
+  },
+  {
     name: 'train',
     summary: 'training tokens/s and MFU (vs the FMA peak), full and LoRA, mini decoder and encoder; forward/backward/optimizer split',
     load: async () => (await import('./benches/train.js')).trainBench,
