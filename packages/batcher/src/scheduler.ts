@@ -30,6 +30,7 @@ import {
   type StepSegment,
   type StopReason,
   systemClock,
+  TesseraError,
 } from '@tessera/core';
 import { BatcherStateError, RequestValidationError } from './errors.js';
 import { FAIRNESS_POLICIES, type FairnessPolicy, VirtualTokenCounter, type VtcWeights } from './serving/fairness.js';
@@ -709,11 +710,16 @@ export class Scheduler {
     }
   }
 
-  /** A load was rejected: every queued request waiting for that adapter fails; nothing else changes. */
+  /**
+   * A load was rejected: every queued request waiting for that adapter fails; nothing else changes. A refusal no
+   * retry can change (the adapter is larger than the whole device budget: kind 'capacity'; it is malformed:
+   * 'invalid') reaches the requests as it is, so a server answers 507 / 400 rather than a retryable 503.
+   */
   private failAdapterWaiters(name: string, cause: unknown): void {
     const message = cause instanceof Error ? cause.message : String(cause);
+    const final = cause instanceof TesseraError && (cause.kind === 'capacity' || cause.kind === 'invalid');
     for (const s of this.queue.filter((q) => q.adapter === name)) {
-      this.fail(s, new AdapterLoadError(name, `request ${JSON.stringify(s.id)}: adapter ${JSON.stringify(name)} could not be loaded: ${message}`, { cause }));
+      this.fail(s, final ? (cause as TesseraError) : new AdapterLoadError(name, `request ${JSON.stringify(s.id)}: adapter ${JSON.stringify(name)} could not be loaded: ${message}`, { cause }));
     }
   }
 

@@ -4,7 +4,7 @@
  * reserved for the step), preemption by recompute when pages run out, residency waits, cancellation (no page
  * leaks), and the static policy's wasted rows. Pure: no engine, no native addon.
  */
-import { AdapterLoadError, KvPageAllocator, type StepOutcome, type StepPlan } from '@tessera/core';
+import { AdapterLoadError, KvPageAllocator, type StepPlan, TesseraError } from '@tessera/core';
 import { describe, expect, it } from 'vitest';
 import { fakeRun } from './support/fake-runner.js';
 import { type AdapterResidency, type BatcherRequest, type BatchPolicy, Scheduler, type SchedulerEvent } from '../src/index.js';
@@ -114,6 +114,29 @@ describe('Scheduler plans (punica)', () => {
     const evicted = t.events.find((e) => e.kind === 'evicted')!;
     expect(evicted).toMatchObject({ id: 'new' });
     expect(t.scheduler.stats()).toMatchObject({ preemptions: 1, queued: 0, kvPagesUsed: 0, finished: 1 });
+  });
+
+  it('a load refused for good (an adapter larger than the whole budget: kind capacity) reaches its waiters as it is, not as a retryable AdapterLoadError', async () => {
+    class TooLarge extends TesseraError {
+      static override readonly kind = 'capacity' as const;
+    }
+    const adapters: AdapterResidency = {
+      isResident: () => false,
+      ensureResident: () => Promise.reject(new TooLarge('TESSERA_ADAPTER_TOO_LARGE', 'adapter "huge" needs more than the whole device budget')),
+      pin: () => {},
+      unpin: () => {},
+    };
+    const t = setup({ adapters });
+    t.submit(req('h1', 'huge', 4, 3));
+    t.submit(req('h2', 'huge', 4, 3));
+    expect(t.step()).toBeNull();
+    await new Promise((r) => setImmediate(r));
+    const errors = t.events.filter((e) => e.kind === 'error');
+    expect(errors.map((e) => e.id)).toEqual(['h1', 'h2']);
+    for (const e of errors) {
+      expect(e.kind === 'error' && e.error).toBeInstanceOf(TooLarge);
+      expect(e.kind === 'error' && (e.error as TesseraError).kind).toBe('capacity');
+    }
   });
 
   it('waits for a non-resident adapter without delaying others; a rejected load fails its waiters with AdapterLoadError', async () => {
