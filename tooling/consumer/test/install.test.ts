@@ -5,7 +5,10 @@
  *   - every package imports, and its public surface is there;
  *   - @tessera/native loads its prebuilt addon from inside the package (no compiler involved at install);
  *   - each package's README example (the `// #region readme-…` code its own tests run from `src/`) runs again
- *     here, from the installed `dist/`, and exits 0.
+ *     here, from the installed `dist/`, and exits 0;
+ *   - the types resolve for consumers: "are the types wrong?" (`attw`, profile esm-only: these packages are ESM
+ *     only) finds no problem in any tarball;
+ *   - changesets can version the workspace: `changeset version` in a scratch copy of the repository's manifests.
  * Needs the packages built (`turbo run build`, as `npm test` does before the tests) and the npm registry for
  * third-party dependencies (npm's cache makes later runs offline).
  */
@@ -132,6 +135,36 @@ describe('installed from packed tarballs', () => {
     expect(out.sum).toBe(10);
     // The addon is the one inside the installed package.
     expect(existsSync(join(project, 'node_modules', '@tessera', 'native', 'build', 'Release', 'tessera_cpu.node'))).toBe(true);
+  });
+
+  it('attw finds no type-resolution problem in any tarball (node16 from ESM, bundler)', () => {
+    const attw = createRequire(import.meta.url).resolve('@arethetypeswrong/cli/package.json').replace(/package\.json$/, 'dist/index.js');
+    const failures: string[] = [];
+    for (const file of readdirSync(tarballs).filter((f) => f.endsWith('.tgz'))) {
+      const r = spawnSync(process.execPath, [attw, join(tarballs, file), '--profile', 'esm-only', '--format', 'ascii'], { encoding: 'utf8', env: { ...process.env, NO_COLOR: '1' } });
+      if (r.status !== 0) failures.push(`${file}:\n${r.stdout}${r.stderr}`);
+    }
+    expect(failures).toEqual([]);
+  });
+
+  it('changesets can version the workspace (a dry run on a scratch copy of the manifests and changesets)', () => {
+    const scratch = join(work, 'changeset-dry-run');
+    mkdirSync(scratch, { recursive: true });
+    // The workspace's manifests (every package.json git knows, outside node_modules) and its changesets.
+    const files = execFileSync('git', ['-C', repo, 'ls-files', '--cached', '--others', '--exclude-standard', 'package.json', '*/package.json', 'pnpm-workspace.yaml', '.changeset'], { encoding: 'utf8' })
+      .split('\n')
+      .filter((f) => f && !f.includes('node_modules/'));
+    for (const f of files) {
+      mkdirSync(dirname(join(scratch, f)), { recursive: true });
+      writeFileSync(join(scratch, f), readFileSync(join(repo, f)));
+    }
+    execFileSync('git', ['init', '-q'], { cwd: scratch });
+    const changeset = createRequire(join(repo, 'package.json')).resolve('@changesets/cli/bin.js');
+    const r = spawnSync(process.execPath, [changeset, 'version'], { cwd: scratch, encoding: 'utf8' });
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+    const core = JSON.parse(readFileSync(join(scratch, 'packages', 'core', 'package.json'), 'utf8')) as { version: string };
+    expect(core.version).not.toBe('0.0.0');
+    expect(existsSync(join(scratch, 'packages', 'core', 'CHANGELOG.md'))).toBe(true);
   });
 
   for (const [name, file] of Object.entries(EXAMPLES)) {
