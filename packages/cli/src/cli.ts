@@ -33,6 +33,8 @@ export interface TesseraIo {
   colors: { stdout: Colors; stderr: Colors };
   /** A progress bar on stderr for long work; absent where progress is plain lines (not a TTY, NO_COLOR). */
   progressBar?: EngineCliIo['progressBar'];
+  /** Where `tessera bench` looks for a clone of the repository; default this CLI's own directory, then `cwd`. */
+  repositorySearch?: readonly string[];
 }
 
 /** The process's io: colours and bars decided per stream from NO_COLOR, FORCE_COLOR, TERM and isTTY. */
@@ -215,8 +217,7 @@ async function serve(args: string[], io: TesseraIo): Promise<number> {
 }
 
 async function bench(args: string[], io: TesseraIo): Promise<number> {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const dir = findBenchDir([here, io.cwd]);
+  const dir = findBenchDir(io.repositorySearch ?? [dirname(fileURLToPath(import.meta.url)), io.cwd]);
   if (args.some((a) => HELP_FLAGS.has(a))) {
     io.stdout(benchUsage(io.colors.stdout));
     if (dir === null) {

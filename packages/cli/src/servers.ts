@@ -52,8 +52,7 @@ export class ServerUnavailableError extends Error {
   ) {
     super(
       `the ${server.name} server (${server.package}) cannot be loaded: ${reason}\n` +
-        `In a clone of the repository: \`pnpm build\` builds it (or delete packages/cli/dist to run everything from source); ` +
-        `elsewhere install ${server.package} beside @tessera/cli.`,
+        `In a clone of the repository, build it (\`pnpm build\`); elsewhere, install ${server.package} beside @tessera/cli.`,
     );
     this.name = 'ServerUnavailableError';
   }

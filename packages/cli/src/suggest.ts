@@ -24,11 +24,16 @@ export function editDistance(a: string, b: string): number {
 }
 
 /**
- * The candidate closest to `input` when it is close enough to be a typo: at most a third of the longer name's
- * letters away (at least 1), or one that `input` is a prefix of. Ties go to the earlier candidate. Null otherwise.
+ * The candidate `input` most likely meant: one it starts (two letters at least: "ben" → "bench"), else the closest
+ * by edit distance when at most a third of the longer name's letters away (at least 1; ties go to the earlier
+ * candidate). Case is ignored. Null when nothing is close.
  */
 export function didYouMean(input: string, candidates: readonly string[]): string | null {
   const typed = input.toLowerCase();
+  if (typed.length >= 2) {
+    const prefixed = candidates.find((c) => c.toLowerCase().startsWith(typed));
+    if (prefixed !== undefined) return prefixed;
+  }
   let best: string | null = null;
   let bestDistance = Number.POSITIVE_INFINITY;
   for (const c of candidates) {
@@ -39,7 +44,5 @@ export function didYouMean(input: string, candidates: readonly string[]): string
       bestDistance = d;
     }
   }
-  if (best !== null) return best;
-  if (typed.length >= 2) return candidates.find((c) => c.toLowerCase().startsWith(typed)) ?? null;
-  return null;
+  return best;
 }
