@@ -26,7 +26,7 @@ describe('when colours and bars are on', () => {
   it('colours: FORCE_COLOR forces them, NO_COLOR turns them off, otherwise a TTY that is not TERM=dumb', () => {
     const tty = { isTTY: true };
     const pipe = { isTTY: false };
-    const cases: Array<[{ isTTY: boolean }, NodeJS.ProcessEnv, boolean]> = [
+    const cases: Array<[{ isTTY?: boolean }, NodeJS.ProcessEnv, boolean]> = [
       [tty, {}, true],
       [tty, { TERM: 'xterm-256color' }, true],
       [tty, { TERM: 'dumb' }, false],
