@@ -92,6 +92,7 @@ describe('tessera train (a real process)', () => {
       { NO_COLOR: '1' },
     );
     expect(r.stderr).not.toContain('\r');
+    expect(r.stderr).not.toContain('\x1b');
     expect(r.code).toBe(0);
     const lines = r.stderr.trim().split('\n').filter((l) => l.startsWith('step'));
     expect(lines.map((l) => Number(/^step\s+(\d+)\//.exec(l)![1]))).toEqual([1, 20, 30, 40, 60]);
