@@ -4,6 +4,7 @@
  * server's flags, variables and --help stay exactly its own. A new server is one entry here plus a `./main` entry in
  * its package's exports map (and a devDependency, so the workspace links it).
  */
+import { type ErrorKind, TesseraError } from '@tessera/core';
 
 export interface ServerEntry {
   /** `tessera serve <name>`. */
@@ -44,17 +45,18 @@ export const SHARED_SERVER_FLAGS: readonly SharedFlag[] = [
 /** A server's entry point: parses `argv` and `env` itself, prints its usage for --help, resolves once listening. */
 export type ServerMain = (argv: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>;
 
-/** The server's package cannot be loaded here (not installed beside the CLI, or not built). */
-export class ServerUnavailableError extends Error {
+/** The server's package cannot be loaded here (not installed beside the CLI, or not built): `tessera` exits 2. */
+export class ServerUnavailableError extends TesseraError {
+  static override readonly kind: ErrorKind = 'unavailable';
   constructor(
     readonly server: ServerEntry,
     readonly reason: string,
   ) {
     super(
+      'TESSERA_SERVER_UNAVAILABLE',
       `the ${server.name} server (${server.package}) cannot be loaded: ${reason}\n` +
         `In a clone of the repository, build it (\`pnpm build\`); elsewhere, install ${server.package} beside @tessera/cli.`,
     );
-    this.name = 'ServerUnavailableError';
   }
 }
 

@@ -65,6 +65,7 @@ describe('a server that is not installed', () => {
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(ServerUnavailableError);
+    expect(err).toMatchObject({ kind: 'unavailable', code: 'TESSERA_SERVER_UNAVAILABLE' });
     expect((err as Error).message).toMatch(/the nowhere server \(@tessera\/nowhere-server\) cannot be loaded: .*nowhere-server/);
     expect((err as Error).message).toContain('install @tessera/nowhere-server beside @tessera/cli');
   });

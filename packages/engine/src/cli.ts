@@ -231,7 +231,10 @@ async function genModel(args: string[], io: CliIo): Promise<number> {
               if (io.progressBar) {
                 bar ??= io.progressBar(total, 'tensors');
                 bar.update(done, detail);
-                if (done === total) bar.stop();
+                if (done === total) {
+                  bar.stop();
+                  bar = undefined;
+                }
               } else log(detail);
               if (done === total) log('writing model.safetensors');
             },
