@@ -53,6 +53,7 @@ export default defineConfig({
           { text: '@tessera/cluster', link: '/packages/cluster' },
           { text: '@tessera/sim', link: '/packages/sim' },
           { text: '@tessera/server-kit', link: '/packages/server-kit' },
+          { text: '@tessera/cli (the tessera command)', link: '/packages/cli' },
           { text: '@tessera/bench', link: '/packages/bench' },
         ],
       },

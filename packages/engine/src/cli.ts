@@ -1,5 +1,6 @@
 /**
- * The `tessera` command line:
+ * The gen and train commands of the `tessera` command line (the `tessera` bin of @tessera/cli runs them through
+ * this module, exported as `@tessera/engine/cli`):
  *   tessera gen model <dir> --family encoder|decoder [--size tiny|mini] [--seed N] [--dtype f32|f16|bf16] [--sharpen X]
  *   tessera gen adapter <dir> --base <modelDir> [--rank R] [--alpha A] [--targets a,b] [--seed N] [--b-std S]
  *   tessera train lora|adapter|full|classifier --model <dir> --data <file.jsonl> [--out <dir>] [options]
@@ -25,19 +26,21 @@ export interface CliIo {
   /** One line (or block) of progress or error; a newline is added when missing. */
   stderr(text: string): void;
   /**
-   * stderr is a terminal a progress bar may redraw in place (default false: plain progress lines). The process's
-   * io says true when stderr is a TTY, NO_COLOR is unset and TERM is not "dumb".
+   * A progress bar for long work (training steps, a mini model's tensors), drawn by the caller (the `tessera` CLI
+   * of @tessera/cli draws it with cli-progress on a terminal). Without it, progress is plain lines on stderr.
    */
-  tty?: boolean;
-  /** Raw stderr output, no newline added (the progress bar's redraws); default: stderr. */
-  stderrRaw?(text: string): void;
+  progressBar?(total: number, label: string): ProgressBar;
+}
+
+/** One bar: `update` moves it to `done` of its total with a detail text; `stop` ends it (before anything else prints). */
+export interface ProgressBar {
+  update(done: number, detail: string): void;
+  stop(): void;
 }
 
 const processIo: CliIo = {
   stdout: (t) => process.stdout.write(t.endsWith('\n') ? t : `${t}\n`),
   stderr: (t) => process.stderr.write(t.endsWith('\n') ? t : `${t}\n`),
-  tty: process.stderr.isTTY === true && !process.env.NO_COLOR && process.env.TERM !== 'dumb',
-  stderrRaw: (t) => process.stderr.write(t),
 };
 
 /** A bad command line: printed with the usage text, exit code 2. */
@@ -211,21 +214,36 @@ async function genModel(args: string[], io: CliIo): Promise<number> {
   const started = performance.now();
   const log = (m: string) => io.stderr(`[${((performance.now() - started) / 1000).toFixed(1)}s] ${m}`);
   if (size === 'mini') log(`generating ${family} ${size} (${dtype}, seed ${seed}) in ${dir}`);
-  const model = generateModel(dir, {
-    family,
-    size,
-    seed,
-    dtype,
-    sharpen,
-    ...(size === 'mini'
-      ? {
-          onProgress: ({ tensor, done, total }: { tensor: string; done: number; total: number }) => {
-            log(`${String(done).padStart(String(total).length)}/${total} ${tensor}`);
-            if (done === total) log('writing model.safetensors');
-          },
-        }
-      : {}),
-  });
+  // A mini model takes seconds per tensor on a small machine: a bar when the caller draws one, else a line each.
+  let bar: ProgressBar | undefined;
+  let model;
+  try {
+    model = generateModel(dir, {
+      family,
+      size,
+      seed,
+      dtype,
+      sharpen,
+      ...(size === 'mini'
+        ? {
+            onProgress: ({ tensor, done, total }: { tensor: string; done: number; total: number }) => {
+              const detail = `${String(done).padStart(String(total).length)}/${total} ${tensor}`;
+              if (io.progressBar) {
+                bar ??= io.progressBar(total, 'tensors');
+                bar.update(done, detail);
+                if (done === total) {
+                  bar.stop();
+                  bar = undefined;
+                }
+              } else log(detail);
+              if (done === total) log('writing model.safetensors');
+            },
+          }
+        : {}),
+    });
+  } finally {
+    bar?.stop();
+  }
   const { parameterCount } = await import('./gen/presets.js');
   io.stdout(
     `wrote ${model.dir}: ${family} ${size} ${model.config.architecture}, ${parameterCount(model.config).toLocaleString('en-US')} parameters, ` +
@@ -370,14 +388,15 @@ interface ProgressLike {
 }
 
 /**
- * Progress on stderr: on a TTY one bar redrawn in place (`\r`, erase to end of line), ended by a newline; otherwise
- * a plain line every `every` steps, after the first step, after every evaluation and after the last step.
+ * Progress on stderr: through the io's progress bar when it has one (one bar for the run, its detail the line
+ * below, the last evaluation kept); otherwise a plain line every `every` steps, after the first step, after every
+ * evaluation and after the last step.
  */
 export class TrainProgressReporter {
   private tokens = 0;
   private lastEval: number | undefined;
-  private drawn = false;
-  constructor(private readonly io: CliIo, private readonly every: number, private readonly width = 24) {}
+  private bar: ProgressBar | undefined;
+  constructor(private readonly io: CliIo, private readonly every: number) {}
 
   /** The line's fields (shared by both styles). */
   static describe(p: ProgressLike, tokens: number, evalLoss: number | undefined): string {
@@ -393,11 +412,9 @@ export class TrainProgressReporter {
   update(p: ProgressLike): void {
     this.tokens += p.inputTokens;
     if (p.evalLoss !== undefined) this.lastEval = p.evalLoss;
-    if (this.io.tty) {
-      const done = Math.round((p.step / p.steps) * this.width);
-      const bar = `[${'#'.repeat(done)}${'.'.repeat(this.width - done)}]`;
-      (this.io.stderrRaw ?? this.io.stderr)(`\r${bar} ${TrainProgressReporter.describe(p, this.tokens, this.lastEval)}\x1b[K`);
-      this.drawn = true;
+    if (this.io.progressBar) {
+      this.bar ??= this.io.progressBar(p.steps, 'training');
+      this.bar.update(p.step, TrainProgressReporter.describe(p, this.tokens, this.lastEval));
       if (p.step === p.steps) this.finish();
       return;
     }
@@ -406,10 +423,10 @@ export class TrainProgressReporter {
     }
   }
 
-  /** Ends a drawn bar with a newline (before anything else is printed). */
+  /** Ends the bar (before anything else is printed); idempotent. */
   finish(): void {
-    if (this.drawn) (this.io.stderrRaw ?? this.io.stderr)('\n');
-    this.drawn = false;
+    this.bar?.stop();
+    this.bar = undefined;
   }
 
   get totalTokens(): number {

@@ -26,6 +26,8 @@ export const LAYER_RANK: Readonly<Record<string, number>> = {
   '@tessera/hmi': 8,
   '@tessera/arlo': 8,
   '@tessera/blockllm': 8,
+  // The `tessera` command: runs the servers (by their package, loaded on demand), the generator and the trainer.
+  '@tessera/cli': 9,
 };
 
 /** Ranks whose packages are siblings and may use each other: the multi-tenant operators, and the policies. */

@@ -1,5 +1,5 @@
 /**
- * `tessera train …` run as a real process (node bin/tessera.mjs) on tiny generated models and tiny JSONL files:
+ * `tessera train …` run as a real process (node packages/cli/bin/tessera.mjs) on tiny generated models and tiny JSONL files:
  * usage errors (exit 2), bad data named by file and line before any step (exit 1), a LoRA that learns a small
  * key → value set and writes a PEFT adapter directory, the encoder kinds, and the progress reporter's two styles.
  */
@@ -11,9 +11,8 @@ import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { type CliIo, TrainProgressReporter } from '../src/cli.js';
-import { readLoraAdapterConfig } from '../src/formats/peft.js';
-import { generateModel } from '../src/gen/index.js';
+import { generateModel, readLoraAdapterConfig } from '@tessera/engine';
+import { type CliIo, type ProgressBar, TrainProgressReporter } from '@tessera/engine/cli';
 
 const bin = fileURLToPath(new URL('../bin/tessera.mjs', import.meta.url));
 const root = mkdtempSync(join(tmpdir(), 'tessera-cli-train-'));
@@ -93,6 +92,7 @@ describe('tessera train (a real process)', () => {
       { NO_COLOR: '1' },
     );
     expect(r.stderr).not.toContain('\r');
+    expect(r.stderr).not.toContain('\x1b');
     expect(r.code).toBe(0);
     const lines = r.stderr.trim().split('\n').filter((l) => l.startsWith('step'));
     expect(lines.map((l) => Number(/^step\s+(\d+)\//.exec(l)![1]))).toEqual([1, 20, 30, 40, 60]);
@@ -128,33 +128,38 @@ describe('tessera train (a real process)', () => {
 });
 
 describe('TrainProgressReporter', () => {
-  const capture = (tty: boolean) => {
-    const err: string[] = [];
-    const raw: string[] = [];
-    const io: CliIo = { stdout: () => {}, stderr: (t) => err.push(t), tty, stderrRaw: (t) => raw.push(t) };
-    return { io, err, raw };
-  };
   const step = (n: number, extra: { evalLoss?: number } = {}) => ({ step: n, steps: 4, loss: 1 / n, lr: 1e-3, inputTokens: 100, elapsedMs: 500 * n, ...extra });
 
-  it('on a TTY redraws one bar in place and ends it with a newline', () => {
-    const { io, err, raw } = capture(true);
-    const r = new TrainProgressReporter(io, 1, 8);
-    for (let i = 1; i <= 4; i++) r.update(step(i, i === 4 ? { evalLoss: 0.5 } : {}));
-    expect(err).toEqual([]);
-    expect(raw).toHaveLength(5);
-    expect(raw[0]).toBe('\r[##......] step 1/4  loss 1.0000  lr 1.00e-3  200 tokens/s  ETA 2s\x1b[K');
-    expect(raw[3]).toBe('\r[########] step 4/4  loss 0.2500  lr 1.00e-3  200 tokens/s  ETA 0s  eval 0.5000\x1b[K');
-    expect(raw[4]).toBe('\n');
+  it('with a progress bar: one bar for the run, moved each step with the line as its detail, stopped once', () => {
+    const calls: string[] = [];
+    const err: string[] = [];
+    const io: CliIo = {
+      stdout: () => {},
+      stderr: (t) => err.push(t),
+      progressBar: (total, label): ProgressBar => {
+        calls.push(`start ${total} ${label}`);
+        return { update: (done, detail) => calls.push(`${done} ${detail}`), stop: () => calls.push('stop') };
+      },
+    };
+    const r = new TrainProgressReporter(io, 1);
+    for (let i = 1; i <= 4; i++) r.update(step(i, i === 2 ? { evalLoss: 0.5 } : {}));
     r.finish(); // idempotent
-    expect(raw).toHaveLength(5);
+    expect(err).toEqual([]);
+    expect(calls).toEqual([
+      'start 4 training',
+      '1 step 1/4  loss 1.0000  lr 1.00e-3  200 tokens/s  ETA 2s',
+      '2 step 2/4  loss 0.5000  lr 1.00e-3  200 tokens/s  ETA 1s  eval 0.5000',
+      '3 step 3/4  loss 0.3333  lr 1.00e-3  200 tokens/s  ETA 1s  eval 0.5000',
+      '4 step 4/4  loss 0.2500  lr 1.00e-3  200 tokens/s  ETA 0s  eval 0.5000',
+      'stop',
+    ]);
   });
 
   it('otherwise prints a line on the first step, every N steps, on evaluations and on the last step', () => {
-    const { io, err, raw } = capture(false);
-    const r = new TrainProgressReporter(io, 3);
+    const err: string[] = [];
+    const r = new TrainProgressReporter({ stdout: () => {}, stderr: (t) => err.push(t) }, 3);
     for (let i = 1; i <= 4; i++) r.update(step(i, i === 2 ? { evalLoss: 0.7 } : {}));
     r.finish();
-    expect(raw).toEqual([]);
     expect(err.map((l) => l.split('  ')[0])).toEqual(['step 1/4', 'step 2/4', 'step 3/4', 'step 4/4']);
     expect(err[1]).toMatch(/eval 0\.7000$/);
     expect(err[2]).not.toMatch(/eval/);
