@@ -378,4 +378,23 @@ describe('the executor', () => {
     ex.release('q');
     expect(ex.length('q')).toBeNull();
   });
+
+  it('rolls back every block a failed step already ran: no pages kept, no position moved', () => {
+    // Positions are checked where a block holds KV: the shared embedding runs, sql's attention block runs (and
+    // reserves pages), then llama's attention block refuses a prompt longer than maxPositions.
+    const ex = executor(zoo, { maxPositions: 12 });
+    ex.step([{ app: 'sql', id: 'old', tokens: p2 }]);
+    const caches = () => [...new Set([...ex.load('sql'), ...ex.load('llama')])].map((rt) => rt.cache?.sequenceIds().map((id) => [id, rt.cache!.length(id), rt.cache!.pages(id).length]) ?? null);
+    const before = caches();
+    const runs: string[] = [];
+    const spy = executor(zoo, { maxPositions: 12, onBlockRun: (r) => runs.push(`${formatBlock(r.block)}:${r.apps.join('+')}`) });
+    expect(() => spy.step([{ app: 'sql', id: 'new', tokens: p2 }, { app: 'llama', id: 'long', tokens: p1.concat(p1) }])).toThrow(/would reach 22 tokens, more than the model's 12 positions/);
+    expect(runs).toEqual(['embed:sql+llama', 'attn(0)+lora:sql']);
+    expect(() => ex.step([{ app: 'sql', id: 'old', tokens: [5] }, { app: 'sql', id: 'new', tokens: p2 }, { app: 'llama', id: 'long', tokens: p1.concat(p1) }])).toThrow(/more than the model's 12 positions/);
+    expect(caches()).toEqual(before);
+    expect(ex.length('old')).toBe(p2.length);
+    // The executor goes on as if the failed step never happened.
+    ex.step([{ app: 'sql', id: 'old', tokens: [5] }]);
+    expect(ex.length('old')).toBe(p2.length + 1);
+  });
 });
