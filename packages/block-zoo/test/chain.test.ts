@@ -373,6 +373,10 @@ describe('the executor', () => {
     const before = lengths();
     expect(() => ex.step([{ app: 'sql', id: 'q', tokens: [1] }, { app: 'chat', id: 'r', tokens: p1 }, { app: 'sql', id: 'big', tokens: calibration(1, 17, config.vocabSize, 5)[0]! }])).toThrow(KvCacheExhaustedError);
     expect(lengths()).toEqual(before);
+    // Two new sequences that each fit alone but not together (the page left in chat's blocks).
+    expect(() => ex.step([{ app: 'chat', id: 'r', tokens: p1 }, { app: 'chat', id: 'r2', tokens: p2 }])).toThrow(/this step needs 2 new pages there \(sequence r2 included\) but 1 of 1 are free/);
+    expect(lengths()).toEqual(before);
+    expect(ex.load('chat').every((rt) => (rt.cache?.sequenceIds() ?? []).every((id) => id === 'q'))).toBe(true);
     expect(ex.length('q')).toBe(p2.length);
     expect(ex.length('r')).toBeNull();
     ex.release('q');

@@ -158,6 +158,7 @@ export class ChainExecutor {
     this.checkLive();
     const mode = options.logits ?? 'last';
     const ids = new Set<SequenceId>();
+    const pagesWanted = new Map<BlockRuntime, number>();
     const walkers: Walker[] = sequences.map((seq, index) => {
       if (ids.has(seq.id)) throw new ZooInvalidError(`sequence ${String(seq.id)} appears twice in one step`);
       ids.add(seq.id);
@@ -165,7 +166,7 @@ export class ChainExecutor {
       if (owner !== undefined && owner !== seq.app) throw new ZooInvalidError(`sequence ${String(seq.id)} belongs to ${owner}, not ${seq.app}`);
       if (seq.tokens.length === 0) throw new ZooInvalidError(`sequence ${String(seq.id)} has no new tokens`);
       const chain = this.load(seq.app);
-      checkPositions(seq, chain);
+      checkPositions(seq, chain, pagesWanted);
       return { index, seq, chain, cursor: 0, base: null, row: 0, rows: seq.tokens.length };
     });
     // Rows of one application next to each other (first appearance order): its own blocks then run on views.
@@ -346,17 +347,22 @@ function positionOf(id: SequenceId, chain: readonly BlockRuntime[]): number | nu
   return position;
 }
 
-/** Refuses a step that would exceed a block's KV pages before any block runs (so no block half-runs it). */
-function checkPositions(seq: ChainSequence, chain: readonly BlockRuntime[]): void {
+/**
+ * Refuses a step that would exceed a block's KV pages before any block runs (`wanted` sums the step's sequences
+ * so far per block). The engine checks again in each block; a failure there rolls the whole step back.
+ */
+function checkPositions(seq: ChainSequence, chain: readonly BlockRuntime[], wanted: Map<BlockRuntime, number>): void {
   positionOf(seq.id, chain);
   for (const rt of chain) {
     if (!rt.cache) continue;
     const prefix = rt.prefix && !rt.cache.hasSequence(seq.id) ? rt.prefix.values().next().value!.key.shape[0]! : 0;
     const have = rt.cache.hasSequence(seq.id) ? rt.cache.length(seq.id) : 0;
-    const need = rt.cache.pagesNeeded([[seq.id, have + prefix + seq.tokens.length]]);
+    const need = (wanted.get(rt) ?? 0) + rt.cache.pagesNeeded([[seq.id, have + prefix + seq.tokens.length]]);
     if (need > rt.cache.freePages) {
-      throw new KvCacheExhaustedError(`KV cache of block ${rt.manifest.blockId} exhausted: sequence ${String(seq.id)} needs ${need} new pages but ${rt.cache.freePages} of ${rt.cache.numPages} are free`);
+      throw new KvCacheExhaustedError(
+        `KV cache of block ${rt.manifest.blockId} exhausted: this step needs ${need} new pages there (sequence ${String(seq.id)} included) but ${rt.cache.freePages} of ${rt.cache.numPages} are free`);
     }
+    wanted.set(rt, need);
   }
 }
 
