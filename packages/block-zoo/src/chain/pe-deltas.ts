@@ -15,7 +15,7 @@
  *            space, read by every query of the sequence before its own tokens (HF prefix-tuning's past_key_values)
  */
 import { type DecoderLinearSite, hookSiteOfModule, type LinearSiteCall, type LoraWeights, type ModelDelta, type PagedKvCache, type SequenceId } from '@tessera/engine';
-import { add, cast, gemm, geluErf, type Tensor, Tensor as NativeTensor, scatterRows } from '@tessera/native';
+import { add, cast, gemm, geluErf, scatterRows, Tensor } from '@tessera/native';
 
 import { ZooInvalidError } from '../planner/errors.js';
 
@@ -217,7 +217,7 @@ export function writePrefixKv(cache: PagedKvCache, id: SequenceId, prefixes: Rea
   cache.addSequence(id);
   try {
     cache.reserve(id, length);
-    const slots = NativeTensor.from(cache.slotsFor(id, 0, length), [length], { backend: cache.backend });
+    const slots = Tensor.from(cache.slotsFor(id, 0, length), [length], { backend: cache.backend });
     try {
       for (let l = cache.firstLayer; l < cache.firstLayer + cache.numLayers; l++) {
         const p = prefixes.get(l)!;
