@@ -6,4 +6,5 @@ export default packageBuild({
   store: 'src/store/index.ts',
   ingest: 'src/ingest/index.ts',
   fit: 'src/fit/index.ts',
+  chain: 'src/chain/index.ts',
 });

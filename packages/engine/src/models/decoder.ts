@@ -10,7 +10,11 @@
  *
  * The forward is a composition of stages: `prepare` (validate, reserve KV pages, scratch) → `embed` →
  * `layers(0, L)` → `commit` → `head`. Each stage is public, so a caller can run the layers in pieces (BlockLLM's
- * blocks, each with a KV cache of its own layer range) or wait at a layer boundary (`layersAsync`).
+ * blocks, each with a KV cache of its own layer range) or wait at a layer boundary (`layersAsync`). A layer also
+ * runs as its two halves, `attention(l)` then `ffn(l)` (the same ops in the same order as `layers(l, l + 1)`, so
+ * the same bits): a block cut mid-layer (a PE delta fused with the half it modifies) runs one half. A step
+ * prepared with `cache: null` runs only the stages that touch no KV (embed, ffn, head): a block holding no
+ * attention layer.
  */
 import {
   type Backend,
@@ -53,8 +57,12 @@ export interface DecoderSequence {
 
 /** What one step of the decoder runs on: the cache its new K/V go into, the deltas, the layout. */
 export interface DecoderStepOptions {
-  /** The KV cache of the layers this step runs: every layer (`kvShape`), or one block's range (see `layers`). */
-  cache: PagedKvCache;
+  /**
+   * The KV cache of the layers this step runs: every layer (`kvShape`), or one block's range (see `layers`).
+   * null: a step of KV-free stages only (`embed`, `ffn`, `head`), e.g. for a block that holds no attention layer;
+   * nothing is reserved, positions are not checked, and `layers` / `attention` refuse it.
+   */
+  cache: PagedKvCache | null;
   deltas?: readonly ModelDelta[];
   /** Use this layout instead of grouping the sequences' keys. */
   layout?: SegmentLayout;
@@ -121,7 +129,8 @@ export class DecoderStepContext {
   readonly rows: number;
   readonly layout: SegmentLayout;
   readonly deltas: readonly ModelDelta[];
-  readonly cache: PagedKvCache;
+  /** The step's KV cache; null for a KV-free step (see DecoderStepOptions.cache). */
+  readonly cache: PagedKvCache | null;
   /** @internal */
   readonly model: DecoderModel;
   /** @internal */
@@ -134,7 +143,7 @@ export class DecoderStepContext {
   /** @internal Built by DecoderModel.prepare. */
   constructor(init: {
     model: DecoderModel; sequences: readonly DecoderSequence[]; offsets: Int32Array; layout: SegmentLayout;
-    deltas: readonly ModelDelta[]; cache: PagedKvCache; work: DecoderStepWork; rollback: () => void;
+    deltas: readonly ModelDelta[]; cache: PagedKvCache | null; work: DecoderStepWork; rollback: () => void;
   }) {
     this.model = init.model;
     this.sequences = init.sequences;
@@ -159,19 +168,25 @@ export class DecoderStepContext {
 
   /**
    * Marks the step's new tokens written in `cache` (their K/V may now be read by later steps). Every layer the
-   * cache holds must have run in this step. Idempotent.
+   * cache holds must have run in this step (its attention half, which writes the K/V). Idempotent; a KV-free
+   * step has nothing to mark.
    */
   commit(): void {
     if (this.state === 'committed') return;
     if (this.state === 'disposed') throw new InvalidArgumentError('DecoderStepContext.commit: the step was disposed');
-    const { first, end } = cacheLayerRange(this.cache);
+    const cache = this.cache;
+    if (cache === null) {
+      this.state = 'committed';
+      return;
+    }
+    const { first, end } = cacheLayerRange(cache);
     for (let j = first; j < end; j++) {
       if (!this.ran[j]) {
         throw new InvalidArgumentError(
           `DecoderStepContext.commit: layer ${j} of the KV cache (layers [${first}, ${end})) did not run in this step, so its K/V for the new tokens are missing`);
       }
     }
-    this.sequences.forEach((s, b) => this.cache.commit(s.id, this.work.starts[b]! + s.tokens.length));
+    this.sequences.forEach((s, b) => cache.commit(s.id, this.work.starts[b]! + s.tokens.length));
     this.state = 'committed';
   }
 
@@ -254,13 +269,15 @@ export class DecoderModel {
     const hd = c.headDim;
     const qDim = c.numHeads * hd;
     const kvDim = c.numKvHeads * hd;
-    const range = cacheLayerRange(cache);
-    if (range.first < 0 || range.end > c.numLayers) {
-      throw new InvalidArgumentError(`DecoderModel: the KV cache holds layers [${range.first}, ${range.end}), outside this model's [0, ${c.numLayers})`);
-    }
-    const kv = cache.layer(range.first).k.shape;
-    if (cache.layer(range.first).k.backend.binding !== this.backend.binding || kv[2] !== c.numKvHeads || kv[3] !== hd) {
-      throw new InvalidArgumentError(`DecoderModel: the KV cache ([${kv.join(', ')}] per layer) does not fit this model (${c.numLayers} layers, ${c.numKvHeads} kv heads of ${hd})`);
+    if (cache !== null) {
+      const range = cacheLayerRange(cache);
+      if (range.first < 0 || range.end > c.numLayers) {
+        throw new InvalidArgumentError(`DecoderModel: the KV cache holds layers [${range.first}, ${range.end}), outside this model's [0, ${c.numLayers})`);
+      }
+      const kv = cache.layer(range.first).k.shape;
+      if (cache.layer(range.first).k.backend.binding !== this.backend.binding || kv[2] !== c.numKvHeads || kv[3] !== hd) {
+        throw new InvalidArgumentError(`DecoderModel: the KV cache ([${kv.join(', ')}] per layer) does not fit this model (${c.numLayers} layers, ${c.numKvHeads} kv heads of ${hd})`);
+      }
     }
 
     // Positions, rows and KV room, all checked before any native work.
@@ -278,6 +295,12 @@ export class DecoderModel {
           throw new InvalidArgumentError(`DecoderModel: token ${t} of sequence ${String(s.id)} is outside the vocabulary [0, ${c.vocabSize})`);
         }
       }
+      if (cache === null) {
+        // A KV-free step: no positions (nothing here reads them), no pages.
+        starts.push(0);
+        offsets[b + 1] = offsets[b]! + s.tokens.length;
+        return;
+      }
       const start = cache.hasSequence(s.id) ? cache.length(s.id) : 0;
       const end = start + s.tokens.length;
       if (end > c.maxPositions) {
@@ -288,7 +311,7 @@ export class DecoderModel {
       const have = cache.hasSequence(s.id) ? cache.pages(s.id).length : 0;
       newPages += Math.max(0, Math.ceil(end / PAGE_SIZE) - have);
     });
-    if (newPages > cache.freePages) {
+    if (cache !== null && newPages > cache.freePages) {
       throw new KvCacheExhaustedError(
         `KV cache exhausted: this forward needs ${newPages} new pages of ${PAGE_SIZE} tokens but only ${cache.freePages} of ${cache.numPages} are free`);
     }
@@ -298,19 +321,21 @@ export class DecoderModel {
 
     // What this step reserves, so a failure before the commit (a hook that throws, a native error) gives the
     // pages back and leaves the cache exactly as it was.
-    const pagesBefore = sequences.map((s) => (cache.hasSequence(s.id) ? cache.pages(s.id).length : -1));
+    const pagesBefore = sequences.map((s) => (cache?.hasSequence(s.id) ? cache.pages(s.id).length : -1));
     const rollback = () =>
       sequences.forEach((s, b) => {
-        if (!cache.hasSequence(s.id)) return;
+        if (cache === null || !cache.hasSequence(s.id)) return;
         if (pagesBefore[b] === -1) cache.release(s.id);
         else cache.shrinkPages(s.id, pagesBefore[b]!);
       });
     const scope = new Scope();
     try {
-      sequences.forEach((s, b) => {
-        if (!cache.hasSequence(s.id)) cache.addSequence(s.id);
-        cache.reserve(s.id, starts[b]! + s.tokens.length);
-      });
+      if (cache !== null) {
+        sequences.forEach((s, b) => {
+          if (!cache.hasSequence(s.id)) cache.addSequence(s.id);
+          cache.reserve(s.id, starts[b]! + s.tokens.length);
+        });
+      }
 
       // Host-side row metadata: token ids, positions, cache slots; which rows use which attention kernel.
       const tokenIds = new Int32Array(T);
@@ -325,6 +350,7 @@ export class DecoderModel {
           tokenIds[o + i] = s.tokens[i]!;
           positions[o + i] = start + i;
         }
+        if (cache === null) return;
         slots.set(cache.slotsFor(s.id, start, s.tokens.length), o);
         // A fresh prompt attends only to itself: the tiled causal kernel. Everything else reads the paged cache.
         if (start === 0 && s.tokens.length > 1) prefill.push({ offset: o, len: s.tokens.length });
@@ -358,7 +384,7 @@ export class DecoderModel {
           const view = (t: Tensor, heads: number) => scope.reshape(scope.rows(t, offset, len), [1, len, heads, hd]);
           return { q: view(q, c.numHeads), k: view(k, c.numKvHeads), v: view(v, c.numKvHeads), ctx: view(attn, c.numHeads) };
         }),
-        paged: this.pagedAttentionInputs(pagedRows, sequences, starts, offsets, cache, attn, scope),
+        paged: cache === null ? null : this.pagedAttentionInputs(pagedRows, sequences, starts, offsets, cache, attn, scope),
         boundaryDeltas: deltas.filter((d) => d.beforeLayer),
       };
       return new DecoderStepContext({ model: this, sequences, offsets, layout, deltas, cache, work, rollback });
@@ -395,6 +421,43 @@ export class DecoderModel {
       if (hooks.length > 0) runBeforeLayerHooks(hooks, { family: 'decoder', layer: l, hidden, layout: ctx.layout }, 'DecoderModel');
       this.runLayer(l, hidden, ctx);
     }
+    return hidden;
+  }
+
+  /**
+   * The first half of layer l on `hidden` (updated in place; returned): RMSNorm → q, k, v → RoPE → K/V into
+   * `ctx.cache` (which must hold layer l) → attention → o → residual. `attention(l)` then `ffn(l)` is
+   * `layers(l, l + 1)`, bit for bit. Each delta's `beforeLayer(l)` is called first (a Promise is an error here;
+   * use `attentionAsync`).
+   */
+  attention(layer: number, hidden: Tensor, ctx: DecoderStepContext): Tensor {
+    this.checkHalf('attention', layer, hidden, ctx);
+    const hooks = ctx.work.boundaryDeltas;
+    if (hooks.length > 0) runBeforeLayerHooks(hooks, { family: 'decoder', layer, hidden, layout: ctx.layout }, 'DecoderModel');
+    this.runAttention(layer, hidden, ctx);
+    return hidden;
+  }
+
+  /** `attention`, awaiting each delta's `beforeLayer(l)` first. */
+  async attentionAsync(layer: number, hidden: Tensor, ctx: DecoderStepContext): Promise<Tensor> {
+    this.checkHalf('attentionAsync', layer, hidden, ctx);
+    const hooks = ctx.work.boundaryDeltas;
+    if (hooks.length > 0) {
+      await runBeforeLayerHooksAsync(hooks, { family: 'decoder', layer, hidden, layout: ctx.layout });
+      this.checkContext(ctx, 'attentionAsync'); // disposed while we waited?
+    }
+    this.runAttention(layer, hidden, ctx);
+    return hidden;
+  }
+
+  /**
+   * The second half of layer l on `hidden` (updated in place; returned): RMSNorm → gate, up → SiLU(gate)·up →
+   * down → residual. It reads and writes no KV, so it runs on any step, a KV-free one (`cache: null`) included.
+   * No `beforeLayer` call: the layer's boundary is before its attention half.
+   */
+  ffn(layer: number, hidden: Tensor, ctx: DecoderStepContext): Tensor {
+    this.checkHalf('ffn', layer, hidden, ctx);
+    this.runFfn(layer, hidden, ctx);
     return hidden;
   }
 
@@ -452,22 +515,62 @@ export class DecoderModel {
     if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || from > to || to > L) {
       throw new InvalidArgumentError(`DecoderModel.layers: [${from}, ${to}) is not a range of layers within [0, ${L})`);
     }
-    const { first, end } = cacheLayerRange(ctx.cache);
-    if (from < to && (from < first || to > end)) {
-      throw new InvalidArgumentError(`DecoderModel.layers: layers [${from}, ${to}) are not all in the step's KV cache, which holds layers [${first}, ${end})`);
+    if (from < to && ctx.cache === null) {
+      throw new InvalidArgumentError(`DecoderModel.layers: layers [${from}, ${to}) need a KV cache, but the step was prepared without one (cache: null)`);
+    }
+    if (from < to && ctx.cache !== null) {
+      const { first, end } = cacheLayerRange(ctx.cache);
+      if (from < first || to > end) {
+        throw new InvalidArgumentError(`DecoderModel.layers: layers [${from}, ${to}) are not all in the step's KV cache, which holds layers [${first}, ${end})`);
+      }
     }
     this.checkHidden(hidden, ctx);
   }
 
-  /** One decoder layer on `h`, in place. The only copy of the layer body: both `layers` paths call it. */
+  private checkHalf(what: 'attention' | 'attentionAsync' | 'ffn', layer: number, hidden: Tensor, ctx: DecoderStepContext): void {
+    this.checkContext(ctx, what);
+    const L = this.config.numLayers;
+    if (!Number.isInteger(layer) || layer < 0 || layer >= L) {
+      throw new InvalidArgumentError(`DecoderModel.${what}: layer ${layer} is not a layer within [0, ${L})`);
+    }
+    if (what !== 'ffn') {
+      if (ctx.cache === null) {
+        throw new InvalidArgumentError(`DecoderModel.${what}: layer ${layer}'s attention needs a KV cache, but the step was prepared without one (cache: null)`);
+      }
+      const { first, end } = cacheLayerRange(ctx.cache);
+      if (layer < first || layer >= end) {
+        throw new InvalidArgumentError(`DecoderModel.${what}: layer ${layer} is not in the step's KV cache, which holds layers [${first}, ${end})`);
+      }
+    }
+    this.checkHidden(hidden, ctx);
+  }
+
+  /**
+   * One decoder layer on `h`, in place: its attention half, then its FFN half. The layer body exists once, in
+   * runAttention and runFfn, which every path (`layers`, `attention`, `ffn`, sync and async) calls.
+   */
   private runLayer(l: number, h: Tensor, ctx: DecoderStepContext): void {
+    this.runAttention(l, h, ctx);
+    this.runFfn(l, h, ctx);
+  }
+
+  /** The linear-site hook runner of layer l. */
+  private siteRunner(l: number, ctx: DecoderStepContext): (name: DecoderLinearSite, input: Tensor, y: Tensor) => void {
+    const { deltas, layout } = ctx;
+    const lin = decoderLinearModules(l);
+    return (name, input, y) =>
+      runLinearHooks(deltas, { family: 'decoder', site: name, layer: l, x: input, outputs: [{ slice: name, module: lin[name], y }], layout });
+  }
+
+  /** The attention half of layer l on `h`, in place (the caller checked that the cache holds layer l). */
+  private runAttention(l: number, h: Tensor, ctx: DecoderStepContext): void {
     const c = this.config;
-    const { deltas, layout, cache } = ctx;
-    const { x, q, k, v, q3, k3, attn, o, gate, up, down, positions, slots, prefill, paged } = ctx.work;
+    const { deltas, layout } = ctx;
+    const cache = ctx.cache!;
+    const { x, q, k, v, q3, k3, attn, o, positions, slots, prefill, paged } = ctx.work;
     const lin = decoderLinearModules(l);
     const norm = decoderNormModules(l);
-    const site = (name: DecoderLinearSite, input: Tensor, y: Tensor) =>
-      runLinearHooks(deltas, { family: 'decoder', site: name, layer: l, x: input, outputs: [{ slice: name, module: lin[name], y }], layout });
+    const site = this.siteRunner(l, ctx);
 
     rmsNorm(h, this.w(`${norm.input_norm}.weight`), { eps: c.rmsNormEps, out: x });
     runNormHooks(deltas, { family: 'decoder', site: 'input_norm', layer: l, module: norm.input_norm, x: h, y: x, layout });
@@ -495,6 +598,16 @@ export class DecoderModel {
     linear(attn, this.w(`${lin.o}.weight`), undefined, { out: o });
     site('o', attn, o);
     add(h, o, { out: h });
+  }
+
+  /** The FFN half of layer l on `h`, in place. */
+  private runFfn(l: number, h: Tensor, ctx: DecoderStepContext): void {
+    const c = this.config;
+    const { deltas, layout } = ctx;
+    const { x, gate, up, down } = ctx.work;
+    const lin = decoderLinearModules(l);
+    const norm = decoderNormModules(l);
+    const site = this.siteRunner(l, ctx);
     rmsNorm(h, this.w(`${norm.post_attn_norm}.weight`), { eps: c.rmsNormEps, out: x });
     runNormHooks(deltas, { family: 'decoder', site: 'post_attn_norm', layer: l, module: norm.post_attn_norm, x: h, y: x, layout });
     linear(x, this.w(`${lin.gate}.weight`), undefined, { out: gate });

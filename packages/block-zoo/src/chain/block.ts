@@ -1,0 +1,265 @@
+/**
+ * One block of the zoo as the staged engine runs it: a DecoderModel over the block's own tensors (the pool's, so a
+ * tensor shared by several blocks is one native tensor), the block's PE delta if it has one, and a KV cache of its
+ * own over the attention layers it holds (none for an embedding, FFN or head block). `run` executes the manifest's
+ * stages — embed → ffn(l)? → layers(a, b) → attention(b)? → head — on the hidden state in place.
+ */
+import {
+  type DecoderConfig,
+  DecoderModel,
+  type DecoderSequence,
+  type DecoderStepContext,
+  LoraDelta,
+  type ModelDelta,
+  ModelWeights,
+  mergeLoraIntoWeights,
+  PagedKvCache,
+  type SequenceId,
+} from '@tessera/engine';
+import { cast, type Tensor } from '@tessera/native';
+
+import { decoderConfigOf } from '../ingest/index.js';
+import { componentAt, type EngineStage } from '../planner/arch.js';
+import { ZooInvalidError } from '../planner/errors.js';
+import type { BlockManifest } from '../planner/manifest.js';
+import type { DevicePool } from '../store/device-pool.js';
+import { AdapterDelta, BitFitDelta, type BottleneckAdapter, type LayerPrefix, loraConfigOf, loraWeightsOf, prefixViews, writePrefixKv } from './pe-deltas.js';
+
+/** How a fused LoRA runs: as the engine's LoraDelta at the hook sites, or merged into copies of its host weights. */
+export type LoraMode = 'delta' | 'merged';
+
+export interface BlockRuntimeOptions {
+  /** Pages of the block's own KV cache (each page: 16 tokens of every attention layer the block holds). */
+  kvPages: number;
+  lora: LoraMode;
+  /** The engine config's position limit (the zoo's architecture signature does not record one). */
+  maxPositions: number;
+}
+
+/** The SegmentLayout key of a fused block's rows: the block's delta applies to every row that passes through it. */
+const PE_KEY = 'pe';
+
+/** The layers whose attention half the stages run (and whose K/V the block's cache holds), as [first, end). */
+export function attentionLayersOf(stages: readonly EngineStage[]): { first: number; end: number } | null {
+  const layers: number[] = [];
+  for (const s of stages) {
+    if (s.stage === 'layers') for (let l = s.from; l < s.to; l++) layers.push(l);
+    else if (s.stage === 'attention') layers.push(s.layer);
+  }
+  if (layers.length === 0) return null;
+  return { first: layers[0]!, end: layers.at(-1)! + 1 };
+}
+
+export class BlockRuntime {
+  readonly manifest: BlockManifest;
+  readonly config: DecoderConfig;
+  readonly model: DecoderModel;
+  /** The block's KV cache over its attention layers; null for a block without attention. */
+  readonly cache: PagedKvCache | null;
+  readonly deltas: readonly ModelDelta[];
+  /** Prefix-tuning K/V per layer, written into a sequence's pages before its first token; null when none. */
+  readonly prefix: ReadonlyMap<number, LayerPrefix> | null;
+  private readonly stages: readonly EngineStage[];
+  private readonly pool: DevicePool;
+  /** Tensors this runtime made (casts, merged copies, prefix views, delta scratch): the pool's are not ours. */
+  private readonly owned: Tensor[] = [];
+  private readonly disposables: { dispose(): void }[] = [];
+  private disposed = false;
+
+  constructor(manifest: BlockManifest, pool: DevicePool, options: BlockRuntimeOptions) {
+    if (manifest.span === null || manifest.stages === null) throw new ZooInvalidError(`block ${manifest.blockId} is a ${manifest.kind}; only span blocks run as chain blocks`);
+    if (manifest.kind === 'surrogate') throw new ZooInvalidError(`block ${manifest.blockId} is a surrogate (its own pruned shape); chains run their own blocks`);
+    this.manifest = manifest;
+    this.stages = manifest.stages;
+    this.pool = pool;
+    this.config = { ...decoderConfigOf(manifest.archSig), maxPositions: options.maxPositions };
+    const tensors = pool.acquire(manifest);
+    try {
+      const weights = new Map<string, Tensor>();
+      const peTensors = new Map<string, Tensor>();
+      for (const ref of manifest.tensors) {
+        const t = tensors.get(ref.name)!;
+        if (manifest.pe && !isBaseTensor(ref.name)) peTensors.set(ref.name, t);
+        else weights.set(ref.name, t.shape.length === 1 && t.dtype !== 'f32' ? this.own(cast(t, 'f32')) : t);
+      }
+      const deltas: ModelDelta[] = [];
+      this.prefix = null;
+      if (manifest.pe) {
+        const what = `block ${manifest.blockId} (${manifest.pe.method})`;
+        const component = componentAt(manifest.span.start, manifest.archSig.numLayers);
+        switch (manifest.pe.method) {
+          case 'lora': {
+            const { weights: lora, owned } = loraWeightsOf(what, peTensors, loraConfigOf(manifest.pe.config, what));
+            this.owned.push(...owned);
+            if (options.lora === 'merged') {
+              // Copies of the targeted weights, so the pool's shared tensors stay the foundation's.
+              for (const module of lora.modules.keys()) {
+                const name = `${module}.weight`;
+                const base = weights.get(name);
+                if (!base) throw new ZooInvalidError(`${what}: the LoRA targets ${module}, whose weight the block does not hold`);
+                weights.set(name, this.own(cast(base, 'f32')));
+              }
+              mergeLoraIntoWeights(new ModelWeights(weights, pool.backend), lora);
+            } else {
+              deltas.push(this.keep(new LoraDelta(new Map([[PE_KEY, lora]]))));
+            }
+            break;
+          }
+          case 'bitfit':
+            deltas.push(this.keep(new BitFitDelta(new Map([[PE_KEY, peTensors]]))));
+            break;
+          case 'adapter': {
+            if (component.layer === null) throw new ZooInvalidError(`${what}: an adapter sits on an attention or FFN component, not the ${component.kind}`);
+            deltas.push(new AdapterDelta(new Map([[PE_KEY, [{ layer: component.layer, component: component.kind as 'attention' | 'ffn', adapter: this.bottleneckOf(peTensors, what) }]]])));
+            break;
+          }
+          case 'prefix': {
+            if (component.kind !== 'attention' || peTensors.size !== 1) {
+              throw new ZooInvalidError(`${what}: a prefix is one [2, P, kvDim] tensor fused with an attention component, got ${peTensors.size} tensor(s) on the ${component.kind}`);
+            }
+            const views = prefixViews([...peTensors.values()][0]!, what);
+            this.owned.push(views.key, views.value);
+            this.prefix = new Map([[component.layer!, views]]);
+            break;
+          }
+        }
+      }
+      this.deltas = deltas;
+      this.model = new DecoderModel(this.config, new ModelWeights(weights, pool.backend));
+      const kv = attentionLayersOf(this.stages);
+      this.cache = kv
+        ? PagedKvCache.create({ numLayers: kv.end - kv.first, firstLayer: kv.first, numKvHeads: this.config.numKvHeads, headDim: this.config.headDim, numPages: options.kvPages }, pool.backend)
+        : null;
+      if (this.prefix && (!kv || kv.end - kv.first !== 1)) throw new ZooInvalidError(`block ${manifest.blockId}: a prefix block must hold exactly its attention layer`);
+    } catch (err) {
+      this.releaseResources();
+      throw err;
+    }
+  }
+
+  /** Whether the block starts at the token ids (its first stage is embed). */
+  get startsAtTokens(): boolean {
+    return this.stages[0]?.stage === 'embed';
+  }
+
+  /** Whether the block ends at the logits (its last stage is head). */
+  get endsAtLogits(): boolean {
+    return this.stages.at(-1)?.stage === 'head';
+  }
+
+  /** Prepares one step of the block over `sequences` (their K/V, if the block holds attention, in its cache). */
+  prepare(sequences: readonly { id: SequenceId; tokens: ArrayLike<number> }[]): DecoderStepContext {
+    this.checkLive();
+    const key = this.manifest.pe ? PE_KEY : null;
+    const seqs: DecoderSequence[] = sequences.map((s) => ({ id: s.id, tokens: s.tokens, key }));
+    return this.model.prepare(seqs, { cache: this.cache, deltas: this.deltas });
+  }
+
+  /** Writes the block's prefix K/V for a sequence new to its cache; false when the block has no prefix or knows the sequence. */
+  admitPrefix(id: SequenceId): boolean {
+    if (!this.prefix || !this.cache || this.cache.hasSequence(id)) return false;
+    writePrefixKv(this.cache, id, this.prefix);
+    return true;
+  }
+
+  /**
+   * Runs the block's stages. `hidden` is the previous block's output (f32 [rows, hidden], updated in place and
+   * returned as `hidden`), or null for a block that starts at the embedding (which makes a new one). A block that
+   * ends at the head returns `logits` (new) and leaves `hidden` as its input.
+   */
+  run(hidden: Tensor | null, ctx: DecoderStepContext, logits: 'last' | 'all'): { hidden: Tensor | null; logits: Tensor | null } {
+    this.checkLive();
+    let h = hidden;
+    let made: Tensor | null = null;
+    let out: Tensor | null = null;
+    try {
+      for (const s of this.stages) {
+        switch (s.stage) {
+          case 'embed':
+            if (h !== null) throw new ZooInvalidError(`block ${this.manifest.blockId} starts at the embedding but was given a hidden state`);
+            h = made = this.model.embed(ctx);
+            break;
+          case 'ffn':
+            this.model.ffn(s.layer, this.need(h), ctx);
+            break;
+          case 'layers':
+            this.model.layers(s.from, s.to, this.need(h), ctx);
+            break;
+          case 'attention':
+            this.model.attention(s.layer, this.need(h), ctx);
+            break;
+          case 'head':
+            out = this.model.head(this.need(h), ctx, logits);
+            break;
+        }
+      }
+      return { hidden: h, logits: out };
+    } catch (err) {
+      made?.dispose();
+      (out as Tensor | null)?.dispose();
+      throw err;
+    }
+  }
+
+  /** Forgets a sequence (its pages back to the block's cache). */
+  release(id: SequenceId): void {
+    if (this.cache?.hasSequence(id)) this.cache.release(id);
+  }
+
+  /** The sequence's committed tokens in this block's cache (prefix included), or null when the block holds no KV or not the sequence. */
+  length(id: SequenceId): number | null {
+    return this.cache?.hasSequence(id) ? this.cache.length(id) : null;
+  }
+
+  /** Frees the cache and what the runtime made, and releases the block in the pool. Idempotent. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.releaseResources();
+  }
+
+  private releaseResources(): void {
+    this.disposed = true;
+    (this as { cache: PagedKvCache | null }).cache?.dispose();
+    for (const d of this.disposables) d.dispose();
+    for (const t of this.owned) t.dispose();
+    this.owned.length = 0;
+    this.pool.release(this.manifest.blockId);
+  }
+
+  private need(h: Tensor | null): Tensor {
+    if (h === null) throw new ZooInvalidError(`block ${this.manifest.blockId} does not start at the embedding and was given no hidden state`);
+    return h;
+  }
+
+  private checkLive(): void {
+    if (this.disposed) throw new ZooInvalidError(`block ${this.manifest.blockId}: the runtime was disposed`);
+  }
+
+  private own(t: Tensor): Tensor {
+    this.owned.push(t);
+    return t;
+  }
+
+  private keep<T extends { dispose(): void }>(d: T): T {
+    this.disposables.push(d);
+    return d;
+  }
+
+  private bottleneckOf(tensors: ReadonlyMap<string, Tensor>, what: string): BottleneckAdapter {
+    const pick = (part: 'down' | 'up') => {
+      const found = [...tensors].filter(([name]) => new RegExp(`(^|\\.)${part}(\\.weight)?$`).test(name));
+      if (found.length !== 1) throw new ZooInvalidError(`${what}: expected one adapter tensor named …${part} (or …${part}.weight), found ${found.length} among ${[...tensors.keys()].join(', ')}`);
+      const t = found[0]![1];
+      return t.dtype === 'f32' ? t : this.own(cast(t, 'f32'));
+    };
+    if (tensors.size !== 2) throw new ZooInvalidError(`${what}: a bottleneck adapter is two tensors (down, up), got ${[...tensors.keys()].join(', ')}`);
+    return { down: pick('down'), up: pick('up') };
+  }
+}
+
+const BASE_TENSOR_RE = /^(model\.embed_tokens\.weight|model\.norm\.weight|lm_head\.weight|model\.layers\.\d+\.(input_layernorm|post_attention_layernorm)\.weight|model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight)$/;
+
+/** A Llama checkpoint weight (everything else in a fused block is the PE delta's). */
+function isBaseTensor(name: string): boolean {
+  return BASE_TENSOR_RE.test(name);
+}
