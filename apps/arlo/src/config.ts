@@ -94,7 +94,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     workers,
     instances,
     maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'ARLO_MAX_BATCH'), 1, 256) ?? 1,
-    sloMs: Number(str('slo-ms', 'ARLO_SLO_MS') ?? 100),
+    sloMs: numberList('--slo-ms', str('slo-ms', 'ARLO_SLO_MS'), false)?.[0] ?? 100,
     periodMs: (parseIntegerFlag('--period-s', str('period-s', 'ARLO_PERIOD_S'), 1) ?? 120) * 1000,
     serviceMs: numberList('--service-ms', str('service-ms', 'ARLO_SERVICE_MS'), false),
     profileReps: parseIntegerFlag('--profile-reps', str('profile-reps', 'ARLO_PROFILE_REPS'), 1, 10_000) ?? 20,
