@@ -54,15 +54,9 @@ export interface ServerOptions extends ServerBaseOptions {
 
 const POLICY: Record<NonNullable<ServerOptions['policy']>, DispatchPolicy> = { arlo: { kind: 'arlo' }, ilb: { kind: 'ideal' }, ig: { kind: 'greedy' } };
 
-const InferBody = Type.Object(
-  { input_ids: Type.Optional(Type.Array(Type.Integer())), text: Type.Optional(Type.String()) },
-  { additionalProperties: false },
-);
+const InferBody = Type.Object({ input_ids: Type.Optional(Type.Array(Type.Integer())), text: Type.Optional(Type.String()) }, { additionalProperties: false });
 const SolveBody = Type.Object({ q: Type.Optional(Type.Array(Type.Number({ minimum: 0 }))) }, { additionalProperties: false });
-const ProfileBody = Type.Object(
-  { reps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })), batches: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 64 }), { minItems: 1 })) },
-  { additionalProperties: false },
-);
+const ProfileBody = Type.Object({ reps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })), batches: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 64 }), { minItems: 1 })) }, { additionalProperties: false });
 
 function bad(message: string, code: string, param: string | null, details: Record<string, number> = {}): HttpError {
   return new HttpError(400, code, message, { param, details });

@@ -10,20 +10,8 @@
  * keep at least one instance serving.
  */
 import { type Clock, systemClock } from '@tessera/core';
-import {
-  type AllocationDecision,
-  type AllocationResult,
-  type AllocationSolver,
-  AutoSolver,
-  type DispatchPolicy,
-  LengthEstimator,
-  MultiLevelDispatcher,
-  planReplacement,
-  ReplacementRun,
-  RequestTooLongError,
-  RuntimeScheduler,
-  type RuntimeProfile,
-} from '@tessera/length-scheduler';
+import { type AllocationDecision, type AllocationSolver, AutoSolver, type DispatchPolicy, LengthEstimator, MultiLevelDispatcher, planReplacement } from '@tessera/length-scheduler';
+import { ReplacementRun, RequestTooLongError, RuntimeScheduler, type RuntimeProfile } from '@tessera/length-scheduler';
 
 import { type Runtime, RuntimeInputError, RuntimeUnavailableError } from './runtimes/runtime.js';
 import { ThreadRuntime } from './runtimes/thread-runtime.js';
@@ -54,28 +42,13 @@ export interface InferResult {
   execMs: number;
 }
 
-interface Job {
-  ids: readonly number[];
-  enqueuedAt: number;
-  resolve: (r: InferResult) => void;
-  reject: (e: unknown) => void;
-}
+type Job = { ids: readonly number[]; enqueuedAt: number; resolve: (r: InferResult) => void; reject: (e: unknown) => void };
 
-interface Slot {
-  runtime: Runtime;
-  queue: Job[];
-  busy: boolean;
-  /** ms spent executing, since start. */
-  busyMs: number;
-  served: number;
-}
+/** An instance: its runtime, its FIFO, whether a batch is running, and the ms it has spent executing. */
+type Slot = { runtime: Runtime; queue: Job[]; busy: boolean; busyMs: number; served: number };
 
-/** Counters /metrics reads (cumulative). */
-export interface ServiceTotals {
-  requests: number[];
-  realTokens: number;
-  paddedTokens: number;
-}
+/** Counters /metrics reads (cumulative): requests per runtime, real and padded tokens. */
+export type ServiceTotals = { requests: number[]; realTokens: number; paddedTokens: number };
 
 export class ArloService {
   readonly lengths: readonly number[];
@@ -150,7 +123,7 @@ export class ArloService {
     let decision: AllocationDecision;
     if (q === undefined) decision = await this.scheduler.solveNow();
     else {
-      const result: AllocationResult = await this.solver.solve({ instances: this.slots.size, q: [...q], profiles: this.profiles }, { timeLimitMs: 10_000 });
+      const result = await this.solver.solve({ instances: this.slots.size, q: [...q], profiles: this.profiles }, { timeLimitMs: 10_000 });
       decision = { result, snapshot: { q: [...q], counts: q.map(() => 0), windowMs: 0, oversize: 0 }, atMs: this.clock.now(), instances: this.slots.size, reason: 'on-demand' };
       this.apply(decision);
     }

@@ -43,13 +43,7 @@ export async function startInstances(options: StartInstancesOptions): Promise<{ 
 }
 
 /** One measured point of the profile: a runtime length at a batch size. */
-export interface ProfilePoint {
-  length: number;
-  batch: number;
-  meanMs: number;
-  p50Ms: number;
-  p99Ms: number;
-}
+export type ProfilePoint = { length: number; batch: number; meanMs: number; p50Ms: number; p99Ms: number };
 
 /**
  * The offline profiler (arlo.md §4) through length-scheduler's `profileRuntimes`, on one real instance: each

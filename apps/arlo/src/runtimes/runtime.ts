@@ -11,12 +11,8 @@ import { TesseraError } from '@tessera/core';
 
 export type RuntimeKind = 'native' | 'ort';
 
-export interface InferOutput {
-  /** Per sequence, the classifier's logits [numLabels] (read from the [CLS] row); null from an emulated instance. */
-  logits: Float32Array[] | null;
-  /** Time the runtime spent on the batch (its own clock), ms. */
-  execMs: number;
-}
+/** Per sequence, the classifier's logits [numLabels] (from the [CLS] row; null from an emulated instance), and the ms the runtime spent (its own clock). */
+export type InferOutput = { logits: Float32Array[] | null; execMs: number };
 
 export interface Runtime {
   readonly id: string;

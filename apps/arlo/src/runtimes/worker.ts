@@ -12,12 +12,7 @@ import { type EncoderConfig, exportEncoderOnnx, loadEncoder, ModelTensors, OrtMo
 
 import type { RuntimeKind } from './runtime.js';
 
-export interface RuntimeWorkerInit {
-  kind: RuntimeKind;
-  modelDir: string;
-  length: number;
-  maxBatch: number;
-}
+export type RuntimeWorkerInit = { kind: RuntimeKind; modelDir: string; length: number; maxBatch: number };
 
 export type RuntimeRequest =
   | { type: 'infer'; id: number; ids: number[][] }
