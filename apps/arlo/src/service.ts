@@ -145,7 +145,7 @@ export class ArloService {
   }
 
   get healthy(): boolean {
-    return !this.closed && this.failure === null;
+    return !this.closed && this.failure === null && ![...this.slots.values()].some((s) => s.runtime.failure);
   }
 
   uptimeMs(): number {

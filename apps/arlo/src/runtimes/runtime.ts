@@ -21,6 +21,8 @@ export interface Runtime {
   readonly length: number;
   /** The static batch: at most this many sequences per `infer`. */
   readonly maxBatch: number;
+  /** Why the instance cannot serve (its worker crashed or was closed); null or absent while it can. */
+  readonly failure?: Error | null;
   /** Runs up to `maxBatch` token-id sequences, each at most `length` long. */
   infer(batch: readonly (readonly number[])[]): Promise<InferOutput>;
   /** Re-shapes the instance to another length (replacement; an ORT instance loads that length's graph). */

@@ -74,6 +74,10 @@ export class ThreadRuntime implements Runtime {
     return this.#length;
   }
 
+  get failure(): Error | null {
+    return this.#failure;
+  }
+
   async infer(batch: readonly (readonly number[])[]): Promise<InferOutput> {
     checkBatch(batch, this.#length, this.maxBatch, this.vocabSize);
     const done = await this.call({ type: 'infer', ids: batch.map((s) => [...s]) });
