@@ -34,9 +34,8 @@ export interface ServerOptions extends ServerBaseOptions {
   /** Runtime lengths, ascending; each ≤ the model's max positions. */
   lengths: readonly number[];
   runtime?: RuntimeKind;
-  /** Real instances (worker threads). Default 2. */
+  /** Real instances (worker threads, default 2), and all instances (past `workers` they are emulated; default `workers`). */
   workers?: number;
-  /** All instances; past `workers` they are emulated. Default `workers`. */
   instances?: number;
   maxBatch?: number;
   sloMs?: number;

@@ -63,7 +63,9 @@ export class ArloService {
   private readonly slots = new Map<string, Slot>();
   private readonly clock: Clock;
   private waiters: (() => void)[] = [];
+  /** The replacements in order (never rejects: a failure is kept in `replacementError` for the next solve to throw). */
   private replacing: Promise<void> = Promise.resolve();
+  private replacementError: unknown = null;
   private last: AllocationDecision | null = null;
   private closed = false;
   /** Why a runtime stopped serving (a worker that crashed); null while all are up. */
@@ -128,6 +130,9 @@ export class ArloService {
       this.apply(decision);
     }
     await this.replacing;
+    const failed = this.replacementError;
+    this.replacementError = null;
+    if (failed !== null) throw failed;
     return decision;
   }
 
@@ -178,6 +183,7 @@ export class ArloService {
 
   async close(): Promise<void> {
     this.closed = true;
+    for (const w of this.waiters.splice(0)) w();
     await Promise.allSettled([...this.slots.values()].map((s) => s.runtime.close()));
   }
 
@@ -218,7 +224,7 @@ export class ArloService {
   private apply(decision: AllocationDecision): void {
     this.last = decision;
     const target = decision.result.instances;
-    this.replacing = this.replacing.then(async () => {
+    const step = this.replacing.then(async () => {
       if (this.closed) return;
       const current = this.dispatcher.instances().map((v) => ({ id: v.id, runtime: v.runtime, outstanding: v.outstanding }));
       if (target.every((n, i) => n === this.dispatcher.activeCounts()[i])) return;
@@ -235,6 +241,9 @@ export class ArloService {
           run.swapped(move.id);
         }));
       }
+    });
+    this.replacing = step.catch((err: unknown) => {
+      this.replacementError = err;
     });
   }
 }

@@ -21,9 +21,6 @@ export class ThreadRuntime implements Runtime {
   readonly id: string;
   readonly kind: RuntimeKind;
   readonly maxBatch: number;
-  readonly numLabels: number;
-  readonly vocabSize: number;
-  readonly maxPositions: number;
   #length: number;
   #nextId = 1;
   readonly #pending = new Map<number, { resolve: (r: Done) => void; reject: (e: Error) => void }>();
@@ -32,15 +29,10 @@ export class ThreadRuntime implements Runtime {
   private constructor(
     options: ThreadRuntimeOptions,
     private readonly worker: Worker,
-    ready: Ready,
+    /** What the worker read from the model: numLabels, vocabSize, maxPositions. */
+    readonly model: Omit<Ready, 'type'>,
   ) {
-    this.id = options.id;
-    this.kind = options.kind;
-    this.maxBatch = options.maxBatch;
-    this.#length = options.length;
-    this.numLabels = ready.numLabels;
-    this.vocabSize = ready.vocabSize;
-    this.maxPositions = ready.maxPositions;
+    ({ id: this.id, kind: this.kind, maxBatch: this.maxBatch, length: this.#length } = options);
     worker.on('message', (msg: RuntimeReply) => {
       if (msg.type !== 'done' && msg.type !== 'failed') return;
       const p = this.#pending.get(msg.id);
@@ -79,7 +71,7 @@ export class ThreadRuntime implements Runtime {
   }
 
   async infer(batch: readonly (readonly number[])[]): Promise<InferOutput> {
-    checkBatch(batch, this.#length, this.maxBatch, this.vocabSize);
+    checkBatch(batch, this.#length, this.maxBatch, this.model.vocabSize);
     const done = await this.call({ type: 'infer', ids: batch.map((s) => [...s]) });
     const flat = done.logits!;
     const n = done.numLabels;
