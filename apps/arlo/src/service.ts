@@ -184,6 +184,7 @@ export class ArloService {
   async close(): Promise<void> {
     this.closed = true;
     for (const w of this.waiters.splice(0)) w();
+    for (const slot of this.slots.values()) for (const job of slot.queue.splice(0)) job.reject(new RuntimeUnavailableError('the server is shutting down'));
     await Promise.allSettled([...this.slots.values()].map((s) => s.runtime.close()));
   }
 

@@ -134,4 +134,11 @@ describe('tessera-arlo with two native runtime workers', () => {
     for (const p of body.table) expect(p.meanMs).toBeGreaterThan(0);
     expect(body.profiles).toHaveLength(3);
   });
+
+  it('reports unhealthy once a runtime worker is gone', async () => {
+    await app.arlo.realInstance()!.close();
+    const health = await app.inject({ method: 'GET', url: '/health' });
+    expect(health.statusCode).toBe(503);
+    expect(health.json().status).toBe('unhealthy');
+  });
 });

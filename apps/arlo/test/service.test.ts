@@ -14,10 +14,10 @@ import { requestIds, tinyEncoder } from './support/harness.js';
 const LENGTHS = [32, 64, 128];
 const SERVICE_MS = [0.2, 0.4, 0.8];
 
-function service(instances: number): ArloService {
+function service(instances: number, clock?: { now: () => number }): ArloService {
   const profiles = LENGTHS.map((maxLength, i) => makeRuntimeProfile({ maxLength, serviceMs: SERVICE_MS[i]!, sloMs: 20 }));
   const runtimes = Array.from({ length: instances }, (_, k) => new EmulatedRuntime(`e${k}`, LENGTHS[k % 3]!, 1, (l) => SERVICE_MS[LENGTHS.indexOf(l)]!));
-  return new ArloService({ lengths: LENGTHS, profiles, instances: runtimes, sloMs: 20, periodMs: 3_600_000 });
+  return new ArloService({ lengths: LENGTHS, profiles, instances: runtimes, sloMs: 20, periodMs: 3_600_000, ...(clock ? { clock } : {}) });
 }
 
 describe('ArloService with emulated instances', () => {
@@ -40,6 +40,22 @@ describe('ArloService with emulated instances', () => {
     expect(s.totals.requests.reduce((a, b) => a + b, 0)).toBe(lengths.length);
     expect(s.totals.paddedTokens).toBe(done.reduce((a, { r }) => a + r.paddedTo, 0));
     expect(() => s.infer(new Array<number>(129).fill(3))).toThrow(RequestTooLongError);
+    await s.close();
+  });
+
+  it('solves for the observed lengths: short traffic moves instances to the short runtime', async () => {
+    let now = 0;
+    const s = service(6, { now: () => now });
+    const prior = (await s.solve()).result.instances;
+    // 4 000 requests of at most 32 tokens over 20 s of the service's clock (4 per SLO window of 20 ms).
+    for (let k = 0; k < 4000; k++) s.infer(new Array<number>(1 + (k % 32)).fill(3)).catch(() => {}); // cut short by close()
+    now += 20_000;
+    const observed = await s.solve();
+    expect(observed.snapshot.counts).toEqual([4000, 0, 0]);
+    expect(observed.snapshot.q[0]).toBeGreaterThan(observed.snapshot.q[1]! * 2);
+    expect(observed.result.instances[0]).toBeGreaterThan(prior[0]!);
+    expect(observed.result.instances[2]).toBeGreaterThanOrEqual(1);
+    expect(s.dispatcher.activeCounts()).toEqual(observed.result.instances);
     await s.close();
   });
 
