@@ -35,6 +35,7 @@ export default defineConfig({
         items: [
           { text: 'Punica (multi-LoRA, OpenAI API)', link: '/servers/punica' },
           { text: 'PetS (many PET tasks, one encoder)', link: '/servers/pets' },
+          { text: 'Arlo (static-shape runtimes per length)', link: '/servers/arlo' },
         ],
       },
       {
