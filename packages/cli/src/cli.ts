@@ -113,6 +113,7 @@ export function serveUsage(c: Colors = palette(false)): string {
     `Flags every server takes, each with a variable named by the server's prefix (${SERVERS.map((s) => `${s.envPrefix}_PORT`).join(', ')});`,
     'a flag wins over its variable:',
     ...SHARED_SERVER_FLAGS.map((f) => `  ${flag(f).padEnd(flagWidth)}   ${f.help}   (<PREFIX>_${f.env})`),
+    ...SERVERS.flatMap((s) => Object.entries(s.without ?? {}).map(([f, why]) => `  (${s.name} has no --${f}: ${why})`)),
     '',
     'TESSERA_DEVICE=cpu|cuda|auto picks where the kernels run; TESSERA_THREADS is the default thread count.',
     'SIGINT or SIGTERM stops a server gracefully (in-flight requests finish); a second signal stops it at once.',

@@ -15,11 +15,20 @@ export interface ServerEntry {
   envPrefix: string;
   /** One line for `tessera serve --help`. */
   summary: string;
+  /** Shared flags the server does not take, each with why (the shared-flags test holds it to the rest). */
+  without?: Readonly<Record<string, string>>;
 }
 
 export const SERVERS: readonly ServerEntry[] = [
   { name: 'punica', package: '@tessera/punica', envPrefix: 'PUNICA', summary: 'OpenAI-compatible multi-LoRA server: many LoRA adapters of one Llama-style model (Punica)' },
   { name: 'pets', package: '@tessera/pets', envPrefix: 'PETS', summary: 'classification for many parameter-efficient tasks of one shared BERT-style encoder (PetS)' },
+  {
+    name: 'arlo',
+    package: '@tessera/arlo',
+    envPrefix: 'ARLO',
+    summary: 'one encoder served by static-length runtimes: ILP allocation of instances, multi-level-queue dispatch (Arlo)',
+    without: { threads: 'each runtime instance runs one kernel thread on its own worker by design (--workers sets how many)' },
+  },
 ];
 
 /** A flag every server takes, with the variable `<PREFIX>_<NAME>` (a flag wins over its variable). */

@@ -68,7 +68,7 @@ describe('usage errors: exit 2, a message on stderr, the usage, a did-you-mean w
     [['bnech'], /did you mean "bench"\?/],
     [['frobnicate'], /unknown command "frobnicate"\n/],
     [['--port', '8000'], /unknown option "--port" \(options follow the command\)/],
-    [['serve'], /serve: name a server \(punica, pets\)/],
+    [['serve'], /serve: name a server \(punica, pets, arlo\)/],
     [['serve', 'punca'], /unknown server "punca"; did you mean "punica"\?/],
     [['serve', 'pet'], /unknown server "pet"; did you mean "pets"\?/],
     [['serve', 'vllm'], /unknown server "vllm"\n/],
@@ -100,6 +100,10 @@ describe('flags and variables shared by every server', () => {
       const r = await runInProcess(['serve', server.name, '--help']);
       expect(r.code).toBe(0);
       for (const f of SHARED_SERVER_FLAGS) {
+        if (server.without?.[f.flag]) {
+          expect(r.stdout).not.toContain(`--${f.flag} `);
+          continue;
+        }
         expect(r.stdout).toContain(`--${f.flag}${f.arg ? ` ${f.arg}` : ''}`);
         expect(r.stdout).toContain(`${server.envPrefix}_${f.env}`);
       }

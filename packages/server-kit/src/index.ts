@@ -1,5 +1,5 @@
 /**
- * @tessera/server-kit: the app kit of Tessera's servers (apps/punica, apps/pets, and the next one).
+ * @tessera/server-kit: the app kit of Tessera's servers (apps/punica, apps/pets, apps/arlo, and the next one).
  *
  * - http/: createTesseraServer (fastify with the engine host, /health, /metrics, graceful close) and errors → HTTP
  *   by kind in one place (HttpError, EngineUnavailableError, STATUS_BY_KIND)

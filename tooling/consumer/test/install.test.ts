@@ -60,6 +60,7 @@ const EXAMPLES: Record<string, string> = {
   '@tessera/adapter-swap': 'packages/adapter-swap/test/readme-example.test.ts',
   '@tessera/cluster': 'packages/cluster/test/engine-loop/readme-example.test.ts',
   '@tessera/sim': 'packages/sim/test/readme-example.test.ts',
+  '@tessera/cli': 'packages/cli/test/readme-example.test.ts',
 };
 
 function firstRegion(file: string): string {
