@@ -10,6 +10,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 import { generateModel } from '@tessera/engine';
 import type { FastifyInstance } from 'fastify';
@@ -26,11 +27,16 @@ const modelDir = join(dir, 'recall-base');
 const adapterDir = join(dir, 'trained', 'recall');
 let app: FastifyInstance | undefined;
 
-/** `tessera train …` in a child process (the engine's bin, resolved from this package's dependency). */
+/**
+ * `tessera train …` in a child process: the engine's CLI module (`@tessera/engine/cli`, what the `tessera` command
+ * runs for `train`), from source through tsx, resolved from this package's engine dependency.
+ */
 function tessera(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const engineDir = dirname(createRequire(import.meta.url).resolve('@tessera/engine/package.json'));
+  const require = createRequire(import.meta.url);
+  const cli = require.resolve('@tessera/engine/cli', { paths: [dirname(require.resolve('@tessera/engine/package.json'))] });
+  const script = `const { main } = await import(${JSON.stringify(pathToFileURL(cli).href)}); process.exitCode = await main(process.argv.slice(1));`;
   return new Promise((resolve) => {
-    execFile(process.execPath, [join(engineDir, 'bin', 'tessera.mjs'), ...args], { cwd: dir, timeout: 60_000, env: { ...process.env, TESSERA_THREADS: '1' } },
+    execFile(process.execPath, ['--conditions=@tessera/source', '--import', 'tsx', '--input-type=module', '-e', script, ...args], { cwd: dirname(require.resolve('@tessera/engine/package.json')), timeout: 60_000, env: { ...process.env, TESSERA_THREADS: '1' } },
       (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }));
   });
 }

@@ -711,13 +711,13 @@ export class Scheduler {
   }
 
   /**
-   * A load was rejected: every queued request waiting for that adapter fails; nothing else changes. A refusal no
-   * retry can change (the adapter is larger than the whole device budget: kind 'capacity'; it is malformed:
-   * 'invalid') reaches the requests as it is, so a server answers 507 / 400 rather than a retryable 503.
+   * A load was rejected: every queued request waiting for that adapter fails with AdapterLoadError (the server's
+   * adapter is unusable right now: a retryable 503); nothing else changes. A refusal of capacity (the adapter is
+   * larger than the whole device budget, which no retry changes) reaches the requests as it is: a 507.
    */
   private failAdapterWaiters(name: string, cause: unknown): void {
     const message = cause instanceof Error ? cause.message : String(cause);
-    const final = cause instanceof TesseraError && (cause.kind === 'capacity' || cause.kind === 'invalid');
+    const final = cause instanceof TesseraError && cause.kind === 'capacity';
     for (const s of this.queue.filter((q) => q.adapter === name)) {
       this.fail(s, final ? (cause as TesseraError) : new AdapterLoadError(name, `request ${JSON.stringify(s.id)}: adapter ${JSON.stringify(name)} could not be loaded: ${message}`, { cause }));
     }

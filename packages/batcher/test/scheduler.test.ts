@@ -116,7 +116,7 @@ describe('Scheduler plans (punica)', () => {
     expect(t.scheduler.stats()).toMatchObject({ preemptions: 1, queued: 0, kvPagesUsed: 0, finished: 1 });
   });
 
-  it('a load refused for good (an adapter larger than the whole budget: kind capacity) reaches its waiters as it is, not as a retryable AdapterLoadError', async () => {
+  it('a load refused for capacity (an adapter larger than the whole budget) reaches its waiters as it is, not as a retryable AdapterLoadError', async () => {
     class TooLarge extends TesseraError {
       static override readonly kind = 'capacity' as const;
     }
