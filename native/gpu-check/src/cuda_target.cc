@@ -187,7 +187,7 @@ class CudaTarget final : public Target {
 
 std::unique_ptr<Target> make_cuda_target() { return std::make_unique<CudaTarget>(); }
 
-std::string cuda_select_device(CudaDeviceFacts* facts) {
+std::string cuda_select_device(CudaDeviceFacts* facts, bool make_current) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -198,8 +198,12 @@ std::string cuda_select_device(CudaDeviceFacts* facts) {
   int index = 0;
   if (const char* v = std::getenv("TESSERA_CUDA_DEVICE")) index = std::max(0, std::atoi(v));
   if (index >= count) return "TESSERA_CUDA_DEVICE=" + std::to_string(index) + " but " + std::to_string(count) + " device(s) are visible";
-  err = cudaSetDevice(index);
-  if (err != cudaSuccess) return std::string("cudaSetDevice: ") + cudaGetErrorString(err);
+  // cudaSetDevice creates the device's context (CUDA 12+): only the process that runs kernels does it, so the parent
+  // holds no context while its children run (a GPU in exclusive-process mode admits one).
+  if (make_current) {
+    err = cudaSetDevice(index);
+    if (err != cudaSuccess) return std::string("cudaSetDevice: ") + cudaGetErrorString(err);
+  }
   cudaDeviceProp prop{};
   err = cudaGetDeviceProperties(&prop, index);
   if (err != cudaSuccess) return std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(err);

@@ -23,8 +23,9 @@ struct CudaDeviceFacts {
   double hbm_bytes_per_s() const { return 2.0 * mem_clock_hz * bus_bits / 8.0; }
 };
 
-// Picks the device (TESSERA_CUDA_DEVICE, default 0) and makes it current. Returns "" when it is usable, else why not.
-std::string cuda_select_device(CudaDeviceFacts* facts);
+// Picks the device (TESSERA_CUDA_DEVICE, default 0), reads its facts and, with make_current, makes it current (which
+// creates its context). Returns "" when it is usable, else why not.
+std::string cuda_select_device(CudaDeviceFacts* facts, bool make_current);
 
 std::unique_ptr<Target> make_cuda_target();
 

@@ -197,7 +197,7 @@ int cuda_child(const Options& o) {
   FILE* out = std::fopen(o.child_results.c_str(), "w");
   if (!out) return 4;
   CudaDeviceFacts f;
-  const std::string why = cuda_select_device(&f);
+  const std::string why = cuda_select_device(&f, true);
   if (!why.empty()) {
     CheckResult c{"cuda", o.child_family, "device", false, INFINITY, why};
     write_line(out, check_line(c));
@@ -267,13 +267,13 @@ void run_child(const std::string& family, const Options& o, Report& r) {
   std::remove(results.c_str());
   const std::string fam = family == "bench" ? "benchmarks" : family;
   if (timed_out) {
-    r.add(CheckResult{"cuda", family == "bench" ? "gemm" : family, fam + " process", false, INFINITY,
+    r.add(CheckResult{"cuda", family, fam + " process", false, INFINITY,
                       "timed out after " + std::to_string(static_cast<int>(o.family_timeout_s)) + " s" + (last.empty() ? "" : " during " + last)});
   } else if (WIFSIGNALED(status)) {
-    r.add(CheckResult{"cuda", family == "bench" ? "gemm" : family, fam + " process", false, INFINITY,
+    r.add(CheckResult{"cuda", family, fam + " process", false, INFINITY,
                       std::string("killed by signal ") + strsignal(WTERMSIG(status)) + (last.empty() ? "" : " during " + last)});
   } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3) {
-    r.add(CheckResult{"cuda", family == "bench" ? "gemm" : family, fam + " process", false, INFINITY,
+    r.add(CheckResult{"cuda", family, fam + " process", false, INFINITY,
                       "exited with status " + std::to_string(WEXITSTATUS(status)) + (last.empty() ? "" : " during " + last)});
   }
   char b[64];
@@ -287,7 +287,7 @@ void run_cuda_part(Report& r, const Options& o) {
     return;
   }
   CudaDeviceFacts f;
-  const std::string why = cuda_select_device(&f);
+  const std::string why = cuda_select_device(&f, false);
   if (!why.empty()) {
     r.set_cuda_status("CUDA: skipped (" + why + ")");
     return;
