@@ -38,14 +38,16 @@ if(TESSERA_GPU_CHECK_NO_CUDA_REASON STREQUAL "")
   file(GLOB TESSERA_CUDA_KERNEL_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/cpp/cuda/*.cu)
   target_sources(tessera-gpu-check PRIVATE ${TESSERA_CUDA_KERNEL_SRC} ${TESSERA_GPU_CHECK_DIR}/cuda_target.cc
     ${TESSERA_GPU_CHECK_DIR}/cuda_bench.cc)
-  target_compile_definitions(tessera-gpu-check PRIVATE TESSERA_GPU_CHECK_CUDA=1)
+  # On main.cc alone (the one file that reads it), so switching the CUDA part on or off recompiles nothing else.
+  set_source_files_properties(${TESSERA_GPU_CHECK_DIR}/main.cc PROPERTIES COMPILE_DEFINITIONS TESSERA_GPU_CHECK_CUDA=1)
   # The addon's CUDA flags: no --use_fast_math (kernels keep IEEE division, sqrt and denormals).
   target_compile_options(tessera-gpu-check PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo>)
   target_link_libraries(tessera-gpu-check PRIVATE CUDA::cudart_static)
   message(STATUS "tessera: building tessera-gpu-check with its CUDA part (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
     "architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
-  target_compile_definitions(tessera-gpu-check PRIVATE "TESSERA_GPU_CHECK_NO_CUDA_REASON=\"${TESSERA_GPU_CHECK_NO_CUDA_REASON}\"")
+  set_source_files_properties(${TESSERA_GPU_CHECK_DIR}/main.cc PROPERTIES
+    COMPILE_DEFINITIONS "TESSERA_GPU_CHECK_NO_CUDA_REASON=\"${TESSERA_GPU_CHECK_NO_CUDA_REASON}\"")
   message(STATUS "tessera: building tessera-gpu-check without its CUDA part (${TESSERA_GPU_CHECK_NO_CUDA_REASON})")
   # Where the CUDA headers exist, still compile (not link) the check's own CUDA-side host code, so a CPU-only build
   # (CI's) catches its errors in seconds; the .cu kernels themselves are compiled by the addon build.

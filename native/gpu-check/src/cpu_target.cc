@@ -51,7 +51,7 @@ class CpuTarget final : public Target {
   void gather_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst) override {
     cpu::gather_rows(src, row_bytes, idx, n, dst);
   }
-  void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst) override {
+  void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst, const std::vector<int32_t>&) override {
     cpu::scatter_rows(src, row_bytes, idx, n, dst);
   }
   void convert(const void* src, DType sd, void* dst, DType dd, int64_t n, bool ref) override {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "../../cpp/core/error.h"
 #include "../../cpp/cuda/cuda_check.h"
@@ -70,8 +72,23 @@ class CudaTarget final : public Target {
   void gather_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst) override {
     gpu::gather_rows(src, row_bytes, idx, n, dst);
   }
-  void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst) override {
-    gpu::scatter_rows(src, row_bytes, nullptr, idx, n, dst);
+  // backend_ops_cuda.cc's scatter: parallel writes to one row would race, so repeated destinations are reduced to
+  // their last source first and the kernel gets explicit (source, destination) lists.
+  void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst, const std::vector<int32_t>& host_idx) override {
+    std::unordered_map<int32_t, int32_t> last;
+    for (size_t i = 0; i < host_idx.size(); ++i) last[host_idx[i]] = static_cast<int32_t>(i);
+    if (last.size() == host_idx.size()) {
+      gpu::scatter_rows(src, row_bytes, nullptr, idx, n, dst);
+      return;
+    }
+    std::vector<int32_t> pairs;  // [src rows..., dst rows...], in source order
+    for (size_t i = 0; i < host_idx.size(); ++i)
+      if (last[host_idx[i]] == static_cast<int32_t>(i)) pairs.push_back(static_cast<int32_t>(i));
+    const int64_t kept = static_cast<int64_t>(pairs.size());
+    for (int64_t i = 0; i < kept; ++i) pairs.push_back(host_idx[static_cast<size_t>(pairs[static_cast<size_t>(i)])]);
+    Buf list = put(*this, pairs);
+    gpu::scatter_rows(src, row_bytes, list.as<int32_t>(), list.as<int32_t>() + kept, kept, dst);
+    sync();  // the list is freed on return
   }
   void convert(const void* src, DType sd, void* dst, DType dd, int64_t n, bool ref) override { gpu::convert(src, sd, dst, dd, n, ref); }
   void binary(BinaryOp op, const float* a, int64_t n, const float* b, int64_t bn, float* out, bool ref) override {

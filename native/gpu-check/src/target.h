@@ -52,8 +52,10 @@ class Target {
   virtual void gemm(const GemmArgs& a, int64_t batch, int64_t sa, int64_t sb, int64_t sc, const GemmVariant& v) = 0;
   virtual void embedding(const void* table, DType dt, int64_t dim, const int32_t* ids, int64_t n, float* out, bool ref) = 0;
   virtual void gather_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst) = 0;
-  // Unique destination rows only (both backends' contract for one kernel launch).
-  virtual void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst) = 0;
+  // dst[idx[i]] = src[i]; with repeated destinations the last source row wins. host_idx is idx on the host (the
+  // CUDA backend removes the repeats there before its launch, as backend_ops_cuda.cc does).
+  virtual void scatter_rows(const void* src, int64_t row_bytes, const int32_t* idx, int64_t n, void* dst,
+                            const std::vector<int32_t>& host_idx) = 0;
   virtual void convert(const void* src, DType sd, void* dst, DType dd, int64_t n, bool ref) = 0;
   virtual void binary(BinaryOp op, const float* a, int64_t n, const float* b, int64_t bn, float* out, bool ref) = 0;
   virtual void scale(const float* x, int64_t n, float s, float* out, bool ref) = 0;
