@@ -42,7 +42,7 @@ struct Options {
   std::string inject_fault;  // testing the checker: a CPU family whose outputs are corrupted (must then fail)
   bool bench = true, cuda = true, cpu = true;
   std::vector<std::string> families = kernel_families();
-  double family_timeout_s = 600;
+  double family_timeout_s = 150;  // a family takes seconds; a hung kernel must not eat a GPU lease
   // internal: a child process running one CUDA family ("bench": the benchmarks), streaming results to a file
   std::string child_family, child_results;
 };

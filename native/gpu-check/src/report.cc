@@ -104,11 +104,11 @@ std::string Report::text() const {
   if (!benches_.empty()) {
     o << "\n== CUDA micro-benchmarks (median of timed calls after warm-up)\n";
     char line[320];
-    std::snprintf(line, sizeof line, "  %-11s %-44s %9s %9s %7s %9s %7s  %s\n", "family", "case", "ms", "GB/s", "%HBM", "TFLOP/s", "%peak",
+    std::snprintf(line, sizeof line, "  %-11s %-52s %9s %9s %7s %9s %7s  %s\n", "family", "case", "ms", "GB/s", "%HBM", "TFLOP/s", "%peak",
                   "peak");
     o << line;
     for (const BenchResult& b : benches_) {
-      std::snprintf(line, sizeof line, "  %-11s %-44s %9.4f %9s %7s %9s %7s  %s\n", b.family.c_str(), b.name.c_str(), b.ms,
+      std::snprintf(line, sizeof line, "  %-11s %-52s %9.4f %9s %7s %9s %7s  %s\n", b.family.c_str(), b.name.c_str(), b.ms,
                     b.gbps > 0 ? fmt("%.1f", b.gbps).c_str() : "-", b.bw_frac > 0 ? fmt("%.1f", 100 * b.bw_frac).c_str() : "-",
                     b.tflops > 0 ? fmt("%.2f", b.tflops).c_str() : "-", b.peak_frac > 0 ? fmt("%.1f", 100 * b.peak_frac).c_str() : "-",
                     b.peak_kind.c_str());
