@@ -204,6 +204,7 @@ int cuda_child(const Options& o) {
     return 3;
   }
   Report r;
+  std::string lost;
   try {
     if (o.child_family == "bench") {
       run_cuda_benchmarks(r, f);
@@ -215,17 +216,16 @@ int cuda_child(const Options& o) {
       run_family_checks(*t, r, o.child_family, "");
     }
   } catch (const std::exception& e) {
-    CheckResult c{"cuda", o.child_family, "device lost", false, INFINITY,
-                  std::string(e.what()) + " (after " + current_check() + "); the family's remaining checks did not run"};
-    write_line(out, check_line(c));
-    return 3;
+    lost = std::string(e.what()) + (o.child_family == "bench" ? "" : " (after " + current_check() + ")") +
+           "; the remaining " + (o.child_family == "bench" ? "benchmarks" : "checks of the family") + " did not run";
   }
-  if (o.child_family == "bench") {
+  if (o.child_family == "bench") {  // the benchmarks finished so far, also when a later one lost the device
     for (const CheckResult& c : r.checks()) write_line(out, check_line(c));
     for (const BenchResult& b : r.benches()) write_line(out, bench_line(b));
   }
+  if (!lost.empty()) write_line(out, check_line(CheckResult{"cuda", o.child_family, "device lost", false, INFINITY, lost}));
   std::fclose(out);
-  return 0;
+  return lost.empty() ? 0 : 3;
 }
 
 std::string self_path() {
