@@ -565,7 +565,7 @@ void attention_family(Ctx& c) {
             d.out = dout.as<float>();
             d.key_mask = with_mask ? dm.as<uint8_t>() : nullptr;
             t.attention_prefill(d, var.reference);
-            return compare_close(get<float>(t, dout, qn), want, var.reference ? 1e-6 : 2e-5, 2e-6);
+            return compare_close(get<float>(t, dout, qn), want, var.reference ? 1e-6 : 1e-5, 1e-6);
           });
         }
       }

@@ -350,7 +350,7 @@ void run_cuda_benchmarks(Report& r, const CudaDeviceFacts& f) {
     auto a = random_device(static_cast<size_t>(n), 5), c = random_device(static_cast<size_t>(n), 6);
     DevMem out(static_cast<size_t>(n) * 4);
     b.run("elementwise", "add 64M floats", 12.0 * n, 0, "", [&]() { gpu::binary(BinaryOp::Add, a->as<float>(), n, c->as<float>(), n, out.as<float>(), false); });
-    b.run("elementwise", "layer_norm 65536 x 1024", 8.0 * n, 0, "",
+    b.run("norm", "layer_norm 65536 x 1024", 8.0 * n, 0, "",
           [&]() { gpu::layer_norm(a->as<float>(), 65536, 1024, nullptr, nullptr, 1e-5f, out.as<float>(), false); });
   }
   gemm_benches(b);

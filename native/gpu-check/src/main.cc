@@ -169,7 +169,17 @@ void run_cpu_part(Report& r, const Options& o) {
   const Isa best = best_supported_isa();
   std::string isas;
   for (int i = 0; i <= static_cast<int>(best); ++i) isas += std::string(i ? ", " : "") + isa_name(static_cast<Isa>(i));
-  r.info("cpu", std::string("ISAs checked: ") + isas + "; threads " + std::to_string(global_pool().size()));
+  std::string model = "unknown";
+  {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+        model = line.substr(line.find(':') + 2);
+        break;
+      }
+    }
+  }
+  r.info("cpu", model + "; ISAs checked: " + isas + "; threads " + std::to_string(global_pool().size()));
   const Isa before = active_isa();
   for (int i = 0; i <= static_cast<int>(best); ++i) {
     set_active_isa(static_cast<Isa>(i));
