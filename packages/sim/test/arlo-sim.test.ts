@@ -1,0 +1,119 @@
+/**
+ * runArloSimulation at small sizes: deterministic per seed, every request completes exactly once on a FIFO
+ * single-server executor at its profiled service time, periodic re-allocation and replacement really move
+ * instances, and the scheme orderings the paper reports hold where they follow from the model (Arlo below ST in
+ * mean latency with the GPU penalty; padding waste ST > Arlo > DT = 0). No assertion depends on machine speed.
+ */
+import { describe, expect, it } from 'vitest';
+import { type ArloSimulationOptions, SimArgumentError, generateArloTrace, paperLatencyProfile, runArloSimulation } from '../src/index.js';
+
+const trace = generateArloTrace({ kind: 'bursty', ratePerSec: 900, durationMs: 20_000, seed: 11 });
+const base: ArloSimulationOptions = { scheme: 'arlo', instances: 10, trace, periodMs: 5_000 };
+
+describe('runArloSimulation', () => {
+  it('is deterministic per seed: same options → identical results; another seed → different ones', async () => {
+    const a = await runArloSimulation({ ...base, recordRequests: true });
+    const b = await runArloSimulation({ ...base, recordRequests: true });
+    expect(b).toEqual(a);
+    const otherTrace = generateArloTrace({ kind: 'bursty', ratePerSec: 900, durationMs: 20_000, seed: 12 });
+    const c = await runArloSimulation({ ...base, trace: otherTrace });
+    expect(c.latency.meanMs).not.toBe(a.latency.meanMs);
+    expect(c.requests).not.toBe(a.requests);
+    // The service jitter has its own seed.
+    const d = await runArloSimulation({ ...base, seed: 99 });
+    expect(d.requests).toBe(a.requests);
+    expect(d.latency.meanMs).not.toBe(a.latency.meanMs);
+  });
+
+  it('completes every request exactly once, FIFO and one at a time per instance, at its profiled service time', async () => {
+    const r = await runArloSimulation({ ...base, jitterSigma: 0, recordRequests: true });
+    const log = r.requestLog!;
+    const n = trace.arrivalMs.length;
+    expect(r.requests).toBe(n);
+    expect(r.completed).toBe(n);
+    const profile = paperLatencyProfile('bert-base');
+    const byInstance = new Map<number, number[]>();
+    // Collect mismatches instead of one expect per request (18k requests).
+    const bad: string[] = [];
+    for (let k = 0; k < n; k++) {
+      const padded = r.runtimeLengths[log.runtime[k]!]!;
+      if (!Number.isFinite(log.finishMs[k]!)) bad.push(`${k}: not finished`);
+      if (log.startMs[k]! < trace.arrivalMs[k]!) bad.push(`${k}: started before it arrived`);
+      // Never on a runtime shorter than the request; service = static time at the padded length + 0.8 ms.
+      if (padded < trace.length[k]!) bad.push(`${k}: length ${trace.length[k]} on runtime ${padded}`);
+      if (Math.abs(log.serviceMs[k]! - (profile.staticMs(padded) + 0.8)) > 1e-9) bad.push(`${k}: service ${log.serviceMs[k]}`);
+      if (Math.abs(log.finishMs[k]! - log.startMs[k]! - log.serviceMs[k]!) > 1e-6) bad.push(`${k}: finish - start != service`);
+      const list = byInstance.get(log.instance[k]!) ?? [];
+      list.push(k);
+      byInstance.set(log.instance[k]!, list);
+    }
+    expect([...byInstance.keys()].every((i) => i >= 0 && i < 10)).toBe(true);
+    for (const ks of byInstance.values()) {
+      // Arrival order is FIFO order on one instance, and executions never overlap.
+      for (let j = 1; j < ks.length; j++) if (log.startMs[ks[j]!]! < log.finishMs[ks[j - 1]!]! - 1e-9) bad.push(`${ks[j]}: overlaps ${ks[j - 1]}`);
+    }
+    expect(bad.slice(0, 5)).toEqual([]);
+    const latencies = Array.from(log.finishMs, (f, k) => f - trace.arrivalMs[k]!).sort((x, y) => x - y);
+    const mean = latencies.reduce((s, x) => s + x, 0) / n;
+    expect(r.latency.meanMs).toBeCloseTo(mean, 9);
+    expect(r.latency.p98Ms).toBe(latencies[Math.ceil(0.98 * n) - 1]);
+    expect(r.latency.p50Ms).toBeLessThanOrEqual(r.latency.p98Ms);
+    expect(r.latency.p98Ms).toBeLessThanOrEqual(r.latency.p99Ms);
+    expect(r.latency.maxMs).toBe(latencies[n - 1]);
+    expect(r.sloViolationFrac).toBe(latencies.filter((x) => x > 150).length / n);
+    expect(r.perRuntime.reduce((s, p) => s + p.requests, 0)).toBe(n);
+    expect(r.timeline.reduce((s, t) => s + (t.arrivalsPerSec * 1000) / 1000, 0)).toBe(n);
+  });
+
+  it('re-allocates every period through the RuntimeScheduler and replaces instances in batches', async () => {
+    // Start from a prior that says every request is short, then send long ones: the allocation must move.
+    const longTrace = generateArloTrace({ kind: 'stable', ratePerSec: 600, durationMs: 20_000, seed: 4, lengths: { median: 70 } });
+    const r = await runArloSimulation({ ...base, trace: longTrace, priorLengths: { median: 8 }, swapMs: 500 });
+    expect(r.allocations[0]!.reason).toBe('initial');
+    const periodic = r.allocations.filter((a) => a.reason === 'period');
+    expect(periodic.map((a) => a.atMs)).toEqual([5_000, 10_000, 15_000]);
+    for (const a of r.allocations) expect(a.instances.reduce((s, x) => s + x, 0)).toBe(10);
+    const first = r.allocations[0]!.instances;
+    const last = r.allocations.at(-1)!.instances;
+    const meanLength = (ns: number[]) => ns.reduce((s, x, i) => s + x * r.runtimeLengths[i]!, 0) / 10;
+    expect(meanLength(last)).toBeGreaterThan(meanLength(first));
+    expect(r.swaps).toBeGreaterThan(0);
+    expect(r.swaps).toBe(r.allocations.reduce((s, a) => s + a.moves, 0));
+    // The timeline sees the move: active instances per runtime follow the allocation.
+    expect(r.timeline.at(-1)!.active).toEqual(last);
+  });
+
+  it('Arlo beats ST in mean latency with the GPU penalty; padding waste orders ST > Arlo > DT = 0', async () => {
+    const [arlo, st, dt] = await Promise.all((['arlo', 'st', 'dt'] as const).map((scheme) => runArloSimulation({ ...base, scheme })));
+    expect(arlo!.latency.meanMs).toBeLessThan(0.6 * st!.latency.meanMs);
+    expect(arlo!.latency.meanMs).toBeLessThan(dt!.latency.meanMs);
+    expect(st!.paddingWaste).toBeGreaterThan(arlo!.paddingWaste);
+    expect(arlo!.paddingWaste).toBeGreaterThan(0);
+    expect(dt!.paddingWaste).toBe(0);
+    expect(st!.runtimeLengths).toEqual([512]);
+    expect(st!.allocations[0]!.instances).toEqual([10]);
+  });
+
+  it('without the penalty (ORT on CPU) DT is no slower per request than Arlo', async () => {
+    const [arlo, dt] = await Promise.all((['arlo', 'dt'] as const).map((scheme) => runArloSimulation({ ...base, scheme, dynamicPenalty: 'none' })));
+    expect(dt!.meanServiceMs).toBeLessThanOrEqual(arlo!.meanServiceMs);
+  });
+
+  it('runs the ablations and baselines (ILB, IG, INFaaS-like, Even) on the same objects', async () => {
+    for (const scheme of ['ilb', 'ig', 'infaas', 'even'] as const) {
+      const r = await runArloSimulation({ ...base, scheme, trace: generateArloTrace({ kind: 'stable', ratePerSec: 500, durationMs: 6_000, seed: 1 }) });
+      expect(r.completed).toBe(r.requests);
+      expect(r.runtimeLengths).toHaveLength(8);
+      expect(r.scheme).toBe(scheme);
+      // Each scheme's own allocation: Even is ⌊G/I⌋ each with the remainder on the longest runtimes.
+      if (scheme === 'even') for (const a of r.allocations) expect(a.instances).toEqual([1, 1, 1, 1, 1, 1, 2, 2]);
+      else expect(r.allocations[0]!.solver).toBe(scheme === 'infaas' ? 'proportional' : 'dp');
+    }
+  });
+
+  it('rejects bad options with typed errors', async () => {
+    await expect(runArloSimulation({ ...base, instances: 0 })).rejects.toThrow(SimArgumentError);
+    await expect(runArloSimulation({ ...base, scheme: 'nope' as never })).rejects.toThrow(/nope/);
+    await expect(runArloSimulation({ ...base, runtimes: [128, 1024] })).rejects.toThrow(/1024/);
+  });
+});
