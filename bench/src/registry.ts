@@ -48,6 +48,11 @@ export const BENCHES: readonly BenchEntry[] = [
     load: async () => (await import('./benches/pets.js')).petsBench,
   },
   {
+    name: 'arlo',
+    summary: 'Arlo: allocation solve time DP vs HiGHS (Table 2), dispatch overhead (Fig. 9), simulated Arlo vs ST/DT/INFaaS-like and ablations (Figs. 10-12, Tables 3-4)',
+    load: async () => (await import('./benches/arlo.js')).arloBench,
+  },
+  {
     name: 'train',
     summary: 'training tokens/s and MFU (vs the FMA peak), full and LoRA, mini decoder and encoder; forward/backward/optimizer split',
     load: async () => (await import('./benches/train.js')).trainBench,
