@@ -81,6 +81,9 @@ describe('runArloSimulation', () => {
     expect(r.swaps).toBe(r.allocations.reduce((s, a) => s + a.moves, 0));
     // The timeline sees the move: active instances per runtime follow the allocation.
     expect(r.timeline.at(-1)!.active).toEqual(last);
+    // By default the prior is drawn from the trace's own length mix: the first allocation already leans long.
+    const followed = await runArloSimulation({ ...base, trace: longTrace });
+    expect(meanLength(followed.allocations[0]!.instances)).toBeGreaterThan(meanLength(first));
   });
 
   it('Arlo beats ST in mean latency with the GPU penalty; padding waste orders ST > Arlo > DT = 0', async () => {

@@ -73,7 +73,7 @@ export interface ArloSimulationOptions {
   latencyModel?: LatencyModelName;
   /** Overrides the scheme's allocation solver. */
   solver?: AllocationSolver;
-  /** Lengths the prior is built from (default the trace's mix); the prior assumes the trace's mean rate. */
+  /** The length mix the prior is drawn from (default the trace's own mix); the prior assumes the trace's mean rate. */
   priorLengths?: TwitterLengthOptions;
   /** Timeline sample spacing (default 1 000 ms). */
   sampleEveryMs?: number;
@@ -210,7 +210,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   const I = lengths.length;
   const clock = new VirtualClock();
   const queue = new EventQueue(clock);
-  const sample = twitterLengthSample(PRIOR_SAMPLE, (trace.seed + 1) >>> 0, options.priorLengths);
+  const sample = twitterLengthSample(PRIOR_SAMPLE, (trace.seed + 1) >>> 0, options.priorLengths ?? trace.lengthOptions);
   const serviceOfRuntime = lengths.map((l) => profile.staticMs(l) + overheadMs);
   const dynamicMs = (len: number): number => profile.staticMs(Math.min(len, profile.maxLength)) * penalty(len) + overheadMs;
   let dynamicMean = 0;

@@ -74,6 +74,8 @@ export interface ArloTrace {
   readonly rates: readonly RateInterval[];
   /** The longest possible length (scaleTo). */
   readonly maxLength: number;
+  /** The length mix it was drawn from (for a prior: {@link twitterLengthSample}). */
+  readonly lengthOptions: TwitterLengthOptions;
 }
 
 const STREAM_ARRIVALS = 1;
@@ -184,5 +186,5 @@ export function generateArloTrace(options: ArloTraceOptions): ArloTrace {
     const s = Math.min(seconds - 1, Math.floor(times[k]! / 1000));
     length[k] = drawLength(lengthsRandom, medianOfSecond[s]!, lengthOptions);
   }
-  return { kind: options.kind, ratePerSec, durationMs, seed, arrivalMs, length, rates, maxLength: lengthOptions.scaleTo };
+  return { kind: options.kind, ratePerSec, durationMs, seed, arrivalMs, length, rates, maxLength: lengthOptions.scaleTo, lengthOptions: { ...lengthOptions } };
 }
