@@ -35,6 +35,8 @@ import {
   uniformLengths,
 } from '@tessera/length-scheduler';
 
+import { type ErrorKind, TesseraError } from '@tessera/core';
+
 import { EventQueue, VirtualClock } from '../clock.js';
 import { SimArgumentError } from '../errors.js';
 import { standardNormal, substream } from '../random.js';
@@ -166,6 +168,17 @@ export interface ArloSimulationResult {
   endMs: number;
   events: number;
   requestLog?: ArloRequestLog;
+}
+
+/**
+ * A request finished twice or never: a bug in the simulator, never the caller's input. Not exported (nothing to
+ * catch); exporting it would list it with server-kit's internal-error table.
+ */
+class ArloSimulationInvariantError extends TesseraError {
+  static override readonly kind: ErrorKind = 'internal';
+  constructor(message: string) {
+    super('TESSERA_SIM_ARLO_INVARIANT', message);
+  }
 }
 
 interface Executor {
@@ -318,7 +331,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     queue.after(service, () => finish(exec, k));
   };
   const finish = (exec: Executor, k: number): void => {
-    if (!Number.isNaN(finishMs[k]!)) throw new SimArgumentError(`request ${k} finished twice`);
+    if (!Number.isNaN(finishMs[k]!)) throw new ArloSimulationInvariantError(`request ${k} finished twice`);
     finishMs[k] = clock.now();
     completed++;
     intervalLatencies.push(finishMs[k]! - trace.arrivalMs[k]!);
@@ -381,7 +394,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     }
   }
   queue.run();
-  if (completed !== n) throw new SimArgumentError(`simulation ended with ${n - completed} of ${n} requests unfinished`);
+  if (completed !== n) throw new ArloSimulationInvariantError(`simulation ended with ${n - completed} of ${n} requests unfinished`);
 
   // ── Summary ────────────────────────────────────────────────────────────────────────────────────────────────
   const latencies = new Float64Array(n);
