@@ -119,7 +119,8 @@ export interface ArloSection {
   params: Record<string, unknown>;
 }
 
-type SectionRunner = (sizes: ArloSizes, ctx: BenchContext) => Promise<ArloSection>;
+/** One part of the bench (the real-testbed section is one more of these). */
+export type SectionRunner = (sizes: ArloSizes, ctx: BenchContext) => Promise<ArloSection>;
 
 const TARGETS = { simVsSt: 0.5, simVsDt: 0.8, solveMs: 2000, dispatchUs: 50 };
 const met = (value: number | undefined, target: number) => (value === undefined ? 'not measured at this size' : value <= target ? 'met' : 'NOT met');
