@@ -114,6 +114,54 @@ describe('runArloSimulation', () => {
     }
   });
 
+  it('scales out under overload with the scheme’s scaler, and the allocation follows the new count', async () => {
+    // 3 BERT-Large instances for a load that needs about 6: p98 passes 0.95 × SLO, target tracking adds instances.
+    const heavy = generateArloTrace({ kind: 'stable', ratePerSec: 500, durationMs: 60_000, seed: 21 });
+    const options: ArloSimulationOptions = { scheme: 'arlo', instances: 3, trace: heavy, profile: 'bert-large', periodMs: 10_000, autoscale: { provisionMs: 2_000 } };
+    const r = await runArloSimulation(options);
+    expect(r.completed).toBe(r.requests);
+    const s = r.scaling!;
+    expect(s.events.filter((e) => e.action === 'out').length).toBeGreaterThan(0);
+    expect(s.maxInstances).toBeGreaterThan(3);
+    expect(s.meanInstances).toBeGreaterThan(3);
+    expect(s.meanInstances).toBeLessThanOrEqual(s.maxInstances);
+    // Each added instance is a new one (the initial three are i0 … i2).
+    const added = s.events.filter((x) => x.action === 'out').map((e) => Number(e.instanceId.slice(1)));
+    expect(new Set(added).size).toBe(added.length);
+    for (const id of added) expect(id).toBeGreaterThanOrEqual(3);
+    // Every allocation is for the count serving when it was solved; the timeline shows the count growing.
+    const counts = r.timeline.map((t) => t.instances);
+    for (const a of r.allocations) expect(a.instances.reduce((x, y) => x + y, 0)).toBeLessThanOrEqual(s.maxInstances);
+    expect(Math.max(...counts)).toBe(s.maxInstances);
+    expect(r.allocations.at(-1)!.instances.reduce((x, y) => x + y, 0)).toBeGreaterThan(3);
+    // Deterministic with scaling too.
+    expect(await runArloSimulation(options)).toEqual(r);
+    // ST scales with headroom on utilisation: out as well.
+    const st = await runArloSimulation({ ...options, scheme: 'st' });
+    expect(st.scaling!.maxInstances).toBeGreaterThan(3);
+  });
+
+  it('scales in at light load, releasing an instance only after its last request', async () => {
+    const light = generateArloTrace({ kind: 'stable', ratePerSec: 150, durationMs: 40_000, seed: 22 });
+    const r = await runArloSimulation({
+      ...base,
+      trace: light,
+      periodMs: 10_000,
+      recordRequests: true,
+      autoscale: { targetTracking: { scaleInEveryMs: 5_000 } },
+    });
+    expect(r.completed).toBe(r.requests);
+    const released = r.scaling!.events.filter((e) => e.action === 'in');
+    expect(released.length).toBeGreaterThan(0);
+    expect(r.timeline.at(-1)!.instances).toBeLessThan(10);
+    expect(r.scaling!.meanInstances).toBeLessThan(10);
+    const log = r.requestLog!;
+    for (const e of released) {
+      const index = Number(e.instanceId.slice(1));
+      for (let k = 0; k < r.requests; k++) if (log.instance[k] === index) expect(log.finishMs[k]!).toBeLessThanOrEqual(e.atMs);
+    }
+  });
+
   it('rejects bad options with typed errors', async () => {
     await expect(runArloSimulation({ ...base, instances: 0 })).rejects.toThrow(SimArgumentError);
     await expect(runArloSimulation({ ...base, scheme: 'nope' as never })).rejects.toThrow(/nope/);

@@ -16,15 +16,20 @@
 import {
   type AllocationDecision,
   type AllocationSolver,
+  type HeadroomOptions,
   type LatencyModelName,
   type PolicyOptions,
   type RuntimeProfile,
   type SchemeName,
+  type ScaleDecision,
+  type TargetTrackingOptions,
+  HeadroomScaler,
   LengthEstimator,
   MultiLevelDispatcher,
   ReplacementRun,
   RuntimeScheduler,
   SCHEMES,
+  TargetTrackingScaler,
   checkRuntimeLengths,
   makeRuntimeProfile,
   paddedLength,
@@ -81,6 +86,45 @@ export interface ArloSimulationOptions {
   sampleEveryMs?: number;
   /** Return per-request finish times, runtimes and instances (for checks; memory grows with the trace). */
   recordRequests?: boolean;
+  /**
+   * Auto-scaling with the scheme's scaler (Arlo, ILB, IG, Even: target tracking on p98; ST, DT, INFaaS-like:
+   * headroom on utilisation), ticked every `tickMs`. Off by default: the instance count stays fixed, as in
+   * Figs. 10–11 and Tables 3–4.
+   */
+  autoscale?: AutoscaleOptions;
+}
+
+export interface AutoscaleOptions {
+  /** Scaler tick (default 1 000 ms). */
+  tickMs?: number;
+  /** A new instance serves this long after the decision (default 5 000 ms). */
+  provisionMs?: number;
+  minInstances?: number;
+  maxInstances?: number;
+  /** Target-tracking settings beyond the SLO and the runtime (window, thresholds, cooldown, scale-in period). */
+  targetTracking?: Omit<TargetTrackingOptions, 'sloMs' | 'longestRuntime' | 'clock' | 'minInstances' | 'maxInstances'>;
+  /** Headroom settings (headroom, scale-in threshold and hold, cooldown). */
+  headroom?: Omit<HeadroomOptions, 'longestRuntime' | 'clock' | 'minInstances' | 'maxInstances'>;
+}
+
+export interface ScalingRecord {
+  atMs: number;
+  /** 'out': the new instance started serving; 'in': the released instance finished its requests and left. */
+  action: 'out' | 'in';
+  /** The instance added or released (its index in the request log is the number after 'i'). */
+  instanceId: string;
+  /** Instances serving after it. */
+  instances: number;
+  reason: string;
+}
+
+export interface ScalingSummary {
+  events: ScalingRecord[];
+  /** Scale-in decisions dropped because a replacement was moving instances at the time. */
+  skippedIn: number;
+  /** Time-weighted instance count, ∫G(t)dt / T (Fig. 8's metric). */
+  meanInstances: number;
+  maxInstances: number;
 }
 
 export interface LatencySummary {
@@ -115,6 +159,8 @@ export interface ArloTimelineSample {
   queued: number;
   /** Active instances per runtime at the sample time. */
   active: number[];
+  /** Instances serving (provisioned and not released) at the sample time. */
+  instances: number;
 }
 
 export interface RuntimeSummary {
@@ -157,7 +203,7 @@ export interface ArloSimulationResult {
   /** Fraction dispatched above their ideal runtime, and sent back to it by Algorithm 1 with every candidate congested. */
   demotedFrac: number;
   congestedFallbackFrac: number;
-  /** Busy instance time / (G × end time). */
+  /** Busy instance time / serving instance time (G × end time without auto-scaling). */
   utilization: number;
   perRuntime: RuntimeSummary[];
   allocations: AllocationRecord[];
@@ -168,6 +214,8 @@ export interface ArloSimulationResult {
   endMs: number;
   events: number;
   requestLog?: ArloRequestLog;
+  /** Present when `autoscale` was given. */
+  scaling?: ScalingSummary;
 }
 
 /**
@@ -185,6 +233,9 @@ interface Executor {
   id: string;
   index: number;
   fifo: number[];
+  /** Released by scale-in: draining its last requests, then gone. */
+  retiring: boolean;
+  retireReason: string;
   head: number;
   busy: boolean;
 }
@@ -267,13 +318,38 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     let k = 0;
     initial.result.instances.forEach((count, runtime) => {
       for (let c = 0; c < count; c++, k++) {
-        const exec: Executor = { id: `i${k}`, index: k, fifo: [], head: 0, busy: false };
+        const exec: Executor = { id: `i${k}`, index: k, fifo: [], retiring: false, retireReason: '', head: 0, busy: false };
         executors.push(exec);
         byId.set(exec.id, exec);
         dispatcher.add(exec.id, runtime);
       }
     });
   }
+
+  // Time integrals: serving instances (for utilisation and ∫G dt) and busy instances (headroom scaling).
+  let serving = executors.length;
+  let servingSince = 0;
+  let servingIntegral = 0;
+  let maxServing = serving;
+  const changeServing = (delta: number): void => {
+    const now = clock.now();
+    servingIntegral += serving * (now - servingSince);
+    servingSince = now;
+    serving += delta;
+    maxServing = Math.max(maxServing, serving);
+  };
+  let busyInstances = 0;
+  let busySince = 0;
+  let busyIntegral = 0;
+  const changeBusy = (delta: number): void => {
+    const now = clock.now();
+    busyIntegral += busyInstances * (now - busySince);
+    busySince = now;
+    busyInstances += delta;
+  };
+  // A decision solved for another instance count than the one serving when it is applied (a scaling step in
+  // between) is dropped, and an on-demand solve for the current count runs at once.
+  let resolveWanted = false;
 
   // ── Replacement ────────────────────────────────────────────────────────────────────────────────────────────
   let replacement: ReplacementRun | null = null;
@@ -282,7 +358,14 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   const replacementBatch = options.replacementBatchSize;
 
   const startReplacement = (rec: AllocationRecord): void => {
-    const current = dispatcher.instances().map((v) => ({ id: v.id, runtime: v.runtime, outstanding: v.outstanding }));
+    const current = dispatcher
+      .instances()
+      .filter((v) => !byId.get(v.id)!.retiring)
+      .map((v) => ({ id: v.id, runtime: v.runtime, outstanding: v.outstanding }));
+    if (rec.instances.reduce((a, b) => a + b, 0) !== current.length) {
+      resolveWanted = true;
+      return;
+    }
     const plan = planReplacement(current, rec.instances, replacementBatch === undefined ? {} : { batchSize: replacementBatch });
     rec.moves = plan.moves.length;
     if (plan.moves.length === 0) return;
@@ -318,12 +401,15 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     if (exec.head === exec.fifo.length) {
       exec.fifo.length = 0;
       exec.head = 0;
+      if (exec.busy) changeBusy(-1);
       exec.busy = false;
+      if (exec.retiring && dispatcher.has(exec.id) && dispatcher.instance(exec.id).outstanding === 0) release(exec);
       return;
     }
     const k = exec.fifo[exec.head++]!;
     const base = policy.dynamicShape ? dynamicMs(trace.length[k]!) : serviceOfRuntime[runtimeOf[k]!]!;
     const service = jitterSigma > 0 ? base * Math.exp(jitterSigma * standardNormal(jitter) - (jitterSigma * jitterSigma) / 2) : base;
+    if (!exec.busy) changeBusy(1);
     exec.busy = true;
     startMs[k] = clock.now();
     serviceMs[k] = service;
@@ -335,10 +421,82 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     finishMs[k] = clock.now();
     completed++;
     intervalLatencies.push(finishMs[k]! - trace.arrivalMs[k]!);
+    tracker?.record(finishMs[k]! - trace.arrivalMs[k]!);
     dispatcher.complete(exec.id);
     if (replacement !== null && dispatcher.instance(exec.id).state === 'draining') pumpReplacement();
     startNext(exec);
   };
+
+  // ── Auto-scaling ───────────────────────────────────────────────────────────────────────────────────────────
+  const auto = options.autoscale;
+  const longest = lengths.length - 1;
+  const scalingEvents: ScalingRecord[] = [];
+  let skippedIn = 0;
+  const minInstances = auto?.minInstances ?? 1;
+  const maxInstances = auto?.maxInstances ?? Infinity;
+  const tracker =
+    auto !== undefined && policy.scaling === 'target-tracking'
+      ? new TargetTrackingScaler({ ...auto.targetTracking, sloMs, longestRuntime: longest, clock, minInstances, maxInstances })
+      : null;
+  const headroom =
+    auto !== undefined && policy.scaling === 'headroom' ? new HeadroomScaler({ ...auto.headroom, longestRuntime: longest, clock, minInstances, maxInstances }) : null;
+  // Instances the allocation may use: serving minus those released and still draining.
+  let retiringCount = 0;
+  const release = (exec: Executor): void => {
+    dispatcher.remove(exec.id);
+    changeServing(-1);
+    retiringCount--;
+    runtimeScheduler.setInstances(serving - retiringCount);
+    scalingEvents.push({ atMs: clock.now(), action: 'in', instanceId: exec.id, instances: serving, reason: exec.retireReason });
+  };
+  const scale = (decision: ScaleDecision): void => {
+    if (decision.action === 'out') {
+      queue.after(auto?.provisionMs ?? 5000, () => {
+        const exec: Executor = { id: `i${executors.length}`, index: executors.length, fifo: [], retiring: false, retireReason: '', head: 0, busy: false };
+        executors.push(exec);
+        byId.set(exec.id, exec);
+        dispatcher.add(exec.id, decision.runtime);
+        changeServing(1);
+        runtimeScheduler.setInstances(serving - retiringCount);
+        scalingEvents.push({ atMs: clock.now(), action: 'out', instanceId: exec.id, instances: serving, reason: decision.reason });
+      });
+      return;
+    }
+    // A replacement plan names its instances; releasing one of them mid-plan would break it.
+    if (replacement !== null) {
+      skippedIn++;
+      return;
+    }
+    const exec = byId.get(decision.instanceId)!;
+    exec.retiring = true;
+    exec.retireReason = decision.reason;
+    retiringCount++;
+    runtimeScheduler.setInstances(serving - retiringCount);
+    dispatcher.drain(exec.id);
+    if (dispatcher.instance(exec.id).outstanding === 0) release(exec);
+  };
+  let lastTickBusy = 0;
+  let lastTickServing = 0;
+  const tickMs = auto?.tickMs ?? 1000;
+  if (auto !== undefined && !(tickMs > 0)) throw new SimArgumentError(`autoscale.tickMs must be > 0, got ${tickMs}`);
+  const scaleTick = (tMs: number): void => {
+    const candidates = dispatcher.instances().filter((v) => v.state === 'active');
+    let decision: ScaleDecision | null = null;
+    if (tracker !== null) decision = tracker.tick(candidates);
+    else if (headroom !== null) {
+      // Utilisation over the last tick: busy instance time / serving instance time.
+      changeBusy(0);
+      changeServing(0);
+      const busy = busyIntegral - lastTickBusy;
+      const servingTime = servingIntegral - lastTickServing;
+      lastTickBusy = busyIntegral;
+      lastTickServing = servingIntegral;
+      decision = headroom.tick(servingTime > 0 ? Math.min(1, busy / servingTime) : 0, candidates);
+    }
+    if (decision !== null) scale(decision);
+    if (tMs + tickMs < trace.durationMs) queue.schedule(tMs + tickMs, () => scaleTick(tMs + tickMs));
+  };
+  if (auto !== undefined && tickMs < trace.durationMs) queue.schedule(tickMs, () => scaleTick(tickMs));
 
   // ── Arrivals ───────────────────────────────────────────────────────────────────────────────────────────────
   let intervalArrivals = 0;
@@ -373,6 +531,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
       p98Ms: quantileSorted(lat, 0.98),
       queued,
       active: dispatcher.activeCounts(),
+      instances: serving,
     });
     intervalArrivals = 0;
     intervalLatencies = [];
@@ -383,9 +542,17 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   // ── Run: events up to each period's due time, the solve, then on; after the trace, drain ─────────────────────
   for (;;) {
     const due = runtimeScheduler.nextDueMs;
-    if (due >= trace.durationMs) break;
-    queue.run(due);
-    const solving = runtimeScheduler.poll();
+    if (due >= trace.durationMs && !resolveWanted) break;
+    while (!resolveWanted && queue.nextTime() <= due) queue.runNext();
+    let solving: Promise<AllocationDecision> | null;
+    if (resolveWanted) {
+      resolveWanted = false;
+      if (clock.now() >= trace.durationMs) continue;
+      solving = runtimeScheduler.solveNow();
+    } else {
+      queue.run(due);
+      solving = runtimeScheduler.poll();
+    }
     if (solving !== null) {
       const decision = await solving;
       const rec = record(decision, decision.reason, 0);
@@ -394,6 +561,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     }
   }
   queue.run();
+  changeServing(0);
   if (completed !== n) throw new ArloSimulationInvariantError(`simulation ended with ${n - completed} of ${n} requests unfinished`);
 
   // ── Summary ────────────────────────────────────────────────────────────────────────────────────────────────
@@ -438,7 +606,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     paddingWaste: computedTokens > 0 ? paddedTokens / computedTokens : 0,
     demotedFrac: stats.dispatched > 0 ? stats.demoted / stats.dispatched : 0,
     congestedFallbackFrac: stats.dispatched > 0 ? stats.congestedFallback / stats.dispatched : 0,
-    utilization: endMs > 0 ? busyMs / (G * endMs) : 0,
+    utilization: servingIntegral > 0 ? busyMs / servingIntegral : 0,
     perRuntime: lengths.map((maxLength, i) => ({
       maxLength,
       requests: perRuntimeCount[i]!,
@@ -451,6 +619,9 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     endMs,
     events: queue.eventsRun,
   };
+  if (auto !== undefined) {
+    result.scaling = { events: scalingEvents, skippedIn, meanInstances: endMs > 0 ? servingIntegral / endMs : serving, maxInstances: maxServing };
+  }
   if (options.recordRequests === true) result.requestLog = { startMs, finishMs, runtime: runtimeOf, instance: instanceOf, serviceMs };
   return result;
 }
