@@ -24,6 +24,7 @@ const TOY: ArloSizes = {
   table4: [toySetting('large-8', 'bert-large', 8, 650)],
   fig11: toySetting('large-8', 'bert-large', 8, 650),
   table3: toySetting('large-8-drift', 'bert-large', 8, 650),
+  fig8: { ...toySetting('large-autoscale', 'bert-large', 3, 500), durationMs: 20_000 },
 };
 
 describe('arlo bench (toy sizes)', () => {
@@ -36,6 +37,9 @@ describe('arlo bench (toy sizes)', () => {
     expect(byFigure('table4')).toHaveLength(3);
     expect(byFigure('fig11')).toHaveLength(4);
     expect(byFigure('table3')).toHaveLength(2);
+    expect(byFigure('fig8')).toHaveLength(4);
+    for (const row of byFigure('fig8')) expect(row.mean_instances as number).toBeGreaterThan(0);
+    expect(Number.isFinite(out.ratios.sim_fig8_instances_vs_st)).toBe(true);
     for (const key of ['sim_mean_vs_st', 'sim_mean_vs_dt', 'solve_ms_g1000_i16', 'dispatch_us_1200']) {
       expect(Number.isFinite(out.ratios[key]), key).toBe(true);
       expect(out.ratios[key]!).toBeGreaterThan(0);
@@ -52,7 +56,7 @@ describe('arlo bench (toy sizes)', () => {
     const notes = [out.table, ...(out.moreTables ?? [])].flatMap((t) => t.notes ?? []).join('\n');
     for (const target of ['target ≤ 0.5', 'target ≤ 0.8', 'target ≤ 2000 ms', 'target ≤ 50 µs']) expect(notes).toContain(target);
     const svgs = [out.svg, ...Object.values(out.moreSvgs ?? {})];
-    expect(Object.keys(out.moreSvgs ?? {}).sort()).toEqual(['fig10-p98', 'fig11', 'fig12', 'fig9', 'table2']);
+    expect(Object.keys(out.moreSvgs ?? {}).sort()).toEqual(['fig10-p98', 'fig11', 'fig12', 'fig8', 'fig9', 'table2']);
     for (const svg of svgs) {
       const doc = parseXml(svg);
       expect(doc.name).toBe('svg');

@@ -50,6 +50,8 @@ export interface SimSetting {
   ratePerSec: number;
   durationMs: number;
   periodMs: number;
+  /** MMPP parameters when not the defaults (ratio 2, mean sojourn 10 s). */
+  burst?: { burstRatio?: number; meanSojournMs?: number };
 }
 
 export interface ArloSizes {
@@ -67,6 +69,8 @@ export interface ArloSizes {
   /** Fig. 11 (2/4/8/16 runtimes) and Table 3 (Even vs Arlo on a drifting trace), or null to skip. */
   fig11: SimSetting | null;
   table3: SimSetting | null;
+  /** Fig. 8: auto-scaling from this many instances, or null to skip. */
+  fig8: SimSetting | null;
 }
 
 const grid = (gs: number[], is: number[]) => gs.flatMap((G) => is.map((I) => ({ G, I })));
@@ -89,6 +93,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     ],
     fig11: { key: 'large-40', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 300_000, periodMs: 120_000 },
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 600_000, periodMs: 120_000 },
+    fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 1_800_000, periodMs: 120_000, burst: { meanSojournMs: 60_000 } },
   },
   quick: {
     solve: [
@@ -107,6 +112,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     table4: [{ key: 'large-25', model: 'bert-large', instances: 25, ratePerSec: 2_000, durationMs: 20_000, periodMs: 5_000 }],
     fig11: { key: 'large-40', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 10_000, periodMs: 5_000 },
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 30_000, periodMs: 5_000 },
+    fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 240_000, periodMs: 60_000, burst: { meanSojournMs: 60_000 } },
   },
 };
 
@@ -300,12 +306,18 @@ function simRow(figure: string, setting: SimSetting, label: string, r: ArloSimul
   };
 }
 
-async function simulate(ctx: BenchContext, setting: SimSetting, scheme: SchemeName, extra: { runtimes?: number; driftAmplitude?: number } = {}): Promise<ArloSimulationResult> {
+async function simulate(
+  ctx: BenchContext,
+  setting: SimSetting,
+  scheme: SchemeName,
+  extra: { runtimes?: number; driftAmplitude?: number; autoscale?: boolean } = {},
+): Promise<ArloSimulationResult> {
   const trace = generateArloTrace({
     kind: 'bursty',
     ratePerSec: setting.ratePerSec,
     durationMs: setting.durationMs,
     seed: 2024,
+    ...(setting.burst === undefined ? {} : { burst: setting.burst }),
     ...(extra.driftAmplitude === undefined ? {} : { lengths: { driftAmplitude: extra.driftAmplitude, driftPeriodMs: setting.durationMs } }),
   });
   ctx.log(`arlo: simulating ${scheme}${extra.runtimes === undefined ? '' : ` (${extra.runtimes} runtimes)`} on ${setting.key} (${trace.arrivalMs.length} requests)`);
@@ -317,6 +329,7 @@ async function simulate(ctx: BenchContext, setting: SimSetting, scheme: SchemeNa
     periodMs: setting.periodMs,
     dynamicPenalty: 'gpu',
     ...(extra.runtimes === undefined ? {} : { runtimes: extra.runtimes }),
+    ...(extra.autoscale === true ? { autoscale: {} } : {}),
   });
 }
 
@@ -476,12 +489,45 @@ const simSection: SectionRunner = async (sizes, ctx) => {
     });
   }
 
+  // Fig. 8: auto-scaling from a few instances on a highly varying trace.
+  if (sizes.fig8 !== null) {
+    const setting = sizes.fig8;
+    const fig8: Row[] = [];
+    const runs = new Map<string, ArloSimulationResult>();
+    for (const scheme of ['st', 'dt', 'infaas', 'arlo'] as const) {
+      const r = await simulate(ctx, setting, scheme, { autoscale: true });
+      runs.set(scheme, r);
+      fig8.push({ ...simRow('fig8', setting, scheme, r), mean_instances: r.scaling!.meanInstances, max_instances: r.scaling!.maxInstances, scale_events: r.scaling!.events.length });
+    }
+    rows.push(...fig8);
+    const arlo = runs.get('arlo')!;
+    for (const base of ['st', 'dt', 'infaas'] as const) {
+      ratios[`sim_fig8_instances_vs_${base}`] = arlo.scaling!.meanInstances / runs.get(base)!.scaling!.meanInstances;
+      ratios[`sim_fig8_p98_vs_${base}`] = arlo.latency.p98Ms / runs.get(base)!.latency.p98Ms;
+    }
+    tables.push({
+      columns: [{ key: 'mean_instances', header: 'mean inst' }, { key: 'max_instances', header: 'max inst' }, ...SIM_COLUMNS],
+      rows: fig8,
+      notes: [
+        `Fig. 8 (simulated): auto-scaling from ${setting.instances} instances, BERT-Large, bursty load (MMPP ratio ${setting.burst?.burstRatio ?? 2}, mean sojourn ${(setting.burst?.meanSojournMs ?? 10_000) / 1000} s), 5 s provisioning. Arlo, target tracking on p98; the baselines, headroom on utilisation. mean inst = ∫G dt / T.`,
+        'Paper (Fig. 8): time-weighted GPUs Arlo 5.49, DT 6.38, INFaaS 6.80, ST 8.13; p98 330 / 397 / 404 / 431 ms.',
+      ],
+    });
+    svgs.fig8 = lineChart({
+      title: `Fig. 8: instances over time with auto-scaling (from ${setting.instances})`,
+      xLabel: 'simulated seconds',
+      yLabel: 'instances',
+      series: [...runs].map(([scheme, r]) => ({ name: scheme, points: r.timeline.map((t) => ({ x: t.tMs / 1000, y: t.instances })), markers: false })),
+    });
+  }
+
   return {
     rows,
     ratios,
     tables,
     svgs,
     params: {
+      fig8: sizes.fig8,
       fig10: sizes.fig10,
       table4: sizes.table4,
       fig11: sizes.fig11,
