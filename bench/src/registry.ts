@@ -49,7 +49,7 @@ export const BENCHES: readonly BenchEntry[] = [
   },
   {
     name: 'arlo',
-    summary: 'Arlo: allocation solve time DP vs HiGHS (Table 2), dispatch overhead (Fig. 9), simulated Arlo vs ST/DT/INFaaS-like and ablations (Figs. 10-12, Tables 3-4)',
+    summary: 'Arlo: allocation solve time DP vs HiGHS (Table 2), dispatch overhead (Fig. 9), simulated Arlo vs ST/DT/INFaaS-like, ablations and auto-scaling (Figs. 8, 10-12, Tables 3-4)',
     load: async () => (await import('./benches/arlo.js')).arloBench,
   },
   {

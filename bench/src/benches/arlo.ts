@@ -9,7 +9,8 @@
  *     virtual time with the §10.6 GPU profiles and the dynamic-shape penalty injected: Arlo vs ST, DT and
  *     INFaaS-like on Twitter-Bursty (BERT-Base 90 instances at 8k req/s, BERT-Large 300 at 25k req/s); the
  *     dispatch ablation (ILB, IG, RS); the number of runtimes (2, 4, 8, 16); Even vs periodic allocation on a
- *     drifting trace; and Arlo's allocation over time (Fig. 12).
+ *     drifting trace; Arlo's allocation over time (Fig. 12); and auto-scaling from 5 instances with each scheme's
+ *     own scaler (Fig. 8: time-weighted instances and p98).
  *
  * The real mini testbed (Figs. 6–7 analogue, `real_mean_vs_st`, `sim_fidelity_mean`) needs the Arlo server's
  * runtime workers: it is one more {@link ArloSection} in SECTIONS when that exists; nothing here fakes it.
