@@ -9,7 +9,8 @@
  * times an injectable dynamic-shape penalty.
  *
  * Events: ARRIVAL (observe, dispatch, enqueue), DONE (record, complete, next in FIFO, finish a drain), SWAP_DONE
- * (re-activate, next batch), SAMPLE (timeline); the periodic solve happens between events at its due time. A
+ * (re-activate, next batch), SCALE_TICK and PROVISIONED (optional auto-scaling with the scheme's own scaler),
+ * SAMPLE (timeline); the periodic solve happens between events at its due time. A
  * solve takes no virtual time (the paper's solve is far shorter than its period), and nothing in the result comes
  * from the wall clock: the same options give the same result.
  */
