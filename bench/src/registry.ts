@@ -53,6 +53,11 @@ export const BENCHES: readonly BenchEntry[] = [
     load: async () => (await import('./benches/soak.js')).soakBench,
   },
   {
+    name: 'arlo',
+    summary: 'Arlo: allocation solve time DP vs HiGHS (Table 2), dispatch overhead (Fig. 9), simulated Arlo vs ST/DT/INFaaS-like, ablations and auto-scaling (Figs. 8, 10-12, Tables 3-4)',
+    load: async () => (await import('./benches/arlo.js')).arloBench,
+  },
+  {
     name: 'train',
     summary: 'training tokens/s and MFU (vs the FMA peak), full and LoRA, mini decoder and encoder; forward/backward/optimizer split',
     load: async () => (await import('./benches/train.js')).trainBench,

@@ -26,6 +26,7 @@ export default defineConfig({
         items: [
           { text: 'Getting started', link: '/guide/getting-started' },
           { text: 'Benchmarks', link: '/guide/benchmarks' },
+          { text: 'Benchmark results', link: '/guide/results' },
           { text: 'Contributing', link: '/guide/contributing' },
         ],
       },

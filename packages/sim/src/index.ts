@@ -11,6 +11,7 @@
  *   sim-gpu.ts            one virtual GPU (Scheduler + page allocator + runner + HostEngine) on the event queue
  *   sim-cluster.ts        GPUs behind the real PunicaScheduler, with a ClientStream per request
  *   cluster-sim.ts        Punica's Fig. 13: N GPUs, one hour, ramped load, zipf-1.5 popularity
+ *   arlo/                 Arlo (length scheduling): @tessera/length-scheduler's objects over Stable / Bursty traces
  */
 export { EventOrderError, LatencyFitError, SimArgumentError } from './errors.js';
 export { type Random, exponential, mulberry32, standardNormal, substream, uniformInt } from './random.js';
@@ -69,3 +70,35 @@ export {
   clusterSimulationPreset,
   runClusterSimulation,
 } from './cluster-sim.js';
+export {
+  type AllocationRecord,
+  type ArloLatencyProfile,
+  type ArloRequestLog,
+  type ArloSimulationOptions,
+  type ArloSimulationResult,
+  type ArloTimelineSample,
+  type ArloTrace,
+  type ArloTraceKind,
+  type ArloTraceOptions,
+  type BurstOptions,
+  type DynamicPenalty,
+  type DynamicPenaltySpec,
+  type GpuPenaltyOptions,
+  type LatencySummary,
+  type MeasuredRun,
+  type PaperModel,
+  type RateInterval,
+  type RuntimeSummary,
+  type TwitterLengthOptions,
+  PAPER_OVERHEAD_MS,
+  PAPER_STAIRCASE_STEP,
+  cpuLatencyProfile,
+  generateArloTrace,
+  gpuDynamicPenalty,
+  measuredLatencyProfile,
+  noDynamicPenalty,
+  paperLatencyProfile,
+  resolveDynamicPenalty,
+  runArloSimulation,
+  twitterLengthSample,
+} from './arlo/index.js';
