@@ -101,18 +101,27 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
 }
 
 /**
- * Places one instance of every block the chains need (an initial placement): blocks in order of total traffic
- * (heaviest first, ties by first appearance in the chains), each on pickDevice's choice. Throws when a block fits
+ * Places one instance of every block the chains need (an initial placement), each on pickDevice's choice. For
+ * 'locality' blocks are taken so that a chain's blocks come one after another: next is the unplaced block with the
+ * most traffic to blocks already placed (ties: the most traffic overall, then first appearance in the chains). The
+ * 'frag-min' baseline is best-fit decreasing: largest block first (ties: first appearance). Throws when a block fits
  * on no device.
  */
 export function placeChains(topology: Topology, chains: readonly (readonly BlockId[])[], blockBytes: ReadonlyMap<BlockId, number>, traffic: TrafficCounter, options: PlacementOptions = {}): PlacedInstance[] {
-  const order: BlockId[] = [];
-  for (const c of chains) for (const b of c) if (!order.includes(b)) order.push(b);
-  const firstSeen = new Map(order.map((b, i) => [b, i]));
-  const totals = new Map(order.map((b) => [b, traffic.total(b)]));
-  order.sort((a, b) => totals.get(b)! - totals.get(a)! || firstSeen.get(a)! - firstSeen.get(b)!);
+  const remaining: BlockId[] = [];
+  for (const c of chains) for (const b of c) if (!remaining.includes(b)) remaining.push(b);
+  const totals = new Map(remaining.map((b) => [b, traffic.total(b)]));
   const placed: PlacedInstance[] = [];
-  for (const block of order) {
+  const fragMin = (options.policy ?? 'locality') === 'frag-min';
+  while (remaining.length > 0) {
+    let pick = 0;
+    let pickKey = [-1, -1];
+    remaining.forEach((b, i) => {
+      const toPlaced = placed.reduce((t, p) => t + traffic.count(b, p.block), 0);
+      const key = fragMin ? [blockBytes.get(b) ?? 0, 0] : [toPlaced, totals.get(b)!];
+      if (key[0]! > pickKey[0]! || (key[0] === pickKey[0] && key[1]! > pickKey[1]!)) (pick = i), (pickKey = key);
+    });
+    const block = remaining.splice(pick, 1)[0]!;
     const bytes = blockBytes.get(block);
     if (bytes === undefined) throw new ServingInvalidError(`no size given for block ${block}`);
     const d = pickDevice(topology, placed, block, bytes, traffic, options);
