@@ -185,10 +185,11 @@ function simulate(seed: number): { trace: TraceEntry[]; requests: SimRequest[]; 
     t += -Math.log(1 - rand()) * 3;
     requests.push({ id: `q${i}`, app: int(0, CHAINS.length - 1), prompt: int(1, 20), maxTokens: int(1, 5), arrival: t });
   }
-  type Event = { t: number; seq: number; kind: 'arrive'; request: SimRequest } | { t: number; seq: number; kind: 'done'; block: string; planId: number };
+  type EventBody = { t: number; kind: 'arrive'; request: SimRequest } | { t: number; kind: 'done'; block: string; planId: number };
+  type Event = EventBody & { seq: number };
   const events: Event[] = [];
   let seq = 0;
-  const push = (e: Omit<Event, 'seq'>) => events.push({ ...e, seq: seq++ } as Event);
+  const push = (e: EventBody) => events.push({ ...e, seq: seq++ });
   for (const r of requests) push({ t: r.arrival, kind: 'arrive', request: r });
   const trace: TraceEntry[] = [];
   const where = new Map<string, { iteration: number; position: number }>();
