@@ -286,3 +286,17 @@ export class BlockAgent {
     return { ...this.counters };
   }
 }
+
+/**
+ * Groups the rows leaving an instance by the destination chosen for each, one message per destination, in order of
+ * first appearance (design note A14: deterministic packing instead of a broadcast).
+ */
+export function packOutbox<T extends { dest: string }>(items: readonly T[]): { dest: string; items: T[] }[] {
+  const out = new Map<string, T[]>();
+  for (const item of items) {
+    const list = out.get(item.dest);
+    if (list) list.push(item);
+    else out.set(item.dest, [item]);
+  }
+  return [...out].map(([dest, list]) => ({ dest, items: list }));
+}

@@ -80,6 +80,25 @@ export interface MigrationCandidate {
   resumeTime: number;
 }
 
+/** A request whose KV is at an instance while the request is elsewhere in its chain (proactive migration's input). */
+export interface AwayRequest {
+  request: string;
+  block: BlockId;
+  /** t_call: when the request left the instance. */
+  leftAt: number;
+  /** Expected time from leaving to coming back (the agent's countdown). */
+  expectedReturnMs: number;
+  /** Whether its next visit is likely to go to the migration's target instead (the caller's prediction). */
+  redirect: boolean;
+  /** The migration's estimated time (kvMigrationMs). */
+  migrationMs: number;
+}
+
+export interface ProactiveCandidate extends MigrationCandidate {
+  /** T_INT = now − t_call (InferCept's interception time). */
+  interceptedMs: number;
+}
+
 export interface KvCoordinatorOptions {
   clock: Clock;
   pageSize?: number;
@@ -247,6 +266,18 @@ export class KvCoordinator {
   orderForMigration(candidates: readonly MigrationCandidate[], instance: string): MigrationCandidate[] {
     const ref = new Map(candidates.map((c) => [key(c.request, c.block), this.sharedPages(c.request, c.block, instance)]));
     return [...candidates].sort((a, b) => ref.get(key(a.request, a.block))! - ref.get(key(b.request, b.block))! || a.resumeTime - b.resumeTime || (a.request < b.request ? -1 : a.request > b.request ? 1 : a.block < b.block ? -1 : 1));
+  }
+
+  /**
+   * Proactive migration (design note 5.7): of the requests away from `instance` whose KV is there and whose next
+   * visit is likely redirected, those whose migration would finish before they resume (now + T_mig ≤ resumeTime,
+   * resumeTime = t_call + expected return), in migration order.
+   */
+  planProactive(instance: string, away: readonly AwayRequest[]): ProactiveCandidate[] {
+    const now = this.clock.now();
+    const picked = away.filter((a) => a.redirect && this.tokensAt(a.request, a.block, instance) !== null && now + checkNonNegative(a.migrationMs, `migrationMs of ${a.request}`) <= a.leftAt + a.expectedReturnMs);
+    const byKey = new Map(picked.map((a) => [key(a.request, a.block), a]));
+    return this.orderForMigration(picked.map((a) => ({ request: a.request, block: a.block, resumeTime: a.leftAt + a.expectedReturnMs })), instance).map((c) => ({ ...c, interceptedMs: now - byKey.get(key(c.request, c.block))!.leftAt }));
   }
 
   /**
