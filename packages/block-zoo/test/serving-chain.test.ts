@@ -4,7 +4,7 @@
  * the source) yields the same tokens as no migration; speculation bookkept by SpeculationLedger, with a surrogate
  * that is a different block and forced mispredictions, rolls back to exactly the non-speculative tokens.
  */
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -36,6 +36,8 @@ const executor = () => {
 };
 afterAll(() => {
   for (const ex of executors) ex.dispose();
+  pool.dispose();
+  rmSync(root, { recursive: true, force: true });
 });
 
 const clock: Clock = { now: () => 0 };
