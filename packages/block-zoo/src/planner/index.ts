@@ -81,3 +81,4 @@ export {
   sharedParamFraction,
   type TransformerShape,
 } from './shared-fraction.js';
+export * from './serving/index.js';
