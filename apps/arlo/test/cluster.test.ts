@@ -4,46 +4,26 @@
  * dispatcher's choice is kept (each request runs on the instance it picked, at that instance's length), a solve
  * retargets the remote instances through their queues, and the logits equal the engine's unpadded forward.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
-
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import type { EncoderModel } from '@tessera/engine';
+import { freePort, PrivateRedis } from '@tessera/test-utils';
 
 import { buildServer, startClusterWorker } from '../src/index.js';
 import { LENGTHS, loadEncoder, referenceLogits, relativeError, requestIds, tinyEncoder, TOLERANCE } from './support/harness.js';
 
-let redis: ChildProcess;
+let redis: PrivateRedis | undefined;
 let app: FastifyInstance;
 let worker: { close: () => Promise<void> };
 let reference: EncoderModel;
 let fixture: ReturnType<typeof tinyEncoder>;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
-
 beforeAll(async () => {
   fixture = tinyEncoder(5);
   const port = await freePort();
-  redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  await new Promise<void>((resolve, reject) => {
-    let out = '';
-    redis.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      if (/Ready to accept connections/.test(out)) resolve();
-    });
-    redis.once('exit', (code) => reject(new Error(`redis-server exited (${code}): ${out}`)));
-  });
+  redis = new PrivateRedis(port);
+  await redis.start();
   const cluster = { redisUrl: `redis://127.0.0.1:${port}`, prefix: 'arlo-test', instanceIds: ['r0', 'r1'] };
   worker = await startClusterWorker({ ...cluster, kind: 'native', modelDir: fixture.modelDir, length: 128, maxBatch: 1 });
   app = await buildServer({ modelDir: fixture.modelDir, lengths: LENGTHS, serviceMs: [1, 2, 4], sloMs: 100, periodMs: 3_600_000, cluster });
@@ -53,7 +33,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.close();
   await worker?.close();
-  redis?.kill('SIGTERM');
+  await redis?.stop();
   reference?.dispose();
   fixture?.cleanup();
 });

@@ -238,7 +238,7 @@ class Cluster {
 
   static async start(fx: SoakFixtures, log: (line: string) => void): Promise<Cluster> {
     const redisDir = mkdtempSync(join(tmpdir(), 'tessera-soak-redis-'));
-    const redis = new PrivateRedis(await freePort(), redisDir);
+    const redis = new PrivateRedis(await freePort(), { dir: redisDir });
     await redis.start();
     const prefix = `soak-${randomBytes(4).toString('hex')}`;
     log(`faults: private redis-server on ${redis.url}, cluster prefix ${prefix}`);

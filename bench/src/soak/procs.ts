@@ -4,10 +4,10 @@
  * cases stop and restart it).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { accessSync, constants, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort, PrivateRedis } from '@tessera/test-utils';
 
 export const REPO_ROOT = resolve(fileURLToPath(new URL('../../../', import.meta.url)));
 export const PUNICA_APP = resolve(REPO_ROOT, 'apps/punica');
@@ -17,17 +17,6 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((done) => setTimeout(done, ms));
 }
 
-/** A port nobody listens on right now (the OS picks it). */
-export async function freePort(): Promise<number> {
-  return new Promise((done, fail) => {
-    const server = createServer();
-    server.once('error', fail);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? done(address.port) : fail(new Error('soak: no free port'))));
-    });
-  });
-}
 
 /** Resident set size of a process in bytes (VmRSS of /proc/<pid>/status), or null where there is no such file. */
 export function rssBytes(pid: number): number | null {
@@ -149,65 +138,5 @@ export async function startServer(options: Omit<NodeProcessOptions, 'readyLine'>
   }
 }
 
-/** A redis-server of the bench's own: append-only file in `dir`, no RDB snapshots, restartable on the same port. */
-export class PrivateRedis {
-  readonly url: string;
-  private process: ChildProcess | null = null;
-
-  constructor(
-    readonly port: number,
-    readonly dir: string,
-  ) {
-    this.url = `redis://127.0.0.1:${port}`;
-  }
-
-  static available(): boolean {
-    const path = process.env.PATH ?? '';
-    return path.split(':').some((dir) => {
-      try {
-        accessSync(resolve(dir, 'redis-server'), constants.X_OK);
-        return true;
-      } catch {
-        return false;
-      }
-    });
-  }
-
-  async start(): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--appendonly', 'yes', '--dir', this.dir, '--save', ''], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.process = child;
-    let output = '';
-    await new Promise<void>((done, fail) => {
-      const timer = setTimeout(() => fail(new Error(`soak: redis-server did not start on ${this.port}:\n${output}`)), 10_000);
-      child.stdout!.on('data', (chunk: Buffer) => {
-        output += chunk.toString();
-        if (/Ready to accept connections/.test(output)) {
-          clearTimeout(timer);
-          done();
-        }
-      });
-      child.once('error', (err) => {
-        clearTimeout(timer);
-        fail(new Error(`soak: cannot run redis-server (${err.message}); the cluster fault cases need it on PATH`));
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        fail(new Error(`soak: redis-server exited (${code}):\n${output}`));
-      });
-    });
-    child.stdout!.resume();
-    child.stderr!.resume();
-  }
-
-  /** SIGTERM: a clean shutdown (the append-only file is flushed), as an operator's restart does. */
-  async stop(): Promise<void> {
-    const child = this.process;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((done) => child.once('exit', done));
-    child.kill('SIGTERM');
-    await exited;
-    this.process = null;
-  }
-}
+// The private redis-server and free ports are the tests' too (@tessera/test-utils).
+export { freePort, PrivateRedis };

@@ -19,12 +19,12 @@ import {
   type SchedulerService,
   startSchedulerService,
 } from '../src/index.js';
-import { collect, freePort, HostProcess, makeTinyModel, range, RedisServer, type TinyModel, waitFor } from './support/redis-harness.js';
+import { collect, freePort, HostProcess, makeTinyModel, range, PrivateRedis, type TinyModel, waitFor } from './support/redis-harness.js';
 
 const prefix = 'tessera-restart';
 let tiny: TinyModel;
 let dataDir: string;
-let redis: RedisServer;
+let redis: PrivateRedis;
 let service: SchedulerService;
 let client: RedisClusterClient;
 const hosts: HostProcess[] = [];
@@ -32,7 +32,7 @@ const hosts: HostProcess[] = [];
 beforeAll(async () => {
   tiny = makeTinyModel();
   dataDir = mkdtempSync(join(tmpdir(), 'tessera-redis-data-'));
-  redis = new RedisServer(await freePort(), dataDir);
+  redis = new PrivateRedis(await freePort(), { dir: dataDir });
   await redis.start();
   service = await startSchedulerService({ url: redis.url, prefix, pollMs: 50 });
   client = await connectClusterClient({ url: redis.url, prefix });

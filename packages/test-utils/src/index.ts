@@ -21,3 +21,4 @@ export function randomInts(n: number, seed: number, lo: number, hiExclusive: num
   for (let i = 0; i < n; i++) out[i] = lo + Math.floor(next() * (hiExclusive - lo));
   return out;
 }
+export { freePort, PrivateRedis, type PrivateRedisOptions } from './processes.js';

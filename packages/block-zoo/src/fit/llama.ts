@@ -7,11 +7,29 @@
  * layer (fewer heads, fewer FFN channels) runs through the same code.
  */
 import { fromHalfBits } from '@tessera/native';
-import { ModelTensors, readHfConfig } from '@tessera/engine';
+import { type DecoderConfig, ModelTensors, readHfConfig } from '@tessera/engine';
 
 import type { ArchSig } from '../planner/arch.js';
 import { ZooInvalidError } from '../planner/errors.js';
 import { type Mat, mat, matmulT } from './linalg.js';
+
+/** The zoo's architecture signature of a Llama config (dtype: the checkpoint's weight dtype). */
+export function archSigOf(config: DecoderConfig, dtype: string): ArchSig {
+  return {
+    architecture: 'LlamaForCausalLM',
+    vocabSize: config.vocabSize,
+    hiddenSize: config.hiddenSize,
+    numLayers: config.numLayers,
+    numHeads: config.numHeads,
+    numKvHeads: config.numKvHeads,
+    headDim: config.headDim,
+    intermediateSize: config.intermediateSize,
+    rmsNormEps: config.rmsNormEps,
+    ropeTheta: config.ropeTheta,
+    tieWordEmbeddings: config.tieWordEmbeddings,
+    dtype,
+  };
+}
 
 export interface LlamaWeights {
   arch: ArchSig;
@@ -57,20 +75,7 @@ export function loadLlamaWeights(dir: string): LlamaWeights {
       const shape = info.shape.length === 1 ? [1, info.shape[0]!] : info.shape;
       tensors.set(name, mat(shape[0]!, shape[1]!, values));
     }
-    const arch: ArchSig = {
-      architecture: 'LlamaForCausalLM',
-      vocabSize: config.vocabSize,
-      hiddenSize: config.hiddenSize,
-      numLayers: config.numLayers,
-      numHeads: config.numHeads,
-      numKvHeads: config.numKvHeads,
-      headDim: config.headDim,
-      intermediateSize: config.intermediateSize,
-      rmsNormEps: config.rmsNormEps,
-      ropeTheta: config.ropeTheta,
-      tieWordEmbeddings: config.tieWordEmbeddings,
-      dtype,
-    };
+    const arch = archSigOf(config, dtype);
     return { arch, tensors };
   } finally {
     files.close();

@@ -11,7 +11,7 @@ import { type DecoderConfig, loadLoraAdapter, ModelTensors, readHfConfig, readLo
 import { fromHalfBits } from '@tessera/native';
 import { type CalibrationData, calibrationHash, checkNegativeControl, layerScores } from '../fit/equivalence.js';
 import { mat, type Mat } from '../fit/linalg.js';
-import type { LlamaWeights } from '../fit/llama.js';
+import { archSigOf, type LlamaWeights } from '../fit/llama.js';
 import type { ArchSig } from '../planner/arch.js';
 import { ZooInvalidError } from '../planner/errors.js';
 import { tensorId as tensorIdOf } from '../planner/ids.js';
@@ -22,23 +22,8 @@ import type { DiskTensorStore } from '../store/disk-store.js';
 /** PEFT's weights file (the engine's peft.ts spells it too; not exported from its public entry). */
 const PEFT_ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
 
-/** The zoo's architecture signature of a Llama config (dtype: the checkpoint's weight dtype). */
-export function archSigOf(config: DecoderConfig, dtype: string): ArchSig {
-  return {
-    architecture: 'LlamaForCausalLM',
-    vocabSize: config.vocabSize,
-    hiddenSize: config.hiddenSize,
-    numLayers: config.numLayers,
-    numHeads: config.numHeads,
-    numKvHeads: config.numKvHeads,
-    headDim: config.headDim,
-    intermediateSize: config.intermediateSize,
-    rmsNormEps: config.rmsNormEps,
-    ropeTheta: config.ropeTheta,
-    tieWordEmbeddings: config.tieWordEmbeddings,
-    dtype,
-  };
-}
+/** The zoo's architecture signature of a Llama config (fit/llama.ts holds it: the fits read checkpoints too). */
+export { archSigOf };
 
 interface HostTensorFile {
   names(): string[];

@@ -5,7 +5,6 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -247,61 +246,4 @@ export function range(n: number): number[] {
 
 // ─── a private redis-server ──────────────────────────────────────────────────────────────────────────────────
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
-
-/** A redis-server of its own (append-only file in `dir`, no RDB snapshots), restartable on the same port and dir. */
-export class RedisServer {
-  readonly url: string;
-  private process: ChildProcess | null = null;
-
-  constructor(
-    readonly port: number,
-    readonly dir: string,
-  ) {
-    this.url = `redis://127.0.0.1:${port}`;
-  }
-
-  async start(): Promise<void> {
-    const child = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--appendonly', 'yes', '--dir', this.dir, '--save', ''], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.process = child;
-    let output = '';
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`redis-server did not start on ${this.port}:\n${output}`)), 10_000);
-      const onData = (chunk: Buffer) => {
-        output += chunk.toString();
-        if (/Ready to accept connections/.test(output)) {
-          clearTimeout(timer);
-          resolve();
-        }
-      };
-      child.stdout!.on('data', onData);
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`redis-server exited (${code}):\n${output}`));
-      });
-    });
-    child.stdout!.resume();
-    child.stderr!.resume();
-  }
-
-  /** SIGTERM: Redis shuts down cleanly (the append-only file is flushed). */
-  async stop(): Promise<void> {
-    const child = this.process;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    child.kill('SIGTERM');
-    await exited;
-    this.process = null;
-  }
-}
+export { freePort, PrivateRedis } from '@tessera/test-utils';
