@@ -18,7 +18,7 @@ export type {
   NativeTensor,
 } from './binding.js';
 export * from './errors.js';
-export { type Backend, type DeviceRequest, addonDirectory, getBackend, getCpuBackend, loadBackend, parseDeviceRequest } from './loader.js';
+export { type Backend, type DeviceRequest, addonDirectory, cpuAddonPath, getBackend, getCpuBackend, loadBackend, parseDeviceRequest } from './loader.js';
 export { allocatorStats, deviceInfo, resetPeak, setBudget, setIsa, setThreads, synchronize } from './runtime.js';
 export { formatShape } from './shape.js';
 export { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, fromHalfBits, type HalfDtype, toHalfBits } from './half.js';

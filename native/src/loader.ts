@@ -42,8 +42,20 @@ export function parseDeviceRequest(value: string | undefined): DeviceRequest {
   throw new TesseraError('TESSERA_INVALID_ARGUMENT', `TESSERA_DEVICE must be auto, cpu or cuda, got "${value}"`);
 }
 
+/**
+ * Where the CPU addon is: a local build (`build/Release`, or TESSERA_NATIVE_DIR) when there is one, else the binary
+ * prebuilt into the published package (`prebuilds/<platform>-<arch>/`, prebuildify's layout), so an install needs
+ * no compiler. A local build wins, as with node-gyp-build, so a fresh build is never shadowed by a shipped one.
+ */
+export function cpuAddonPath(dir: string = addonDirectory()): string {
+  const local = join(dir, 'tessera_cpu.node');
+  if (existsSync(local) || process.env.TESSERA_NATIVE_DIR) return local;
+  const prebuilt = join(dirname(fileURLToPath(import.meta.url)), '..', 'prebuilds', `${process.platform}-${process.arch}`, 'tessera_cpu.node');
+  return existsSync(prebuilt) ? prebuilt : local;
+}
+
 function loadCpu(dir: string): { binding: NativeBinding; path: string } {
-  const path = join(dir, 'tessera_cpu.node');
+  const path = cpuAddonPath(dir);
   if (!existsSync(path)) {
     throw new NativeBuildMissingError(
       `Tessera's native addon is not built: ${path} does not exist. ` +

@@ -1,8 +1,8 @@
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { deviceInfo, getBackend, loadBackend, NativeBuildMissingError, parseDeviceRequest, TesseraError } from '../src/index.js';
+import { addonDirectory, cpuAddonPath, deviceInfo, getBackend, loadBackend, NativeBuildMissingError, parseDeviceRequest, TesseraError } from '../src/index.js';
 
 describe('addon loader', () => {
   const savedDir = process.env.TESSERA_NATIVE_DIR;
@@ -38,5 +38,15 @@ describe('addon loader', () => {
     process.env.TESSERA_NATIVE_DIR = mkdtempSync(join(tmpdir(), 'tessera-nobuild-'));
     expect(() => loadBackend('cpu')).toThrow(NativeBuildMissingError);
     expect(() => loadBackend('cpu')).toThrow(/pnpm build:native/);
+  });
+
+  it('a local build wins over a prebuilt binary; without one, the prebuilt one of this platform is used', () => {
+    delete process.env.TESSERA_NATIVE_DIR;
+    const empty = mkdtempSync(join(tmpdir(), 'tessera-nolocal-'));
+    const local = join(addonDirectory(), 'tessera_cpu.node');
+    expect(cpuAddonPath()).toBe(local); // the repository's own build
+    // No local build here: the package's prebuilds/<platform>-<arch>/ (absent in a clone, so the local path stays).
+    const prebuilt = join(addonDirectory(), '..', '..', 'prebuilds', `${process.platform}-${process.arch}`, 'tessera_cpu.node');
+    expect(cpuAddonPath(empty)).toBe(existsSync(prebuilt) ? prebuilt : join(empty, 'tessera_cpu.node'));
   });
 });

@@ -3,7 +3,7 @@
  * `workspace:^` into real version ranges), the tarballs are installed with npm into an empty project (no workspace,
  * no `@tessera/source` condition: each package resolves to its built `dist/`), and
  *   - every package imports, and its public surface is there;
- *   - @tessera/native loads its prebuilt addon from inside the package (no compiler involved at install);
+ *   - @tessera/native loads the addon prebuilt into the package (prebuilds/<platform>-<arch>/; no compiler at install);
  *   - each package's README example (the `// #region readme-…` code its own tests run from `src/`) runs again
  *     here, from the installed `dist/`, and exits 0;
  *   - the types resolve for consumers: "are the types wrong?" (`attw`, profile esm-only: these packages are ESM
@@ -126,16 +126,18 @@ describe('installed from packed tarballs', () => {
       `const counts = { ${packages.map((p, i) => `'${p.name}': Object.keys(m${i}).length`).join(', ')} };`,
       `const native = await import('@tessera/native');`,
       `const t = native.Tensor.from(new Float32Array([1, 2, 3, 4]), [2, 2]);`,
-      `console.log(JSON.stringify({ counts, device: native.getBackend().device, sum: Array.from(t.toArray()).reduce((a, b) => a + b, 0) }));`,
+      `console.log(JSON.stringify({ counts, device: native.getBackend().device, path: native.getBackend().path, sum: Array.from(t.toArray()).reduce((a, b) => a + b, 0) }));`,
     ].join('\n');
     const r = runInProject('imports', code);
     expect(r.status, r.stderr).toBe(0);
-    const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { counts: Record<string, number>; device: string; sum: number };
+    const out = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { counts: Record<string, number>; device: string; path: string; sum: number };
     for (const p of packages) expect(out.counts[p.name], p.name).toBeGreaterThan(0);
     expect(out.device).toBe('cpu');
     expect(out.sum).toBe(10);
-    // The addon is the one inside the installed package.
-    expect(existsSync(join(project, 'node_modules', '@tessera', 'native', 'build', 'Release', 'tessera_cpu.node'))).toBe(true);
+    // The addon is the one prebuilt into the package (prebuildify's layout); no local build, no CUDA addon shipped.
+    const installed = join(project, 'node_modules', '@tessera', 'native');
+    expect(out.path).toBe(join(installed, 'prebuilds', `${process.platform}-${process.arch}`, 'tessera_cpu.node'));
+    expect(existsSync(join(installed, 'build'))).toBe(false);
   });
 
   it('attw finds no type-resolution problem in any tarball (node16 from ESM, bundler)', () => {
