@@ -119,7 +119,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     fig11: { key: 'large-40', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 10_000, periodMs: 5_000 },
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 30_000, periodMs: 5_000 },
     fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 240_000, periodMs: 60_000, burst: { meanSojournMs: 60_000 } },
-    testbed: { model: 'mini', lengths: [32, 64, 128], ratePerSec: 10, durationMs: 6_000, repeats: 1, profileReps: 5, sloFactor: 30, seed: 616 },
+    testbed: { model: 'mini', lengths: [32, 64, 128], ratePerSec: 10, durationMs: 5_000, repeats: 1, profileReps: 5, sloFactor: 30, seed: 616 },
   },
 };
 
