@@ -57,7 +57,8 @@ describe('arlo bench (toy sizes)', () => {
     expect(runs[0]!.requests as number).toBeGreaterThan(0);
     // ST pads everything to the longest runtime; the others run the allocation the simulator chose from the same profile and prior.
     for (const row of runs.filter((r) => r.scheme === 'st')) expect(row.mean_padded_to).toBe(128);
-    for (const row of testbed) expect(row.allocation).toBe(row.sim_allocation);
+    for (const row of [...runs, ...testbed]) expect(row.allocation).toBe(row.sim_allocation);
+    for (const row of runs) expect(row.fidelity_mean).toBeCloseTo(Math.abs((row.sim_mean_ms as number) - (row.mean_ms as number)) / (row.mean_ms as number), 12);
     expect(testbed[0]!.allocation).toBe('2');
     for (const key of ['real_mean_vs_st', 'sim_fidelity_mean']) {
       expect(Number.isFinite(out.ratios[key]), key).toBe(true);

@@ -7,15 +7,16 @@
  *   - ILB: polymorphing (the runtime lengths) + the allocation program, each request on its ideal runtime;
  *   - Arlo: polymorphing + the allocation program + Algorithm 1 (demotion to a longer runtime under congestion).
  *
- * Before any traffic, both instances are profiled at once (apps/arlo's profileInstance, length-scheduler's
- * profiler; their means averaged) and the message round trip to a worker is timed (the per-request overhead). From those, @tessera/sim's
- * runArloSimulation predicts each scheme on the same trace, with the same profiles, the same prior and so the
+ * Before each repeat, both instances are profiled at once (apps/arlo's profileInstance, length-scheduler's
+ * profiler; their means averaged) and the message round trip to a worker is timed (the per-request overhead):
+ * the free CPU of a shared machine drifts, so each repeat gets its own profile. From it, @tessera/sim's
+ * runArloSimulation predicts each scheme on the same trace, with the same profiles and the same prior, and so the
  * same allocation. Each scheme's allocation comes from `ArloService.solve(prior)`, carried out by the service's
  * replacement (instances retargeted) before the trace starts. Schemes alternate within each repeat; the reported
  * measured figures are medians over the repeats. A latency is counted from the request's scheduled arrival (the
  * open-loop generator's lateness is latency too), to its logits back on the main thread.
  */
-import { type ArloService as ArloServiceType, ArloService, ensureDemo, profileInstance, type ProfilePoint, type Runtime, startInstances, type ThreadRuntime } from '@tessera/arlo';
+import { ArloService, ensureDemo, profileInstance, type ProfilePoint, type Runtime, startInstances, type ThreadRuntime } from '@tessera/arlo';
 import { makeRuntimeProfile, priorFromLengths, type SchemeName, schedulingPolicy } from '@tessera/length-scheduler';
 import { type ArloSimulationResult, type ArloTrace, generateArloTrace, measuredLatencyProfile, runArloSimulation, twitterLengthSample } from '@tessera/sim';
 
@@ -86,6 +87,8 @@ export interface TestbedRun {
   /** Runtime length each request ran at. */
   paddedTo: Int32Array;
   allocation: number[];
+  /** The simulator's prediction of this run (same trace, this repeat's profile). */
+  simulated: ArloSimulationResult;
 }
 
 /** Token ids of request k (its content does not matter to the timing; deterministic, never the pad id 0). */
@@ -94,7 +97,7 @@ function requestIds(k: number, length: number, vocabSize: number): number[] {
 }
 
 /** Replays the trace open-loop into the service: request k is sent at t0 + arrivalMs[k], whatever is outstanding. */
-async function replay(service: ArloServiceType, trace: ArloTrace, vocabSize: number): Promise<Omit<TestbedRun, 'scheme' | 'repeat' | 'allocation'>> {
+async function replay(service: ArloService, trace: ArloTrace, vocabSize: number): Promise<Omit<TestbedRun, 'scheme' | 'repeat' | 'allocation' | 'simulated'>> {
   const n = trace.arrivalMs.length;
   const out = { latencyMs: new Float64Array(n), queueMs: new Float64Array(n), execMs: new Float64Array(n), paddedTo: new Int32Array(n) };
   const ids = Array.from({ length: n }, (_, k) => requestIds(k, trace.length[k]!, vocabSize));
@@ -151,6 +154,37 @@ export interface TestbedResult {
 
 const TARGETS = { realVsSt: 1, fidelity: 0.15 };
 
+/** What the profile of one repeat gave: per length mean / p50 / p99, the round trip, the SLO and the jitter σ. */
+export interface Calibration {
+  table: ProfilePoint[];
+  overheadMs: number;
+  sloMs: number;
+  jitterSigma: number;
+}
+
+/**
+ * Profiles both instances at once (apps/arlo's profileInstance): the service time of one while the other runs too
+ * (they share the cores and the memory bus with each other and with this thread), which is what serving sees;
+ * alone, one runs faster. Their means are averaged.
+ */
+async function calibrate(real: readonly ThreadRuntime[], lengths: readonly number[], sizes: TestbedSizes, vocabSize: number): Promise<Calibration> {
+  const tables = await Promise.all(real.map(async (r) => (await profileInstance(r, { lengths, sloMs: 1e9, reps: sizes.profileReps })).table));
+  const table: ProfilePoint[] = tables[0]!.map((p, i) => ({
+    length: p.length,
+    batch: p.batch,
+    meanMs: mean(tables.map((t) => t[i]!.meanMs)),
+    p50Ms: mean(tables.map((t) => t[i]!.p50Ms)),
+    p99Ms: Math.max(...tables.map((t) => t[i]!.p99Ms)),
+  }));
+  const overheadMs = await measureOverheadMs(real[0]!, lengths[0]!, vocabSize);
+  return {
+    table,
+    overheadMs,
+    sloMs: Math.round(sizes.sloFactor * table[table.length - 1]!.meanMs),
+    jitterSigma: median(table.map((p) => lognormalSigma(p.meanMs, p.p50Ms))),
+  };
+}
+
 /** Runs the testbed (see the module comment). */
 export async function runTestbed(sizes: TestbedSizes, ctx: BenchContext): Promise<TestbedResult> {
   const lengths = [...sizes.lengths];
@@ -168,71 +202,48 @@ export async function runTestbed(sizes: TestbedSizes, ctx: BenchContext): Promis
   }
   try {
     const vocabSize = real[0]!.model.vocabSize;
-    // ── Profile (the service times the simulator and the allocation program need) ─────────────────────────────
-    ctx.log(`arlo: testbed, profiling ${lengths.join(', ')} (${sizes.profileReps} runs each)`);
-    // Both instances at once: the service time of one while the other runs too (they share the cores and the
-    // memory bus with each other and with this thread), which is what serving sees; alone, one runs faster.
-    const tables = await Promise.all(real.map(async (r) => (await profileInstance(r, { lengths, sloMs: 1e9, reps: sizes.profileReps })).table));
-    const table: ProfilePoint[] = tables[0]!.map((p, i) => ({
-      length: p.length,
-      batch: p.batch,
-      meanMs: mean(tables.map((t) => t[i]!.meanMs)),
-      p50Ms: mean(tables.map((t) => t[i]!.p50Ms)),
-      p99Ms: Math.max(...tables.map((t) => t[i]!.p99Ms)),
-    }));
-    const overheadMs = await measureOverheadMs(real[0]!, lengths[0]!, vocabSize);
-    const sloMs = Math.round(sizes.sloFactor * table[table.length - 1]!.meanMs);
-    const jitterSigma = median(table.map((p) => lognormalSigma(p.meanMs, p.p50Ms)));
-    const meanMsOf = (length: number) => table.find((p) => p.length === length)!.meanMs;
-    const simProfile = measuredLatencyProfile(
-      `native-${sizes.model}`,
-      table.map((p) => ({ length: p.length, batch: 1, ms: p.meanMs })),
-      { sloMs, maxLength: longest },
-    );
-
-    // ── The trace and each scheme's prior (the simulator's own: same sample, same seed) ─────────────────────────
     const trace = generateArloTrace({ kind: 'stable', ratePerSec: sizes.ratePerSec, durationMs: sizes.durationMs, seed: sizes.seed, lengths: { scaleTo: longest } });
+    // Each scheme's prior is the simulator's own (same sample, same seed), so both solve the same program.
     const priorSample = Array.from(twitterLengthSample(PRIOR_SAMPLE, (trace.seed + 1) >>> 0, trace.lengthOptions));
-    const schemeSetup = (scheme: TestbedScheme) => {
-      const policy = schedulingPolicy(scheme, lengths);
-      const profiles = policy.lengths.map((l) => makeRuntimeProfile({ maxLength: l, serviceMs: meanMsOf(l), overheadMs, sloMs }));
-      const prior = priorFromLengths(policy.lengths, priorSample, trace.ratePerSec, sloMs);
-      return { policy, profiles, prior };
-    };
-
-    // ── The simulator's prediction ──────────────────────────────────────────────────────────────────────────────
-    const simulated = new Map<TestbedScheme, ArloSimulationResult>();
-    for (const scheme of TESTBED_SCHEMES) {
-      simulated.set(
-        scheme,
-        await runArloSimulation({
+    const runs: TestbedRun[] = [];
+    const calibrations: Calibration[] = [];
+    for (let repeat = 0; repeat < sizes.repeats; repeat++) {
+      // Each repeat profiles again just before its runs: on a shared machine the free CPU drifts, and a profile
+      // taken minutes earlier describes another machine.
+      ctx.log(`arlo: testbed, repeat ${repeat + 1}/${sizes.repeats}: profiling ${lengths.join(', ')} (${sizes.profileReps} runs each)`);
+      const cal = await calibrate(real, lengths, sizes, vocabSize);
+      calibrations.push(cal);
+      const meanMsOf = (length: number) => cal.table.find((p) => p.length === length)!.meanMs;
+      const simProfile = measuredLatencyProfile(
+        `native-${sizes.model}`,
+        cal.table.map((p) => ({ length: p.length, batch: 1, ms: p.meanMs })),
+        { sloMs: cal.sloMs, maxLength: longest },
+      );
+      // Schemes alternate within the repeat; each is predicted by the simulator from this repeat's profile.
+      for (const scheme of TESTBED_SCHEMES) {
+        const policy = schedulingPolicy(scheme, lengths);
+        const profiles = policy.lengths.map((l) => makeRuntimeProfile({ maxLength: l, serviceMs: meanMsOf(l), overheadMs: cal.overheadMs, sloMs: cal.sloMs }));
+        const prior = priorFromLengths(policy.lengths, priorSample, trace.ratePerSec, cal.sloMs);
+        const simulated = await runArloSimulation({
           scheme,
           instances: 2,
           trace,
           profile: simProfile,
-          sloMs,
+          sloMs: cal.sloMs,
           runtimes: lengths,
-          overheadMs,
+          overheadMs: cal.overheadMs,
           dynamicPenalty: 'none',
-          jitterSigma,
+          jitterSigma: cal.jitterSigma,
           periodMs: 10 * sizes.durationMs, // the initial allocation only, as the real runs
           swapMs: 0,
-        }),
-      );
-    }
-
-    // ── The real runs: schemes alternate within each repeat ────────────────────────────────────────────────────
-    const runs: TestbedRun[] = [];
-    for (let repeat = 0; repeat < sizes.repeats; repeat++) {
-      for (const scheme of TESTBED_SCHEMES) {
-        const { policy, profiles, prior } = schemeSetup(scheme);
+        });
         // Every scheme starts from both instances at the longest length (valid for each); its allocation moves them.
         await Promise.all(real.map((r) => r.retarget(longest)));
         const service = new ArloService({
           lengths: policy.lengths,
           profiles,
           instances: real.map((r) => new LentRuntime(r)),
-          sloMs,
+          sloMs: cal.sloMs,
           priorQ: prior,
           policy: policy.dispatch,
           solver: policy.solver(),
@@ -242,13 +253,13 @@ export async function runTestbed(sizes: TestbedSizes, ctx: BenchContext): Promis
           const decision = await service.solve(prior);
           ctx.log(`arlo: testbed, ${LABEL[scheme]} (repeat ${repeat + 1}/${sizes.repeats}): allocation [${decision.result.instances.join(', ')}], ${trace.arrivalMs.length} requests`);
           const measured = await replay(service, trace, vocabSize);
-          runs.push({ scheme, repeat, allocation: [...decision.result.instances], ...measured });
+          runs.push({ scheme, repeat, allocation: [...decision.result.instances], simulated, ...measured });
         } finally {
           await service.close();
         }
       }
     }
-    return summarize({ sizes, trace, runs, simulated, table, overheadMs, sloMs, jitterSigma });
+    return summarize({ sizes, trace, runs, calibrations });
   } finally {
     await Promise.allSettled(real.map((r) => r.close()));
   }
@@ -264,30 +275,37 @@ interface SummaryInput {
   sizes: TestbedSizes;
   trace: ArloTrace;
   runs: TestbedRun[];
-  simulated: Map<TestbedScheme, ArloSimulationResult>;
-  table: ProfilePoint[];
-  overheadMs: number;
-  sloMs: number;
-  jitterSigma: number;
+  /** One per repeat, in order. */
+  calibrations: Calibration[];
 }
 
-/** Rows (one per run, one summary per scheme), the ratios, the table and the chart. Exported for its test. */
-export function summarize({ sizes, trace, runs, simulated, table, overheadMs, sloMs, jitterSigma }: SummaryInput): TestbedResult {
+const distinct = (xs: readonly string[]) => [...new Set(xs)].join('; ');
+
+/** Rows (one per run, one summary per scheme), the ratios, the table and the chart. */
+export function summarize({ sizes, trace, runs, calibrations }: SummaryInput): TestbedResult {
   const rows: Row[] = [];
   for (const run of runs) {
     const lat = Array.from(run.latencyMs);
+    const measuredMean = mean(lat);
+    const sim = run.simulated;
     rows.push({
       figure: 'testbed-run',
       scheme: run.scheme,
       repeat: run.repeat,
       requests: lat.length,
-      mean_ms: mean(lat),
+      slo_ms: calibrations[run.repeat]?.sloMs ?? null,
+      mean_ms: measuredMean,
       p50_ms: percentile(lat, 50),
       p98_ms: percentile(lat, 98),
       mean_queue_ms: mean(run.queueMs),
       mean_exec_ms: mean(run.execMs),
       mean_padded_to: mean(run.paddedTo),
       allocation: run.allocation.join(','),
+      sim_mean_ms: sim.latency.meanMs,
+      sim_p98_ms: sim.latency.p98Ms,
+      sim_utilization: sim.utilization,
+      sim_allocation: sim.allocations[0]!.instances.join(','),
+      fidelity_mean: Math.abs(sim.latency.meanMs - measuredMean) / measuredMean,
     });
   }
   const summary: Row[] = [];
@@ -295,26 +313,26 @@ export function summarize({ sizes, trace, runs, simulated, table, overheadMs, sl
   for (const scheme of TESTBED_SCHEMES) {
     const mine = rows.filter((r) => r.scheme === scheme && r.figure === 'testbed-run');
     if (mine.length === 0) continue;
-    const sim = simulated.get(scheme)!;
-    const m = median(mine.map((r) => r.mean_ms as number));
-    measuredMean.set(scheme, m);
+    const med = (key: string) => median(mine.map((r) => r[key] as number));
+    measuredMean.set(scheme, med('mean_ms'));
     summary.push({
       figure: 'testbed',
       scheme,
       label: LABEL[scheme],
       requests: trace.arrivalMs.length,
       repeats: mine.length,
-      mean_ms: m,
-      p50_ms: median(mine.map((r) => r.p50_ms as number)),
-      p98_ms: median(mine.map((r) => r.p98_ms as number)),
-      mean_queue_ms: median(mine.map((r) => r.mean_queue_ms as number)),
-      mean_exec_ms: median(mine.map((r) => r.mean_exec_ms as number)),
-      sim_mean_ms: sim.latency.meanMs,
-      sim_p98_ms: sim.latency.p98Ms,
-      sim_utilization: sim.utilization,
-      fidelity_mean: Math.abs(sim.latency.meanMs - m) / m,
-      allocation: mine[0]!.allocation as string,
-      sim_allocation: sim.allocations[0]!.instances.join(','),
+      mean_ms: med('mean_ms'),
+      p50_ms: med('p50_ms'),
+      p98_ms: med('p98_ms'),
+      mean_queue_ms: med('mean_queue_ms'),
+      mean_exec_ms: med('mean_exec_ms'),
+      sim_mean_ms: med('sim_mean_ms'),
+      sim_p98_ms: med('sim_p98_ms'),
+      sim_utilization: med('sim_utilization'),
+      // Each repeat's prediction against its own measurement (same profile), then the median over repeats.
+      fidelity_mean: med('fidelity_mean'),
+      allocation: distinct(mine.map((r) => r.allocation as string)),
+      sim_allocation: distinct(mine.map((r) => r.sim_allocation as string)),
     });
   }
   rows.push(...summary);
@@ -330,7 +348,9 @@ export function summarize({ sizes, trace, runs, simulated, table, overheadMs, sl
   }
   const fmt = (v: number | undefined) => (v === undefined ? '-' : Number(v.toPrecision(3)).toString());
   const verdict = (ok: boolean | undefined) => (ok === undefined ? 'not measured' : ok ? 'met' : 'NOT met');
-  const profileText = table.map((p) => `${p.length}: ${fmt(p.meanMs)} ms`).join(', ');
+  const range = (xs: number[]) => (Math.min(...xs) === Math.max(...xs) ? fmt(xs[0]) : `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`);
+  const profileText = sizes.lengths.map((l, i) => `${l}: ${range(calibrations.map((c) => c.table[i]!.meanMs))} ms`).join(', ');
+  const calText = `worker round trip ${range(calibrations.map((c) => c.overheadMs))} ms; SLO ${range(calibrations.map((c) => c.sloMs))} ms (${sizes.sloFactor} × the longest); simulator jitter σ ${range(calibrations.map((c) => c.jitterSigma))} (from mean / p50)`;
   const tableSpec: TableSpec = {
     columns: [
       { key: 'label', header: 'scheme' },
@@ -348,7 +368,7 @@ export function summarize({ sizes, trace, runs, simulated, table, overheadMs, sl
     rows: summary,
     notes: [
       `Real mini testbed (Figs. 6–7 analogue): two native runtime workers (one thread each) on the ${sizes.model} encoder, runtimes ${sizes.lengths.join(', ')}; ${trace.arrivalMs.length} requests, Poisson at ${sizes.ratePerSec} req/s for ${sizes.durationMs / 1000} s (Twitter length mix scaled to ${sizes.lengths.at(-1)}, seed ${sizes.seed}); medians of ${sizes.repeats} alternating repeat(s).`,
-      `Profiled (both instances at once, ${sizes.profileReps} runs each): ${profileText}; worker round trip ${fmt(overheadMs)} ms; SLO ${sloMs} ms (${sizes.sloFactor} × the longest); simulator jitter σ ${fmt(jitterSigma)} (from mean / p50).`,
+      `Profiled before each repeat (both instances at once, ${sizes.profileReps} runs each; range over repeats): ${profileText}; ${calText}. Fidelity is each repeat's prediction against its own run, median over repeats.`,
       `Arlo mean / ST mean (measured): ${fmt(ratios.real_mean_vs_st)} (target < ${TARGETS.realVsSt}: ${verdict(ratios.real_mean_vs_st === undefined ? undefined : ratios.real_mean_vs_st < TARGETS.realVsSt)}).`,
       `Simulator vs measured Arlo mean: ${fmt(ratios.sim_fidelity_mean)} (target ≤ ${TARGETS.fidelity}: ${verdict(ratios.sim_fidelity_mean === undefined ? undefined : ratios.sim_fidelity_mean <= TARGETS.fidelity)}). The paper: 4.3 % and 2.6 %; here the load generator, Node's event loop and other jobs share the cores with the two workers.`,
     ],
@@ -370,6 +390,6 @@ export function summarize({ sizes, trace, runs, simulated, table, overheadMs, sl
     ratios,
     tables: [tableSpec],
     svgs: { testbed: svg },
-    params: { testbed: { ...sizes, sloMs, overheadMs, jitterSigma, profile: table } },
+    params: { testbed: { ...sizes, calibrations } },
   };
 }
