@@ -2,7 +2,7 @@
  * The arlo bench at toy sizes, end to end: every section produces its rows, the issue's ratios are there and
  * finite (including the two measured at the target sizes, G = 1000 / I = 16 and 1,200 instances, which are cheap),
  * the solvers agree on the optimum (an exact comparison, no timing), the real testbed (two native runtime workers
- * on the tiny encoder, one second of trace) serves every request under each scheme with the allocation the
+ * on the tiny encoder, 0.7 s of trace, two repeats) serves every request under each scheme with the allocation the
  * simulator chose from the same inputs, and every SVG is well-formed. Timing values are not asserted: they are
  * measurements, not behaviour.
  */
@@ -28,7 +28,7 @@ const TOY: ArloSizes = {
   fig11: toySetting('large-8', 'bert-large', 8, 650),
   table3: toySetting('large-8-drift', 'bert-large', 8, 650),
   fig8: { ...toySetting('large-autoscale', 'bert-large', 3, 500), durationMs: 20_000 },
-  testbed: { model: 'tiny', lengths: [32, 64, 128], ratePerSec: 60, durationMs: 1_000, repeats: 2, profileReps: 3, sloFactor: 30, seed: 7 },
+  testbed: { model: 'tiny', lengths: [32, 64, 128], ratePerSec: 60, durationMs: 700, repeats: 2, profileReps: 3, sloFactor: 30, seed: 7 },
 };
 
 describe('arlo bench (toy sizes)', () => {
