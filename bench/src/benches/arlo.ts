@@ -12,8 +12,9 @@
  *     drifting trace; Arlo's allocation over time (Fig. 12); and auto-scaling from 5 instances with each scheme's
  *     own scaler (Fig. 8: time-weighted instances and p98).
  *
- * The real mini testbed (Figs. 6–7 analogue, `real_mean_vs_st`, `sim_fidelity_mean`) needs the Arlo server's
- * runtime workers: it is one more {@link ArloSection} in SECTIONS when that exists; nothing here fakes it.
+ *   - The real mini testbed (Figs. 6–7 analogue, `real_mean_vs_st`, `sim_fidelity_mean`): ST, polymorphing + ILB
+ *     and full Arlo on two real runtime workers of apps/arlo (one thread each) through its ArloService, on a seeded
+ *     open-loop trace, beside the simulator's prediction from the profiled service times (../arlo/testbed.ts).
  * Targets (issue 16) are reported against the measured values in the table notes, never assumed.
  */
 import {
@@ -38,6 +39,7 @@ import {
   twitterLengthSample,
 } from '@tessera/sim';
 
+import { runTestbed, type TestbedSizes } from '../arlo/testbed.js';
 import { median } from '../stats.js';
 import { barChart, lineChart } from '../svg.js';
 import type { Row, TableSpec } from '../table.js';
@@ -72,6 +74,8 @@ export interface ArloSizes {
   table3: SimSetting | null;
   /** Fig. 8: auto-scaling from this many instances, or null to skip. */
   fig8: SimSetting | null;
+  /** The real mini testbed (two native runtime workers), or null to skip. */
+  testbed: TestbedSizes | null;
 }
 
 const grid = (gs: number[], is: number[]) => gs.flatMap((G) => is.map((I) => ({ G, I })));
@@ -95,6 +99,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     fig11: { key: 'large-40', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 300_000, periodMs: 120_000 },
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 600_000, periodMs: 120_000 },
     fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 1_800_000, periodMs: 120_000, burst: { meanSojournMs: 60_000 } },
+    testbed: { model: 'mini', lengths: [32, 64, 128], ratePerSec: 10, durationMs: 30_000, repeats: 3, profileReps: 20, sloFactor: 30, seed: 616 },
   },
   quick: {
     solve: [
@@ -114,6 +119,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     fig11: { key: 'large-40', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 10_000, periodMs: 5_000 },
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 30_000, periodMs: 5_000 },
     fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 240_000, periodMs: 60_000, burst: { meanSojournMs: 60_000 } },
+    testbed: { model: 'mini', lengths: [32, 64, 128], ratePerSec: 10, durationMs: 5_000, repeats: 1, profileReps: 5, sloFactor: 30, seed: 616 },
   },
 };
 
@@ -541,14 +547,15 @@ const simSection: SectionRunner = async (sizes, ctx) => {
   };
 };
 
-/**
- * The bench's parts in order. The real mini testbed (ST vs polymorphing + ILB vs Arlo on two real runtime workers,
- * `real_mean_vs_st` and `sim_fidelity_mean`) is added here as one more section once the Arlo server exists.
- */
+const testbedSection: SectionRunner = async (sizes, ctx) =>
+  sizes.testbed === null ? { rows: [], ratios: {}, tables: [], svgs: {}, params: { testbed: null } } : runTestbed(sizes.testbed, ctx);
+
+/** The bench's parts in order (the first three are the sim table's, Table 2's and Fig. 9's; more follow them). */
 export const SECTIONS: readonly { name: string; run: SectionRunner }[] = [
   { name: 'table2', run: solveSection },
   { name: 'fig9', run: dispatchSection },
   { name: 'simulation', run: simSection },
+  { name: 'testbed', run: testbedSection },
 ];
 
 /** Runs every section at the given sizes and assembles the bench output (the sim table first). */
