@@ -9,14 +9,15 @@
  *   persona       prefix-tuning, 4 virtual tokens per layer    (zoo PE description)
  *   vicuna        a full fine-tune (the foundation perturbed), scored layer by layer with the logit lens
  *
- * `buildDemoZoo` is what the tests use too.
+ * The files are generated on the HTTP thread (generateDemoFiles); the zoo is built from them by the engine worker on
+ * its first start (populateDemoZoo) and saved beside its tensor store, so later starts load it.
  */
 import { join } from 'node:path';
 
-import { BlockZoo, type TensorRef } from '@tessera/block-zoo';
+import type { BlockZoo, TensorRef } from '@tessera/block-zoo';
 import { loadLlamaWeights } from '@tessera/block-zoo/fit';
-import { ingestFoundation, ingestFullFineTune, ingestLora } from '@tessera/block-zoo/ingest';
-import { DiskTensorStore } from '@tessera/block-zoo/store';
+import { decoderConfigOf, ingestFullFineTune, ingestLora } from '@tessera/block-zoo/ingest';
+import type { DiskTensorStore } from '@tessera/block-zoo/store';
 import { mulberry32 } from '@tessera/core';
 import { type DecoderConfig, generateLoraAdapter, generateModel, type SafetensorsEntry, toHfConfigJson, writeSafetensors } from '@tessera/engine';
 import { ensureGenerated, generatedDirectory } from '@tessera/server-kit';
@@ -65,63 +66,46 @@ export function writeFullFineTune(foundationDir: string, dir: string, config: De
   return dir;
 }
 
-/**
- * Generates the foundation and the fine-tunes under `root` and ingests them into a zoo at `root/zoo` (saved
- * there). Returns the foundation's directory and config.
- */
-export function buildDemoZoo(root: string, log: (line: string) => void = () => {}): { modelDir: string; zooDir: string; config: DecoderConfig; zoo: BlockZoo } {
+/** The demo's files under `root`: the foundation, the PEFT LoRAs (two for the zoo, one spare) and the full fine-tune. */
+export function generateDemoFiles(root: string, log: (line: string) => void = () => {}): { modelDir: string; config: DecoderConfig } {
   const modelDir = join(root, DEMO_MODEL_NAME);
   const { config, bytes } = generateModel(modelDir, { family: 'decoder', size: 'tiny', seed: SEED, sharpen: SHARPEN });
   log(`foundation ${DEMO_MODEL_NAME}: ${config.numLayers} layers, hidden ${config.hiddenSize}, vocabulary ${config.vocabSize}, ${(bytes / 1024).toFixed(0)} KiB`);
-  const zooDir = join(root, 'zoo');
-  const store = DiskTensorStore.open(zooDir);
-  const zoo = new BlockZoo();
-  ingestFoundation(zoo, store, modelDir, { id: DEMO_MODEL_NAME });
+  const lora = (dir: string, targets: string[], seed: number, rank = 8) =>
+    generateLoraAdapter(dir, { base: config, rank, alpha: 2 * rank, targets, seed, baseModelNameOrPath: DEMO_MODEL_NAME });
+  lora(join(root, 'peft', 'sql-lora'), ['q_proj', 'v_proj'], SEED + 1);
+  lora(join(root, 'peft', 'chat-lora'), ['q_proj', 'v_proj', 'up_proj'], SEED + 2);
+  lora(join(root, 'spare', 'poetry-lora'), ['q_proj', 'v_proj'], SEED + 3, 4);
+  writeFullFineTune(modelDir, join(root, 'vicuna'), config, Math.floor(config.numLayers / 2), SEED + 30);
+  return { modelDir, config };
+}
 
-  const lora = (name: string, targets: string[], seed: number) => {
-    const dir = generateLoraAdapter(join(root, 'peft', name), { base: config, rank: 8, alpha: 16, targets, seed, baseModelNameOrPath: DEMO_MODEL_NAME }).dir;
-    ingestLora(zoo, store, dir, { id: name, base: DEMO_MODEL_NAME });
-  };
-  lora('sql-lora', ['q_proj', 'v_proj'], SEED + 1);
-  lora('chat-lora', ['q_proj', 'v_proj', 'up_proj'], SEED + 2);
-  // Spare adapters for the ingest route.
-  generateLoraAdapter(join(root, 'spare', 'poetry-lora'), { base: config, rank: 4, targets: ['q_proj', 'v_proj'], seed: SEED + 3, baseModelNameOrPath: DEMO_MODEL_NAME });
-
+/**
+ * Ingests the demo's fine-tunes (files from generateDemoFiles under `root`) into a zoo that holds the foundation
+ * as `foundation`. Runs in the engine worker: reading a PEFT adapter loads the native addon, which only the
+ * engine's thread may do.
+ */
+export function populateDemoZoo(zoo: BlockZoo, store: DiskTensorStore, root: string, foundation: string, log: (line: string) => void = () => {}): void {
+  const config = decoderConfigOf(zoo.model(foundation).archSig);
+  for (const name of ['sql-lora', 'chat-lora']) ingestLora(zoo, store, join(root, 'peft', name), { id: name, base: foundation });
   const put = (name: string, shape: number[], seed: number, std: number): TensorRef => {
     const { id } = store.put({ dtype: 'f32', shape }, noise(shape.reduce((a, b) => a * b, 1), seed, std));
     return { name, id, dtype: 'f32', shape };
   };
   const last = config.numLayers - 1;
   const bottleneck = 8;
-  zoo.addPeFineTune({
-    id: 'summarizer',
-    base: DEMO_MODEL_NAME,
-    method: 'adapter',
-    config: { bottleneck },
-    tensors: [put(`adapter.layers.${last}.ffn.down`, [bottleneck, config.hiddenSize], SEED + 10, 0.3), put(`adapter.layers.${last}.ffn.up`, [config.hiddenSize, bottleneck], SEED + 11, 0.3)].map((t) => ({
-      ...t,
-      component: 2 + 2 * last,
-    })),
-  });
-  zoo.addPeFineTune({ id: 'classifier', base: DEMO_MODEL_NAME, method: 'bitfit', config: {}, tensors: [put('model.layers.0.self_attn.q_proj.bias', [config.numHeads * config.headDim], SEED + 12, 0.5)] });
+  const adapter = [put(`adapter.layers.${last}.ffn.down`, [bottleneck, config.hiddenSize], SEED + 10, 0.3), put(`adapter.layers.${last}.ffn.up`, [config.hiddenSize, bottleneck], SEED + 11, 0.3)];
+  zoo.addPeFineTune({ id: 'summarizer', base: foundation, method: 'adapter', config: { bottleneck }, tensors: adapter.map((t) => ({ ...t, component: 2 + 2 * last })) });
+  zoo.addPeFineTune({ id: 'classifier', base: foundation, method: 'bitfit', config: {}, tensors: [put('model.layers.0.self_attn.q_proj.bias', [config.numHeads * config.headDim], SEED + 12, 2)] });
   const prefix = 4;
   const kvDim = config.numKvHeads * config.headDim;
-  zoo.addPeFineTune({
-    id: 'persona',
-    base: DEMO_MODEL_NAME,
-    method: 'prefix',
-    config: { tokens: prefix },
-    tensors: Array.from({ length: config.numLayers }, (_, l) => ({ ...put(`prefix.layers.${l}.kv`, [2, prefix, kvDim], SEED + 20 + l, 0.5), component: 1 + 2 * l })),
-  });
-
-  const ffDir = writeFullFineTune(modelDir, join(root, 'vicuna'), config, Math.floor(config.numLayers / 2), SEED + 30);
+  const prefixKv = Array.from({ length: config.numLayers }, (_, l) => ({ ...put(`prefix.layers.${l}.kv`, [2, prefix, kvDim], SEED + 20 + l, 0.5), component: 1 + 2 * l }));
+  zoo.addPeFineTune({ id: 'persona', base: foundation, method: 'prefix', config: { tokens: prefix }, tensors: prefixKv });
   const calibration = Array.from({ length: 4 }, (_, s) => Array.from({ length: 16 }, (_, t) => (s * 131 + t * 17 + 5) % (config.vocabSize - 2)));
-  const { scores } = ingestFullFineTune(zoo, store, ffDir, { id: 'vicuna', base: DEMO_MODEL_NAME, calibration });
-  log(`full fine-tune vicuna: layer scores ${scores.map((s) => s.toFixed(4)).join(', ')}`);
-  store.saveZoo(zoo);
+  const { scores } = ingestFullFineTune(zoo, store, join(root, 'vicuna'), { id: 'vicuna', base: foundation, calibration });
+  log(`full fine-tune vicuna: logit-lens layer scores ${scores.map((s) => s.toFixed(4)).join(', ')}`);
   const s = zoo.storage();
   log(`zoo: ${zoo.apps().length} applications, ${s.uniqueBlocks} blocks, ${s.uniqueBytes} bytes stored for ${s.logicalBytes} bytes of models`);
-  return { modelDir, zooDir, config, zoo };
 }
 
 /** `.tessera/blockllm-demo` under the repository root (or the current directory outside a checkout). */
@@ -133,8 +117,8 @@ export function defaultDemoDir(): string {
 export function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) => void = () => {}): Demo {
   const { dir: root, generated } = ensureGenerated(dir, DEMO_VERSION, (staging) => {
     log(`generating the BlockLLM demo (seed ${SEED})`);
-    const { zoo } = buildDemoZoo(staging, log);
-    return { model: DEMO_MODEL_NAME, apps: zoo.apps() };
+    generateDemoFiles(staging, log);
+    return { model: DEMO_MODEL_NAME };
   });
   if (generated) log(`demo written to ${root}`);
   return { dir: root, modelDir: join(root, DEMO_MODEL_NAME), modelName: DEMO_MODEL_NAME, zooDir: join(root, 'zoo'), spareDir: join(root, 'spare'), generated };

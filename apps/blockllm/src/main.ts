@@ -14,18 +14,21 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   const say = (line: string) => process.stdout.write(`[blockllm] ${line}\n`);
 
   let { modelDir, modelName, zooDir } = config;
+  let demoRoot: string | undefined;
   if (modelDir === undefined || config.demo) {
     const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say);
     if (!demo.generated) say(`using the demo in ${demo.dir}`);
     modelDir = demo.modelDir;
     modelName = demo.modelName;
     zooDir = demo.zooDir;
+    demoRoot = demo.dir;
   }
   say(`loading the zoo of ${modelDir}`);
   const app = await buildServer({
     modelDir,
     modelName,
     zooDir,
+    demoRoot,
     maxBatch: config.maxBatch,
     kvPages: config.kvPages,
     threads: config.threads,

@@ -49,6 +49,8 @@ export interface ServerOptions extends ServerBaseOptions {
   modelName?: string | undefined;
   /** The zoo's tensor store directory (default: `<modelDir>/../zoo`); an existing zoo snapshot there is served. */
   zooDir?: string | undefined;
+  /** The demo's files (generateDemoFiles): its fine-tunes join the zoo when the zoo is created. */
+  demoRoot?: string | undefined;
   /** Most running sequences per chain step (default 32). */
   maxBatch?: number | undefined;
   /** KV pages (16 tokens each) of every block's own cache (default 64). */
@@ -126,9 +128,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           maxBatch: options.maxBatch ?? 32,
           kvPages: options.kvPages ?? 64,
           threads: options.threads ?? null,
+          demoRoot: options.demoRoot ?? null,
           ingestRoot: options.ingestRoot ?? null,
         },
-        options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {},
+        { onProgress: (line) => app.log.info(line), ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}) },
       );
       app.log.info({ device: engine.ready.model.device, apps: engine.ready.apps.length }, 'engine ready');
       engine.on('crash', (err) => app.log.error({ err }, 'the engine worker crashed; /health reports unhealthy'));

@@ -93,7 +93,7 @@ export interface BlockllmProtocol {
     ingest: { args: IngestArgs; result: AppSummary };
     zoo: { args: null; result: ZooListing };
     stats: { args: null; result: EngineStats };
-    /** Greedy tokens of one application run alone on a fresh executor (the equality the tests check). */
+    /** Greedy tokens (exactly maxTokens, EOS not special) of one application run alone on a fresh executor: the reference the tests check served tokens against. */
     alone: { args: { app: string; prompt: number[]; maxTokens: number }; result: number[] };
   };
   ready: { model: ModelSummary; apps: AppSummary[] };
@@ -112,17 +112,20 @@ export interface WorkerInit {
   /** KV pages of each block's own cache. */
   kvPages: number;
   threads: number | null;
+  /** The demo's files: its fine-tunes are ingested when the zoo is created (demo.ts). */
+  demoRoot: string | null;
   /** Ingest paths must lie inside it when set. */
   ingestRoot: string | null;
 }
 
 /** Starts the engine worker; resolves once the zoo is loaded. */
-export function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?: number } = {}): Promise<WorkerEngineClient<BlockllmProtocol>> {
+export function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?: number; onProgress?: (line: string) => void } = {}): Promise<WorkerEngineClient<BlockllmProtocol>> {
   return WorkerEngineClient.start<BlockllmProtocol>({
     entry: workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }),
     workerData: init,
     name: 'tessera-blockllm-engine',
     oncePerProcess: 'the native addon supports one engine per process (run another process for another engine)',
     ...(options.shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.shutdownTimeoutMs } : {}),
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
   });
 }

@@ -17,6 +17,7 @@ import { readHfConfig, TextTokenizer } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
 import { isInside } from '@tessera/server-kit';
 
+import { populateDemoZoo } from '../demo.js';
 import { BlockllmRequestError } from '../errors.js';
 import type { AppSummary, BlockllmProtocol, EngineStats, IngestArgs, MemorySplit, WorkerInit, ZooListing } from './protocol.js';
 import { ChainStepLoop } from './step-loop.js';
@@ -33,12 +34,15 @@ function calibration(vocab: number): number[][] {
   return Array.from({ length: 4 }, () => Array.from({ length: 16 }, () => next() % (vocab - 2)));
 }
 
-serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async ({ workerData, fatal }) => {
+serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async ({ workerData, fatal, progress }) => {
   const init = workerData as WorkerInit;
   if (init.threads !== null) setThreads(init.threads);
   const store = DiskTensorStore.open(init.zooDir);
   const zoo = existsSync(join(init.zooDir, 'zoo.json')) ? store.loadZoo() : new BlockZoo();
-  if (!zoo.hasModel(init.foundation)) ingestFoundation(zoo, store, init.foundationDir, { id: init.foundation });
+  if (!zoo.hasModel(init.foundation)) {
+    ingestFoundation(zoo, store, init.foundationDir, { id: init.foundation });
+    if (init.demoRoot !== null) populateDemoZoo(zoo, store, init.demoRoot, init.foundation, progress);
+  }
   store.saveZoo(zoo);
   const config = readHfConfig(init.foundationDir);
   if (config.family !== 'decoder') throw new BlockllmRequestError('TESSERA_INGEST_INVALID', `${init.foundationDir} holds a ${config.architecture}, not a decoder`);
@@ -126,7 +130,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       alone: ({ app, prompt, maxTokens }) => {
         const solo = new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions });
         try {
-          return solo.generate([{ app, prompt, maxTokens, stopTokens: config.eosTokenIds }])[0]!.tokens;
+          return solo.generate([{ app, prompt, maxTokens }])[0]!.tokens;
         } finally {
           solo.dispose();
         }
