@@ -7,8 +7,9 @@
  * logits then go through its own sampler and StopChecker (OpenAI semantics: EOS, stop strings, max tokens).
  *
  * KV: a step that finds a block's cache full is rolled back by the executor (all or nothing); the loop then
- * retries without the newly admitted requests (they wait for pages to free), and, when the running ones alone do
- * not fit, puts the newest running one back at the head of the queue (it is recomputed from its tokens later).
+ * retries without the newest admitted request (it waits for pages to free), one at a time, and, when the running
+ * ones alone do not fit, puts the newest running one back at the head of the queue (it is recomputed from its
+ * tokens later).
  * A request whose pages could never fit one block's cache is refused at submit (KvTooSmall, 400).
  *
  * A zoo re-partition (an ingest that cuts a block some loaded chain uses) needs a new executor: admission pauses,
@@ -170,9 +171,13 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
           return;
         }
         this.counters.kvExhausted++;
-        if (admitted.length > 0) {
-          // The new ones wait for pages to free; the running ones step without them.
-          this.waiting.unshift(...admitted.splice(0));
+        if (admitted.length === 1 && this.running.length === 0) {
+          // Alone in empty caches and still too big: waiting would not help.
+          this.fail(admitted[0]!, err);
+          return;
+        } else if (admitted.length > 0) {
+          // The newest admitted request waits for pages to free; the step is retried without it.
+          this.waiting.unshift(admitted.pop()!);
         } else if (this.running.length > 1) {
           // Preempt the newest running request: its pages are freed, it is recomputed from its tokens later.
           const victim = this.running.pop()!;
@@ -185,7 +190,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
           this.running = [];
           return;
         }
-        batch = [...this.running];
+        batch = [...this.running, ...admitted];
         if (batch.length === 0) return;
       }
     }
