@@ -72,6 +72,8 @@ export interface EngineStats {
   /** Rows gathered into a new tensor between blocks (the rest ran on views). */
   copiedRows: number;
   kvExhausted: number;
+  /** Executors replaced after an ingest re-partitioned a served chain. */
+  rebuilds: number;
   memory: MemorySplit;
 }
 

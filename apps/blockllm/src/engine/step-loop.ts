@@ -61,12 +61,14 @@ export interface StepCounters {
   sharedBatches: number;
   copiedRows: number;
   kvExhausted: number;
+  /** Executors replaced after a zoo re-partition. */
+  rebuilds: number;
 }
 
 let nextSequence = 0;
 
 export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
-  readonly counters: StepCounters = { steps: 0, tokens: 0, blockRuns: 0, blockRows: 0, sharedBatches: 0, copiedRows: 0, kvExhausted: 0 };
+  readonly counters: StepCounters = { steps: 0, tokens: 0, blockRuns: 0, blockRows: 0, sharedBatches: 0, copiedRows: 0, kvExhausted: 0, rebuilds: 0 };
   private waiting: Sequence[] = [];
   private running: Sequence[] = [];
   private wake: (() => void) | null = null;
@@ -134,6 +136,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         this.rebuildWanted = null;
         this.executor.dispose();
         this.executor = make();
+        this.counters.rebuilds++;
         for (const s of this.waiting) s.started = false;
       }
       if (this.running.length === 0 && (this.waiting.length === 0 || this.rebuildWanted)) {
