@@ -99,6 +99,25 @@ describe('each application served as its chain of blocks', () => {
     expect(deltas).toBe(json.json.choices[0].message.content);
   });
 
+  it('honours sampling, n, logprobs and echo; refuses prompt logprobs with a 400', async () => {
+    const body = { model: 'chat-lora', prompt: 'Once upon a time', max_tokens: 6, temperature: 0.9, seed: 7, n: 2, logprobs: 2 };
+    const a = await postJson(`${url}/v1/completions`, body);
+    const b = await postJson(`${url}/v1/completions`, body);
+    expect(a.status, a.text).toBe(200);
+    expect(a.json.choices).toHaveLength(2);
+    expect(a.json.choices.map((c: { text: string }) => c.text)).toEqual(b.json.choices.map((c: { text: string }) => c.text));
+    for (const c of a.json.choices) {
+      expect(c.logprobs.tokens).toHaveLength(6);
+      expect(c.logprobs.top_logprobs[0]).toBeTypeOf('object');
+      for (const lp of c.logprobs.token_logprobs) expect(lp).toBeLessThanOrEqual(0);
+    }
+    const echo = await postJson(`${url}/v1/completions`, { model: 'vicuna', prompt: 'Echo me', max_tokens: 3, temperature: 0, echo: true });
+    expect(echo.json.choices[0].text.startsWith('Echo me')).toBe(true);
+    const promptLogprobs = await postJson(`${url}/v1/completions`, { model: 'vicuna', prompt: 'Echo me', max_tokens: 3, echo: true, logprobs: 1 });
+    expect(promptLogprobs.status).toBe(400);
+    expect(promptLogprobs.json.error.message).toMatch(/prompt logprobs/);
+  });
+
   it('never loads the native addon on the HTTP thread', () => {
     expect(nativeAddonLoadedHere()).toBe(false);
   });

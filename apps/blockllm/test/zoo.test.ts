@@ -136,5 +136,8 @@ describe('KV pressure and metrics', () => {
     expect(metric(text, 'tessera_blockllm_zoo_bytes{kind="unique"}')).toBeLessThan(metric(text, 'tessera_blockllm_zoo_bytes{kind="logical"}'));
     expect(metric(text, 'tessera_blockllm_zoo_blocks{kind="shared"}')).toBeGreaterThan(0);
     expect(text).toContain('vllm:e2e_request_latency_seconds');
+    // Served blocks are resident in the device pool (once, however many chains use them).
+    const blocks = (await (await fetch(`${url}/v1/zoo/blocks`)).json()) as { data: { label: string; resident: boolean; users: string[] }[] };
+    expect(blocks.data.filter((b) => b.users.includes('sql-lora')).every((b) => b.resident)).toBe(true);
   });
 });
