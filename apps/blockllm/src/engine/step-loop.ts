@@ -100,7 +100,10 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   submit(placement: Placement, sink: (event: HostEvent) => void): void {
     const r = placement.request;
     if (r.adapter === null) throw new BlockllmRequestError('TESSERA_UNSUPPORTED', 'a BlockLLM request names its application');
-    this.options.checkApp(r.adapter);
+    // Resolving the chain now (its blocks made resident) turns a chain that cannot be served into this request's
+    // error, not one of a whole step. While a rebuild is pending the old executor must not load new chains.
+    if (this.rebuildWanted) this.options.checkApp(r.adapter);
+    else this.executor.load(r.adapter);
     if (r.sampling.promptLogprobs !== undefined) throw new BlockllmRequestError('TESSERA_UNSUPPORTED', 'prompt logprobs are not served by BlockLLM');
     const tokens = this.options.prefixOf(r.adapter) + r.prompt.length + r.maxTokens;
     const pages = Math.ceil(tokens / PAGE_TOKENS);
@@ -140,10 +143,11 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         for (const s of this.waiting) s.started = false;
       }
       if (this.running.length === 0 && (this.waiting.length === 0 || this.rebuildWanted)) {
-        await new Promise<void>((resolve) => {
-          this.wake = resolve;
-          signal.addEventListener('abort', () => resolve(), { once: true });
-        });
+        const woken = new Promise<void>((resolve) => (this.wake = resolve));
+        const onAbort = () => this.wake?.();
+        signal.addEventListener('abort', onAbort, { once: true });
+        await woken;
+        signal.removeEventListener('abort', onAbort);
         this.wake = null;
         continue;
       }
