@@ -34,6 +34,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     sharedBatches: { type: 'counter', name: 'tessera_blockllm_shared_block_batches_total', help: 'Block runs whose batch held rows of two or more applications.' },
     copiedRows: { type: 'counter', name: 'tessera_blockllm_copied_rows_total', help: 'Rows gathered into a new tensor between blocks (the others ran on views).' },
     kvExhausted: { type: 'counter', name: 'tessera_blockllm_kv_exhausted_total', help: "Steps retried because a block's KV cache was full." },
+    rebuilds: { type: 'counter', name: 'tessera_blockllm_executor_rebuilds_total', help: 'Chain executors replaced after an ingest re-partitioned a served chain.' },
     bytes: { type: 'gauge', name: 'tessera_blockllm_zoo_bytes', help: 'Zoo bytes: unique (stored once), logical (per-model provisioning), resident (device pool).', labels: ['kind'] },
     blocks: { type: 'gauge', name: 'tessera_blockllm_zoo_blocks', help: 'Zoo blocks: unique, and shared by two or more applications.', labels: ['kind'] },
   });
@@ -61,6 +62,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.sharedBatches, s.sharedBatches);
     totals.advance(m.copiedRows, s.copiedRows);
     totals.advance(m.kvExhausted, s.kvExhausted);
+    totals.advance(m.rebuilds, s.rebuilds);
     m.bytes.set({ kind: 'unique' }, s.memory.uniqueBytes);
     m.bytes.set({ kind: 'logical' }, s.memory.logicalBytes);
     m.bytes.set({ kind: 'resident' }, s.memory.residentBytes);

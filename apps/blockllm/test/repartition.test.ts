@@ -41,6 +41,7 @@ it('re-partitions the served foundation on ingest and keeps every request’s to
   expect(after.tokens).toEqual(reference.slice(0, 12));
   expect((await listed(FOUNDATION))!.labels.length).toBeGreaterThan(1);
   expect((await app.engine.call('stats', null)).rebuilds).toBe(1);
+  expect(await (await fetch(`${url}/metrics`)).text()).toMatch(/^tessera_blockllm_executor_rebuilds_total 1$/m);
   const whole = wholeModelTokens([{ name: 'sql-lora', modelDir: fixture.modelDir, loraDir: join(fixture.root, 'peft', 'sql-lora') }], PROMPT, 12);
   expect(lora.tokens).toEqual(whole['sql-lora']);
 });
