@@ -1,10 +1,11 @@
 /**
  * The zoo routes, errors and metrics on a listening server over the demo (each block's KV cache kept small, 4 pages
- * of 16 tokens, so KV limits are reachable): ingesting a PEFT LoRA by path makes it servable with the whole model's
+ * of 16 tokens, so KV limits are reachable; ingest confined to the fixture's directory): ingesting a PEFT LoRA by path makes it servable with the whole model's
  * tokens; applications and blocks are listed with their sharing; bad input is a 4xx with a useful body and the
  * server keeps serving; more requests than the blocks' KV holds at once wait and still give the tokens of alone;
  * /metrics reports latency quantiles, tokens/s, per-block batching and the memory split.
  */
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { generateLoraAdapter, generateModel } from '@tessera/engine';
@@ -16,7 +17,7 @@ import { APPS, FOUNDATION, makeFixture, postJson, serve, wholeModelTokens } from
 const fixture = makeFixture();
 let app: FastifyInstance;
 let url: string;
-beforeAll(async () => ({ app, url } = await serve(fixture, { kvPages: 4 })));
+beforeAll(async () => ({ app, url } = await serve(fixture, { kvPages: 4, ingestRoot: fixture.root })));
 afterAll(async () => {
   await app?.close();
   fixture.cleanup();
@@ -88,6 +89,7 @@ describe('bad input is a 4xx with a useful body, and the server keeps serving', 
       [{ id: '../evil', path: fixture.spareLora }, 400, /id/],
       [{ id: 'x3' }, 400, /path/],
       [{ id: 'x4', path: fixture.root, kind: 'lora' }, 400, /adapter_config\.json/],
+      [{ id: 'x5', path: tmpdir() }, 400, /outside the ingest root/],
     ];
     for (const [body, status, message] of cases) {
       const r = await postJson(`${url}/v1/zoo/models`, body);

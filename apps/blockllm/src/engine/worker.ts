@@ -5,7 +5,7 @@
  * admin calls: ingest a directory by path, list applications and blocks, statistics, and a greedy run of one
  * application alone on a fresh executor (the reference the tests compare served tokens with).
  */
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, realpathSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 
 import { BlockZoo, formatBlock, ZooConflictError } from '@tessera/block-zoo';
@@ -94,9 +94,10 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     const bad = (why: string) => new BlockllmRequestError('TESSERA_INGEST_INVALID', why);
     if (typeof args.id !== 'string' || !APP_ID.test(args.id)) throw bad(`id ${JSON.stringify(args.id)} must be 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit`);
     if (zoo.hasModel(args.id)) throw new ZooConflictError(args.id, `the zoo already holds a model ${JSON.stringify(args.id)}`);
-    const path = resolve(args.path);
-    if (init.ingestRoot !== null && !isInside(resolve(init.ingestRoot), path)) throw bad(`path ${args.path} is outside the ingest root ${init.ingestRoot}`);
-    if (!existsSync(path) || !statSync(path).isDirectory()) throw bad(`path ${args.path} is not a directory`);
+    if (!existsSync(args.path) || !statSync(args.path).isDirectory()) throw bad(`path ${args.path} is not a directory`);
+    // Symlinks followed, so a link inside the root cannot reach outside it.
+    const path = realpathSync(resolve(args.path));
+    if (init.ingestRoot !== null && !isInside(realpathSync(resolve(init.ingestRoot)), path)) throw bad(`path ${args.path} is outside the ingest root ${init.ingestRoot}`);
     const kind = args.kind ?? (existsSync(join(path, 'adapter_config.json')) ? 'lora' : 'full');
     const base = args.base ?? init.foundation;
     if (kind !== 'foundation') zoo.model(base);
