@@ -37,6 +37,7 @@ export default defineConfig({
           { text: 'Punica (multi-LoRA, OpenAI API)', link: '/servers/punica' },
           { text: 'PetS (many PET tasks, one encoder)', link: '/servers/pets' },
           { text: 'Arlo (static-shape runtimes per length)', link: '/servers/arlo' },
+          { text: 'BlockLLM (fine-tunes as chains of shared blocks)', link: '/servers/blockllm' },
         ],
       },
       {

@@ -77,6 +77,11 @@ export class DevicePool {
     return new Map([...byName].map(([name, id]) => [name, this.live.get(id)!] as const));
   }
 
+  /** Whether the block is resident in this pool now (acquired and not released as often). */
+  isResident(blockId: BlockId): boolean {
+    return this.ledger.isResident(blockId);
+  }
+
   /** Undoes one acquire; tensors no resident block references any more are freed. */
   release(blockId: BlockId): void {
     const freed = this.ledger.unload(blockId);

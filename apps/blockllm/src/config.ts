@@ -1,0 +1,77 @@
+/**
+ * Command-line flags and their BLOCKLLM_* environment equivalents (a flag wins over its variable).
+ */
+import { flagOrEnv, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
+
+/** What parseCli throws for a bad command line. */
+export { UsageError };
+
+const FLAGS = flagTable([
+  [
+    'Foundation and zoo',
+    [
+      { flag: 'model', arg: '<dir>', help: "the foundation's Hugging Face Llama directory", env: 'BLOCKLLM_MODEL' },
+      { flag: 'model-name', arg: '<id>', help: "the foundation's id in the zoo and the API (default: dir name)", env: 'BLOCKLLM_MODEL_NAME' },
+      { flag: 'zoo', arg: '<dir>', help: "the zoo's tensor store; an existing zoo there is served (default <model>/../zoo)", env: 'BLOCKLLM_ZOO' },
+      { flag: 'demo', help: 'serve the demo even if --model is set', env: 'BLOCKLLM_DEMO=1' },
+      { flag: 'demo-dir', arg: '<dir>', help: 'where the demo is generated and cached', env: 'BLOCKLLM_DEMO_DIR' },
+    ],
+  ],
+  [
+    'HTTP',
+    [
+      { flag: 'host', arg: '<addr>', help: 'listen address (default 127.0.0.1)', env: 'BLOCKLLM_HOST' },
+      { flag: 'port', arg: '<n>', help: 'listen port (default 8000)', env: 'BLOCKLLM_PORT' },
+      { flag: 'no-ingest', help: 'disable POST /v1/zoo/models', env: 'BLOCKLLM_INGEST=0' },
+      { flag: 'ingest-root', arg: '<dir>', help: 'ingested directories must live inside this dir', env: 'BLOCKLLM_INGEST_ROOT' },
+      { flag: 'log-level', arg: '<level>', help: 'fatal|error|warn|info|debug|trace|silent (info)', env: 'BLOCKLLM_LOG_LEVEL' },
+    ],
+  ],
+  [
+    'Engine',
+    [
+      { flag: 'max-batch', arg: '<n>', help: 'most running sequences per chain step (default 32)', env: 'BLOCKLLM_MAX_BATCH' },
+      { flag: 'kv-pages', arg: '<n>', help: "KV pages (16 tokens) of each block's own cache (default 64)", env: 'BLOCKLLM_KV_PAGES' },
+      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'BLOCKLLM_THREADS' },
+      { flag: 'help', short: 'h', help: 'show this help' },
+    ],
+  ],
+]);
+
+export const USAGE = `tessera-blockllm: an OpenAI-compatible server over many fine-tunes of one foundation, served as chains of shared blocks (BlockLLM)
+
+Usage: tessera-blockllm [options]
+       pnpm --filter @tessera/blockllm start -- [options]
+
+Without --model, serves the demo: a tiny generated Llama-style foundation and its fine-tunes (LoRA, bottleneck
+adapter, BitFit, prefix-tuning and a full fine-tune) in a block zoo, generated once into .tessera/blockllm-demo at
+the repository root (or --demo-dir) and reused afterwards.
+
+${FLAGS.usage}
+
+The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
+`;
+
+export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
+
+/** Parses argv (without node and the script) and the environment. Returns null for --help. */
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
+  const values = parseFlags(argv, FLAGS.options);
+  if (values.help) return null;
+  const str = flagOrEnv(values, env);
+  return {
+    modelDir: str('model', 'BLOCKLLM_MODEL'),
+    modelName: str('model-name', 'BLOCKLLM_MODEL_NAME'),
+    zooDir: str('zoo', 'BLOCKLLM_ZOO'),
+    demo: values.demo === true || (parseBooleanFlag('BLOCKLLM_DEMO', env.BLOCKLLM_DEMO) ?? false),
+    demoDir: str('demo-dir', 'BLOCKLLM_DEMO_DIR'),
+    host: str('host', 'BLOCKLLM_HOST') ?? '127.0.0.1',
+    port: parseIntegerFlag('--port', str('port', 'BLOCKLLM_PORT'), 0, 65_535) ?? 8000,
+    ingest: values['no-ingest'] === true ? false : (parseBooleanFlag('BLOCKLLM_INGEST', env.BLOCKLLM_INGEST) ?? true),
+    ingestRoot: str('ingest-root', 'BLOCKLLM_INGEST_ROOT'),
+    logLevel: parseChoiceFlag('--log-level', str('log-level', 'BLOCKLLM_LOG_LEVEL'), LOG_LEVELS, 'info'),
+    maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'BLOCKLLM_MAX_BATCH'), 1, 4096) ?? 32,
+    kvPages: parseIntegerFlag('--kv-pages', str('kv-pages', 'BLOCKLLM_KV_PAGES'), 1, 1 << 20) ?? 64,
+    threads: parseIntegerFlag('--threads', str('threads', 'BLOCKLLM_THREADS'), 1, 1024),
+  };
+}

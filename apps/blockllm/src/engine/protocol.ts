@@ -1,0 +1,133 @@
+/**
+ * BlockLLM on the host protocol (@tessera/cluster): placements of a GenerateRequest in (its `adapter` field names
+ * the application), token events with their attempt and absolute index out, then the FinishedResult; admin calls
+ * for the zoo (ingest, listing) and the statistics. The front side is server-kit's WorkerEngineClient; the host
+ * side is worker.ts: the zoo, its DevicePool and the ChainExecutor, driven by the step loop (step-loop.ts).
+ */
+import type { FinishedResult, HostEvent, Placement } from '@tessera/cluster';
+import { type EngineHost, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
+
+/** What a POST to the ingest route asks: a directory by path, read unchanged. */
+export interface IngestArgs {
+  /** The application's id (its `model` name in the API). */
+  id: string;
+  /** A Hugging Face Llama directory (full fine-tune or foundation) or a PEFT LoRA directory. */
+  path: string;
+  /** Default: 'lora' when the directory has adapter_config.json, else 'full'. */
+  kind?: 'lora' | 'full' | 'foundation' | undefined;
+  /** The zoo model it fine-tunes (default: the served foundation). */
+  base?: string | undefined;
+}
+
+export interface AppSummary {
+  id: string;
+  kind: 'foundation' | 'pe' | 'full';
+  /** The PE method (lora, adapter, prefix, bitfit) for a PE fine-tune. */
+  method: string | null;
+  base: string | null;
+  /** Block ids of its chain, in order, and their short labels (`attn(0)+lora`). */
+  blocks: string[];
+  labels: string[];
+  /** Fraction of its parameters held in blocks other applications use too. */
+  sharedFraction: number;
+}
+
+export interface BlockSummary {
+  id: string;
+  label: string;
+  kind: string;
+  bytes: number;
+  /** Applications whose chains run it. */
+  users: string[];
+  resident: boolean;
+}
+
+export interface ZooListing {
+  apps: AppSummary[];
+  blocks: BlockSummary[];
+  storage: MemorySplit;
+}
+
+/** Bytes of the zoo: what is stored once against what per-model provisioning would hold. */
+export interface MemorySplit {
+  uniqueBytes: number;
+  logicalBytes: number;
+  uniqueBlocks: number;
+  /** Blocks in the chains of two or more applications. */
+  sharedBlocks: number;
+  /** Native bytes resident in the DevicePool now. */
+  residentBytes: number;
+}
+
+/** Sampled by /metrics. Counters are cumulative. */
+export interface EngineStats {
+  running: number;
+  waiting: number;
+  steps: number;
+  tokens: number;
+  /** Block runs and the rows they carried; runs whose batch held rows of two or more applications. */
+  blockRuns: number;
+  blockRows: number;
+  sharedBatches: number;
+  /** Rows gathered into a new tensor between blocks (the rest ran on views). */
+  copiedRows: number;
+  kvExhausted: number;
+  /** Executors replaced after an ingest re-partitioned a served chain. */
+  rebuilds: number;
+  memory: MemorySplit;
+}
+
+export interface ModelSummary {
+  /** The foundation's id in the zoo and its directory. */
+  foundation: string;
+  dir: string;
+  maxPositions: number;
+  vocabSize: number;
+  device: string;
+}
+
+export interface BlockllmProtocol {
+  placement: Placement;
+  item: Extract<HostEvent, { kind: 'token' }>;
+  result: FinishedResult;
+  notice: never;
+  admin: {
+    ingest: { args: IngestArgs; result: AppSummary };
+    zoo: { args: null; result: ZooListing };
+    stats: { args: null; result: EngineStats };
+    /** Greedy tokens (exactly maxTokens, EOS not special) of one application run alone on a fresh executor: the reference the tests check served tokens against. */
+    alone: { args: { app: string; prompt: number[]; maxTokens: number }; result: number[] };
+  };
+  ready: { model: ModelSummary; apps: AppSummary[] };
+}
+
+export type BlockllmHost = EngineHost<BlockllmProtocol>;
+
+/** workerData of the engine worker. */
+export interface WorkerInit {
+  /** The DiskTensorStore directory (the zoo snapshot `zoo.json` beside it is loaded when present). */
+  zooDir: string;
+  /** The foundation's HF directory: ingested as `foundation` unless the zoo has it. */
+  foundationDir: string;
+  foundation: string;
+  maxBatch: number;
+  /** KV pages of each block's own cache. */
+  kvPages: number;
+  threads: number | null;
+  /** The demo's files: its fine-tunes are ingested when the zoo is created (demo.ts). */
+  demoRoot: string | null;
+  /** Ingest paths must lie inside it when set. */
+  ingestRoot: string | null;
+}
+
+/** Starts the engine worker; resolves once the zoo is loaded. */
+export function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?: number; onProgress?: (line: string) => void } = {}): Promise<WorkerEngineClient<BlockllmProtocol>> {
+  return WorkerEngineClient.start<BlockllmProtocol>({
+    entry: workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }),
+    workerData: init,
+    name: 'tessera-blockllm-engine',
+    oncePerProcess: 'the native addon supports one engine per process (run another process for another engine)',
+    ...(options.shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.shutdownTimeoutMs } : {}),
+    ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+  });
+}

@@ -1,0 +1,239 @@
+/**
+ * The step loop: BlockLLM's requests as a host-protocol engine over one ChainExecutor. Each iteration admits
+ * waiting requests (up to `maxBatch` running, in arrival order) and runs ONE chain step for every running
+ * sequence: the newly admitted ones prefill (prompt, plus any tokens an earlier placement generated), the others
+ * decode their last token. Inside the step the executor walks the chains block by block and runs every block once
+ * over the rows of all the applications whose chains use it (per-block batching, design note §4.2). Each sequence's
+ * logits then go through its own sampler and StopChecker (OpenAI semantics: EOS, stop strings, max tokens).
+ *
+ * KV: a step that finds a block's cache full is rolled back by the executor (all or nothing); the loop then
+ * retries without the newest admitted request (it waits for pages to free), one at a time, and, when the running
+ * ones alone do not fit, puts the newest running one back at the head of the queue (it is recomputed from its
+ * tokens later).
+ * A request whose pages could never fit one block's cache is refused at submit (KvTooSmall, 400).
+ *
+ * A zoo re-partition (an ingest that cuts a block some loaded chain uses) needs a new executor: admission pauses,
+ * the running sequences finish, then `rebuild` swaps the executor.
+ */
+import { serializeError } from '@tessera/cluster';
+import type { FinishedResult, HostEvent, Placement, ProtocolEngine } from '@tessera/cluster';
+import { KvCacheExhaustedError } from '@tessera/core';
+import type { BlockRun, ChainExecutor } from '@tessera/block-zoo/chain';
+import { createSampler, type Sampler, StopChecker, tokenLogprobs } from '@tessera/engine';
+
+import { BlockllmRequestError } from '../errors.js';
+
+/** Tokens per KV page of a block's cache (the engine's PagedKvCache page). */
+const PAGE_TOKENS = 16;
+
+interface Sequence {
+  placement: Placement;
+  app: string;
+  sink: (event: HostEvent) => void;
+  sampler: Sampler;
+  stop: StopChecker;
+  /** Every generated token (earlier placements' first). */
+  generated: number[];
+  text: string;
+  /** True once prefilled in the current executor. */
+  started: boolean;
+  /** Engine sequence id: request id + a counter, so a recompute never meets its old pages. */
+  seqId: string;
+}
+
+export interface StepLoopOptions {
+  maxBatch: number;
+  /** Pages of each block's cache (a request's whole length must fit one block's). */
+  kvPages: number;
+  eosTokenIds: readonly number[];
+  decode: (ids: number[]) => string;
+  /** The application exists (else the submit is refused with the zoo's not-found error). */
+  checkApp: (app: string) => void;
+  /** Prefix tokens an application's chain writes before the prompt. */
+  prefixOf: (app: string) => number;
+}
+
+export interface StepCounters {
+  steps: number;
+  tokens: number;
+  blockRuns: number;
+  blockRows: number;
+  sharedBatches: number;
+  copiedRows: number;
+  kvExhausted: number;
+  /** Executors replaced after a zoo re-partition. */
+  rebuilds: number;
+}
+
+let nextSequence = 0;
+
+export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
+  readonly counters: StepCounters = { steps: 0, tokens: 0, blockRuns: 0, blockRows: 0, sharedBatches: 0, copiedRows: 0, kvExhausted: 0, rebuilds: 0 };
+  private waiting: Sequence[] = [];
+  private running: Sequence[] = [];
+  private wake: (() => void) | null = null;
+  private rebuildWanted: (() => ChainExecutor) | null = null;
+
+  constructor(
+    private executor: ChainExecutor,
+    private readonly options: StepLoopOptions,
+  ) {}
+
+  /** What each block run of the executor reports (the executor's onBlockRun). */
+  onBlockRun = (run: BlockRun): void => {
+    this.counters.blockRuns++;
+    this.counters.blockRows += run.rows;
+    this.counters.copiedRows += run.copiedRows;
+    if (run.apps.length > 1) this.counters.sharedBatches++;
+  };
+
+  get sizes(): { running: number; waiting: number } {
+    return { running: this.running.length, waiting: this.waiting.length };
+  }
+
+  /** Swaps the executor once the running sequences finished (admission pauses until then). */
+  requestRebuild(make: () => ChainExecutor): void {
+    this.rebuildWanted = make;
+    this.wake?.();
+  }
+
+  submit(placement: Placement, sink: (event: HostEvent) => void): void {
+    const r = placement.request;
+    if (r.adapter === null) throw new BlockllmRequestError('TESSERA_UNSUPPORTED', 'a BlockLLM request names its application');
+    // Resolving the chain now (its blocks made resident) turns a chain that cannot be served into this request's
+    // error, not one of a whole step. While a rebuild is pending the old executor must not load new chains.
+    if (this.rebuildWanted) this.options.checkApp(r.adapter);
+    else this.executor.load(r.adapter);
+    if (r.sampling.promptLogprobs !== undefined) throw new BlockllmRequestError('TESSERA_UNSUPPORTED', 'prompt logprobs are not served by BlockLLM');
+    const tokens = this.options.prefixOf(r.adapter) + r.prompt.length + r.maxTokens;
+    const pages = Math.ceil(tokens / PAGE_TOKENS);
+    if (pages > this.options.kvPages) {
+      throw new BlockllmRequestError('TESSERA_KV_TOO_SMALL', `request ${r.id} needs up to ${pages} KV pages in a block, more than each block's ${this.options.kvPages}`);
+    }
+    const stop = new StopChecker({ eosTokenIds: this.options.eosTokenIds, stopStrings: r.stop, maxTokens: r.maxTokens, decode: this.options.decode, ignoreEos: r.ignoreEos });
+    // Tokens an earlier placement delivered go through the checker again, so its text state continues them.
+    let text = '';
+    for (const t of placement.generated) text += stop.push(t).text;
+    const { temperature, topK, topP, seed } = r.sampling;
+    this.waiting.push({ placement, app: r.adapter, sink, sampler: createSampler({ temperature, topK, topP, seed }), stop, generated: [...placement.generated], text, started: false, seqId: `${r.id}#${nextSequence++}` });
+    this.wake?.();
+  }
+
+  cancel(id: string): boolean {
+    for (const list of [this.waiting, this.running]) {
+      const i = list.findIndex((s) => s.placement.request.id === id);
+      if (i < 0) continue;
+      const [s] = list.splice(i, 1);
+      this.executor.release(s!.seqId);
+      this.finish(s!, 'cancelled');
+      return true;
+    }
+    return false;
+  }
+
+  /** Runs until `signal` aborts: one chain step per iteration, yielding to the event loop between steps. */
+  async run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      if (this.rebuildWanted && this.running.length === 0) {
+        const make = this.rebuildWanted;
+        this.rebuildWanted = null;
+        this.executor.dispose();
+        this.executor = make();
+        this.counters.rebuilds++;
+        for (const s of this.waiting) s.started = false;
+      }
+      if (this.running.length === 0 && (this.waiting.length === 0 || this.rebuildWanted)) {
+        const woken = new Promise<void>((resolve) => (this.wake = resolve));
+        const onAbort = () => this.wake?.();
+        signal.addEventListener('abort', onAbort, { once: true });
+        await woken;
+        signal.removeEventListener('abort', onAbort);
+        this.wake = null;
+        continue;
+      }
+      this.step();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** Cancels everything held and frees the executor (shutdown, after run() returned). */
+  dispose(): void {
+    for (const s of [...this.running, ...this.waiting]) this.cancel(s.placement.request.id);
+    this.executor.dispose();
+  }
+
+  private step(): void {
+    const admitted: Sequence[] = [];
+    if (!this.rebuildWanted) while (this.running.length + admitted.length < this.options.maxBatch && this.waiting.length > 0) admitted.push(this.waiting.shift()!);
+    let batch = [...this.running, ...admitted];
+    let logits: Float32Array[] | null = null;
+    while (logits === null) {
+      try {
+        logits = this.executor.step(batch.map((s) => ({ app: s.app, id: s.seqId, tokens: s.started ? [s.generated.at(-1)!] : [...s.placement.request.prompt, ...s.generated] })));
+      } catch (err) {
+        if (!(err instanceof KvCacheExhaustedError)) {
+          // Not a capacity problem of this step: every request in it ends with the error, the loop goes on.
+          for (const s of batch) this.fail(s, err);
+          this.running = [];
+          return;
+        }
+        this.counters.kvExhausted++;
+        if (admitted.length === 1 && this.running.length === 0) {
+          // Alone in empty caches and still too big: waiting would not help.
+          this.fail(admitted[0]!, err);
+          return;
+        } else if (admitted.length > 0) {
+          // The newest admitted request waits for pages to free; the step is retried without it.
+          this.waiting.unshift(admitted.pop()!);
+        } else if (this.running.length > 1) {
+          // Preempt the newest running request: its pages are freed, it is recomputed from its tokens later.
+          const victim = this.running.pop()!;
+          this.executor.release(victim.seqId);
+          victim.started = false;
+          victim.seqId = `${victim.placement.request.id}#${nextSequence++}`;
+          this.waiting.unshift(victim);
+        } else {
+          for (const s of batch) this.fail(s, err);
+          this.running = [];
+          return;
+        }
+        batch = [...this.running, ...admitted];
+        if (batch.length === 0) return;
+      }
+    }
+    this.running = batch;
+    this.counters.steps++;
+    const done = new Set<Sequence>();
+    batch.forEach((s, b) => {
+      s.started = true;
+      const row = logits[b]!;
+      const token = s.sampler.sample(row);
+      const { request, attempt } = s.placement;
+      const step = s.stop.push(token);
+      s.generated.push(token);
+      s.text += step.text;
+      this.counters.tokens++;
+      const logprobs = request.logprobs !== undefined ? tokenLogprobs(row, token, request.logprobs) : undefined;
+      s.sink({ kind: 'token', id: request.id, attempt, index: s.generated.length - 1, token, text: step.text, ...(logprobs ? { logprobs } : {}) });
+      if (step.finished) {
+        done.add(s);
+        this.finish(s, step.finished);
+      }
+    });
+    if (done.size > 0) {
+      for (const s of done) this.executor.release(s.seqId);
+      this.running = this.running.filter((s) => !done.has(s));
+    }
+  }
+
+  private finish(s: Sequence, finishReason: FinishedResult['finishReason']): void {
+    const { request, attempt } = s.placement;
+    const result: FinishedResult = { id: request.id, tokens: s.generated, text: s.text, finishReason, promptTokens: request.prompt.length, completionTokens: s.generated.length };
+    s.sink({ kind: 'finish', id: request.id, attempt, result });
+  }
+
+  private fail(s: Sequence, err: unknown): void {
+    this.executor.release(s.seqId);
+    s.sink({ kind: 'error', id: s.placement.request.id, attempt: s.placement.attempt, error: serializeError(err) });
+  }
+}

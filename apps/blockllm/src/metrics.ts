@@ -1,0 +1,74 @@
+/**
+ * BlockLLM's Prometheus metrics, on the server's registry. server-kit adds the process and HTTP metrics and the
+ * request metrics under vLLM's names (generationMetrics: tokens, TTFT, latency histograms, queues). BlockLLM adds:
+ * end-to-end latency quantiles p50 / p95 over the last requests, generated tokens per second between scrapes, the
+ * step loop's per-block batching (block runs, rows, batches that mixed applications, rows copied between blocks),
+ * and the memory split of the zoo: unique bytes stored once against the logical bytes per-model provisioning
+ * would hold, unique and shared blocks, bytes resident in the device pool.
+ */
+import { CumulativeTotals, defineMetrics, generationMetrics } from '@tessera/server-kit';
+import type { Registry } from 'prom-client';
+
+import type { BlockllmHost, EngineStats } from './engine/protocol.js';
+
+/** How many of the latest requests the quantiles are over. */
+export const LATENCY_WINDOW = 1000;
+
+/** The q-quantile (nearest rank) of `values`; NaN when empty. */
+export function quantile(values: readonly number[], q: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+}
+
+export function blockllmMetrics(registry: Registry, engine: BlockllmHost, options: { model: string; now?: () => number }) {
+  const now = options.now ?? (() => performance.now());
+  const vllm = generationMetrics(registry, { model: options.model });
+  const m = defineMetrics(registry, {
+    latency: { type: 'gauge', name: 'tessera_blockllm_request_latency_seconds', help: `End-to-end latency quantiles over the last ${LATENCY_WINDOW} requests.`, labels: ['quantile'] },
+    tokensPerSecond: { type: 'gauge', name: 'tessera_blockllm_tokens_per_second', help: 'Tokens generated per second since the previous scrape.' },
+    steps: { type: 'counter', name: 'tessera_blockllm_steps_total', help: 'Chain steps run (one per iteration of the step loop, all running sequences).' },
+    tokens: { type: 'counter', name: 'tessera_blockllm_generated_tokens_total', help: 'Tokens generated.' },
+    blockRuns: { type: 'counter', name: 'tessera_blockllm_block_runs_total', help: 'Block runs (one per block per step, over every application using it).' },
+    blockRows: { type: 'counter', name: 'tessera_blockllm_block_rows_total', help: 'Rows carried by block runs (rows / runs = mean per-block batch).' },
+    sharedBatches: { type: 'counter', name: 'tessera_blockllm_shared_block_batches_total', help: 'Block runs whose batch held rows of two or more applications.' },
+    copiedRows: { type: 'counter', name: 'tessera_blockllm_copied_rows_total', help: 'Rows gathered into a new tensor between blocks (the others ran on views).' },
+    kvExhausted: { type: 'counter', name: 'tessera_blockllm_kv_exhausted_total', help: "Steps retried because a block's KV cache was full." },
+    rebuilds: { type: 'counter', name: 'tessera_blockllm_executor_rebuilds_total', help: 'Chain executors replaced after an ingest re-partitioned a served chain.' },
+    bytes: { type: 'gauge', name: 'tessera_blockllm_zoo_bytes', help: 'Zoo bytes: unique (stored once), logical (per-model provisioning), resident (device pool).', labels: ['kind'] },
+    blocks: { type: 'gauge', name: 'tessera_blockllm_zoo_blocks', help: 'Zoo blocks: unique, and shared by two or more applications.', labels: ['kind'] },
+  });
+  const latencies: number[] = [];
+  engine.on('request-end', (end) => {
+    vllm.onRequestEnd(end);
+    if (end.result === null) return;
+    latencies.push((end.endedAt - end.submittedAt) / 1000);
+    if (latencies.length > LATENCY_WINDOW) latencies.shift();
+  });
+  const totals = new CumulativeTotals();
+  let last = { at: now(), tokens: 0 };
+
+  function sample(s: EngineStats): void {
+    vllm.sample({ running: s.running, waiting: s.waiting, kvUsedPages: 0, kvPages: 1, preemptions: 0 });
+    m.latency.set({ quantile: '0.5' }, quantile(latencies, 0.5));
+    m.latency.set({ quantile: '0.95' }, quantile(latencies, 0.95));
+    const at = now();
+    m.tokensPerSecond.set(at > last.at ? ((s.tokens - last.tokens) * 1000) / (at - last.at) : 0);
+    last = { at, tokens: s.tokens };
+    totals.advance(m.steps, s.steps);
+    totals.advance(m.tokens, s.tokens);
+    totals.advance(m.blockRuns, s.blockRuns);
+    totals.advance(m.blockRows, s.blockRows);
+    totals.advance(m.sharedBatches, s.sharedBatches);
+    totals.advance(m.copiedRows, s.copiedRows);
+    totals.advance(m.kvExhausted, s.kvExhausted);
+    totals.advance(m.rebuilds, s.rebuilds);
+    m.bytes.set({ kind: 'unique' }, s.memory.uniqueBytes);
+    m.bytes.set({ kind: 'logical' }, s.memory.logicalBytes);
+    m.bytes.set({ kind: 'resident' }, s.memory.residentBytes);
+    m.blocks.set({ kind: 'unique' }, s.memory.uniqueBlocks);
+    m.blocks.set({ kind: 'shared' }, s.memory.sharedBlocks);
+  }
+
+  return { collect: async () => sample(await engine.call('stats', null)) };
+}

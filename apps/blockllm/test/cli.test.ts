@@ -1,0 +1,106 @@
+/**
+ * The command line: flags and BLOCKLLM_* variables, --help, the demo's files generated once and reused, and the
+ * real CLI process: it generates the demo (the engine worker builds its zoo), serves every application on
+ * loopback, answers a completion, and exits cleanly on SIGINT.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { parseCli, USAGE, UsageError } from '../src/config.js';
+import { DEMO_MODEL_NAME, ensureDemo } from '../src/demo.js';
+
+let scratch: string;
+beforeAll(() => {
+  scratch = mkdtempSync(join(tmpdir(), 'tessera-blockllm-cli-'));
+});
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
+const APP_DIR = fileURLToPath(new URL('..', import.meta.url));
+
+describe('parseCli', () => {
+  it('has defaults: loopback, port 8000, batch 32, 64 KV pages a block, ingest on, the demo when no model is given', () => {
+    expect(parseCli([], {})).toMatchObject({ modelDir: undefined, zooDir: undefined, host: '127.0.0.1', port: 8000, maxBatch: 32, kvPages: 64, ingest: true, demo: false, threads: undefined, logLevel: 'info' });
+  });
+
+  it('reads flags, and BLOCKLLM_* variables where a flag is absent', () => {
+    const env = { BLOCKLLM_MODEL: '/env/model', BLOCKLLM_ZOO: '/env/zoo', BLOCKLLM_PORT: '9000', BLOCKLLM_MAX_BATCH: '8', BLOCKLLM_KV_PAGES: '12', BLOCKLLM_INGEST: '0', BLOCKLLM_THREADS: '2', BLOCKLLM_DEMO: '1' };
+    expect(parseCli([], env)).toMatchObject({ modelDir: '/env/model', zooDir: '/env/zoo', port: 9000, maxBatch: 8, kvPages: 12, ingest: false, threads: 2, demo: true });
+    const flags = ['--model', '/m', '--zoo', '/z', '--port', '8100', '--max-batch', '16', '--kv-pages', '128', '--threads', '4', '--no-ingest', '--ingest-root', '/r', '--model-name', 'llama'];
+    expect(parseCli(flags, env)).toMatchObject({ modelDir: '/m', zooDir: '/z', port: 8100, maxBatch: 16, kvPages: 128, threads: 4, ingest: false, ingestRoot: '/r', modelName: 'llama' });
+  });
+
+  it('returns null for --help, and the usage names every flag and its variable', () => {
+    expect(parseCli(['--help'], {})).toBeNull();
+    expect(parseCli(['-h'], {})).toBeNull();
+    for (const flag of ['--model', '--zoo', '--host', '--port', '--max-batch', '--kv-pages', '--threads', '--demo', '--demo-dir', '--no-ingest', '--ingest-root', 'BLOCKLLM_MODEL', 'BLOCKLLM_KV_PAGES', 'BLOCKLLM_INGEST=0']) {
+      expect(USAGE).toContain(flag);
+    }
+  });
+
+  it('rejects unknown flags and bad values with a UsageError', () => {
+    for (const argv of [['--nope'], ['--port', 'abc'], ['--port', '70000'], ['--max-batch', '0'], ['--kv-pages', '0'], ['--threads', '1.5'], ['--log-level', 'loud'], ['positional']]) {
+      expect(() => parseCli(argv, {}), argv.join(' ')).toThrow(UsageError);
+    }
+    expect(() => parseCli([], { BLOCKLLM_INGEST: 'maybe' })).toThrow(/BLOCKLLM_INGEST/);
+  });
+});
+
+describe('the demo files', () => {
+  it('are generated once and reused afterwards', () => {
+    const dir = join(scratch, 'demo');
+    const first = ensureDemo(dir);
+    expect(first.generated).toBe(true);
+    expect(first.modelName).toBe(DEMO_MODEL_NAME);
+    const stamp = statSync(join(first.modelDir, 'model.safetensors')).mtimeMs;
+    const again = ensureDemo(dir);
+    expect(again.generated).toBe(false);
+    expect(statSync(join(again.modelDir, 'model.safetensors')).mtimeMs).toBe(stamp);
+  });
+});
+
+describe('the tessera-blockllm process', () => {
+  it('prints --help and exits 0; exits 2 on a bad flag', () => {
+    const help = spawnSync(process.execPath, ['--conditions=@tessera/source', '--import', 'tsx', MAIN, '--help'], { cwd: APP_DIR, encoding: 'utf8' });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toContain('tessera-blockllm');
+    expect(help.stdout).toContain('BLOCKLLM_ZOO');
+    const bad = spawnSync(process.execPath, ['--conditions=@tessera/source', '--import', 'tsx', MAIN, '--port', 'x'], { cwd: APP_DIR, encoding: 'utf8' });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--port/);
+  });
+
+  it('serves the demo on loopback and exits cleanly on SIGINT', async () => {
+    const child = spawn(process.execPath, ['--conditions=@tessera/source', '--import', 'tsx', MAIN, '--demo-dir', join(scratch, 'cli-demo'), '--port', '0', '--threads', '1', '--log-level', 'warn'], {
+      cwd: APP_DIR,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    try {
+      const serving = /serving (\d+) application\(s\) .* on (http:\/\/127\.0\.0\.1:\d+)/;
+      await expect.poll(() => serving.exec(out)?.[2], { timeout: 25_000, interval: 50 }).toBeDefined();
+      const [, count, address] = serving.exec(out)!;
+      expect(Number(count)).toBe(7);
+      for (const line of ['sql-lora', 'summarizer', 'classifier', 'persona', 'vicuna']) expect(out).toContain(line);
+      const res = await fetch(`${address}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'persona', prompt: 'The quick brown fox', max_tokens: 5, temperature: 0 }),
+      });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBeGreaterThan(0);
+      child.kill('SIGINT');
+      expect(await exited).toBe(0);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  });
+});
