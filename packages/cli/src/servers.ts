@@ -29,6 +29,7 @@ export const SERVERS: readonly ServerEntry[] = [
     summary: 'one encoder served by static-length runtimes: ILP allocation of instances, multi-level-queue dispatch (Arlo)',
     without: { threads: 'each runtime instance runs one kernel thread on its own worker by design (--workers sets how many)' },
   },
+  { name: 'blockllm', package: '@tessera/blockllm', envPrefix: 'BLOCKLLM', summary: 'OpenAI-compatible API over many fine-tunes of one foundation, served as chains of shared blocks (BlockLLM)' },
 ];
 
 /** A flag every server takes, with the variable `<PREFIX>_<NAME>` (a flag wins over its variable). */
