@@ -138,7 +138,7 @@ describe('installed from packed tarballs', () => {
     const installed = join(project, 'node_modules', '@tessera', 'native');
     expect(out.path).toBe(join(installed, 'prebuilds', `${process.platform}-${process.arch}`, 'tessera_cpu.node'));
     expect(existsSync(join(installed, 'build'))).toBe(false);
-  });
+  }, 240_000);
 
   it('attw finds no type-resolution problem in any tarball (node16 from ESM, bundler)', () => {
     const attw = createRequire(import.meta.url).resolve('@arethetypeswrong/cli/package.json').replace(/package\.json$/, 'dist/index.js');
@@ -148,7 +148,7 @@ describe('installed from packed tarballs', () => {
       if (r.status !== 0) failures.push(`${file}:\n${r.stdout}${r.stderr}`);
     }
     expect(failures).toEqual([]);
-  });
+  }, 300_000);
 
   it('changesets can version the workspace (a dry run on a scratch copy of the manifests and changesets)', () => {
     const scratch = join(work, 'changeset-dry-run');
@@ -168,13 +168,13 @@ describe('installed from packed tarballs', () => {
     const core = JSON.parse(readFileSync(join(scratch, 'packages', 'core', 'package.json'), 'utf8')) as { version: string };
     expect(core.version).not.toBe('0.0.0');
     expect(existsSync(join(scratch, 'packages', 'core', 'CHANGELOG.md'))).toBe(true);
-  });
+  }, 120_000);
 
   for (const [name, file] of Object.entries(EXAMPLES)) {
     it(`${name}: the README example runs from the installed package`, () => {
       if (!packages.some((p) => p.name === name)) throw new Error(`${name} is listed in EXAMPLES but not publishable`);
       const r = runInProject(name, firstRegion(file));
       expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
-    });
+    }, 240_000);
   }
 });
