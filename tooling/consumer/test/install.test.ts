@@ -80,7 +80,8 @@ beforeAll(() => {
   mkdirSync(tarballs, { recursive: true });
   for (const p of packages) {
     const out = pnpm(['pack', '--pack-destination', tarballs, '--json'], p.dir);
-    const info = JSON.parse(out) as { filename: string; files: unknown[] };
+    // pnpm prints lifecycle banners (native's prepack / postpack) around the JSON on stdout.
+    const info = JSON.parse(out.slice(out.indexOf('{'), out.lastIndexOf('}') + 1)) as { filename: string; files: unknown[] };
     sizes.set(p.name, { tarball: statSync(info.filename).size, files: info.files.length });
   }
   mkdirSync(project, { recursive: true });
