@@ -36,6 +36,7 @@ import {
   placeChains,
   planScaleOut,
   selectSpeculation,
+  ServingCapacityError,
   SpeculationLedger,
   type Topology,
   TrafficCounter,
@@ -571,7 +572,14 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
         }
       }
     }
-    const placed: PlacedInstance[] = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: placeHeadroom });
+    let placed: PlacedInstance[];
+    try {
+      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: placeHeadroom });
+    } catch (e) {
+      // The even share fragments too much for the largest blocks: place under the plain headroom instead.
+      if (!(e instanceof ServingCapacityError)) throw e;
+      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes });
+    }
     const byBlock = new Map<BlockId, Inst[]>();
     const requestMemory = (dev: Device) => gpu.memoryBytes - placed.filter((p) => p.device === dev.id).reduce((n, p) => n + p.bytes, 0);
     const deploy = (block: BlockManifest, dev: Device, readyAt: number): Inst => {
