@@ -210,9 +210,12 @@ interface Req {
   adaptive: boolean;
   held: boolean;
   queuedAt: Inst | null;
-  /** The instance running a batch with this request's row (a stale one after a rollback), and an arrival waiting for it. */
-  runningAt: Inst | null;
-  deferred: (() => void) | null;
+  /**
+   * Instances running a batch with a row of this request (more than one while a speculated row and its tentative
+   * successors run, or a rolled-back row is still in a batch), and arrivals waiting for one of them to finish.
+   */
+  running: Set<Inst>;
+  deferred: Map<Inst, () => void>;
   lastInst: Inst | null;
   lastBlock: BlockManifest | null;
   touched: Set<Inst>;
@@ -350,7 +353,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       epochs.set(row.requestId, r.epoch);
       appsIn.add(r.spec.app);
       if (r.queuedAt === best) r.queuedAt = null;
-      r.runningAt = best;
+      r.running.add(best);
     }
     const dur = durationOf(best, plan.rows.length, plan.tokens, appsIn.size);
     dev.busy = true;
@@ -367,8 +370,9 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const waiting: (() => void)[] = [];
       for (const row of plan.rows) {
         const r = reqs.get(row.requestId)!;
-        if (r.runningAt === inst) r.runningAt = null;
-        if (r.deferred) waiting.push(r.deferred), (r.deferred = null);
+        r.running.delete(inst);
+        const d = r.deferred.get(inst);
+        if (d) waiting.push(d), r.deferred.delete(inst);
       }
       onBatchDone(inst, plan, now, epochs);
       for (const w of waiting) w();
@@ -527,7 +531,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   };
 
   const newReq = (spec: BlockllmRequest): Req => {
-    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, runningAt: null, deferred: null, lastInst: null, lastBlock: null, touched: new Set(), done: false };
+    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, running: new Set(), deferred: new Map(), lastInst: null, lastBlock: null, touched: new Set(), done: false };
     reqs.set(spec.id, r);
     return r;
   };
@@ -707,9 +711,9 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const epoch = r.epoch;
       const arrive = () => {
         if (r.epoch !== epoch || r.done) return;
-        if (r.runningAt === inst) {
+        if (r.running.has(inst)) {
           // A stale row of this request (rolled back) still runs there: arrive once it is out.
-          r.deferred = arrive;
+          r.deferred.set(inst, arrive);
           return;
         }
         if (need.kind !== 'none' && kv.tokensAt(r.spec.id, inst.unit, inst.id) !== context) {
