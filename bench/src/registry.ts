@@ -58,6 +58,11 @@ export const BENCHES: readonly BenchEntry[] = [
     load: async () => (await import('./benches/arlo.js')).arloBench,
   },
   {
+    name: 'blockllm',
+    summary: 'BlockLLM: Table 1 shares, zoo vs per-model memory for N apps (Fig. 5), simulated 12-GPU PM vs PS vs BlockLLM, ablations, 10-30 apps, Table 2 style (Figs. 18-26)',
+    load: async () => (await import('./benches/blockllm.js')).blockllmBench,
+  },
+  {
     name: 'train',
     summary: 'training tokens/s and MFU (vs the FMA peak), full and LoRA, mini decoder and encoder; forward/backward/optimizer split',
     load: async () => (await import('./benches/train.js')).trainBench,

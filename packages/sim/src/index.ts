@@ -12,6 +12,7 @@
  *   sim-cluster.ts        GPUs behind the real PunicaScheduler, with a ClientStream per request
  *   cluster-sim.ts        Punica's Fig. 13: N GPUs, one hour, ramped load, zipf-1.5 popularity
  *   arlo/                 Arlo (length scheduling): @tessera/length-scheduler's objects over Stable / Bursty traces
+ *   blockllm/             BlockLLM: PM / PS / BlockLLM on 12 simulated GPUs, @tessera/block-zoo's serving core driven
  */
 export { EventOrderError, LatencyFitError, SimArgumentError } from './errors.js';
 export { type Random, exponential, mulberry32, standardNormal, substream, uniformInt } from './random.js';
@@ -102,3 +103,39 @@ export {
   runArloSimulation,
   twitterLengthSample,
 } from './arlo/index.js';
+export {
+  A100_80G,
+  appMix,
+  type AppMixOptions,
+  BLOCKLLM_ABLATIONS,
+  BLOCKLLM_FULL,
+  blockLayers,
+  type BlockllmFeatures,
+  type BlockllmPolicy,
+  type BlockllmRequest,
+  type BlockllmSimOptions,
+  type BlockllmSimResult,
+  blockllmTopology,
+  type BlockllmWorkload,
+  type BlockllmWorkloadOptions,
+  blockProfile,
+  buildSimZoo,
+  CHATGLM_6B,
+  type ClusterOptions,
+  DEFAULT_FOUNDATIONS,
+  type GpuModel,
+  LLAMA_13B_SIM,
+  LLAMA_7B_SIM,
+  llamaTensors,
+  type RequestRecord,
+  runBlockllmSimulation,
+  type SimApp,
+  type SimAppKind,
+  type SimFoundation,
+  type SimZoo,
+  type SimZooOptions,
+  type StepTrace,
+  sumBytes,
+  sumProfiles,
+  syntheticWorkload,
+} from './blockllm/index.js';

@@ -1,0 +1,956 @@
+/**
+ * BlockLLM's cluster simulation (design note §8.3): the §6.1 workload on the §8.3 topology under three policies.
+ *
+ *  - **PM** (per-model provisioning): one engine per application, at most one engine per GPU (vLLM reserves the
+ *    GPU's memory), swapped in on demand at the full model's bytes, replicas for popular apps (§6.3).
+ *  - **PS** (parameter sharing without block-level serving, §6.1): one engine per foundation holding all of its PE
+ *    fine-tunes, whose per-step cost grows with the distinct applications in the batch (branching); full
+ *    fine-tunes cannot be merged and run as in PM.
+ *  - **BlockLLM**: every chain block is an instance driven by the serving core of @tessera/block-zoo — a
+ *    {@link BlockAgent} per instance (RETURNING / NEW queues, loose batching, countdowns), {@link chooseInstance}
+ *    over {@link hopRoutes} (adaptive serving with the byte cost model), the {@link KvCoordinator} (owner map,
+ *    overlapped migration plans, the redundancy scan), the {@link SpeculationLedger} with
+ *    {@link selectSpeculation}, and {@link placeChains} / {@link planScaleOut} with the {@link TrafficCounter}.
+ *
+ * Every engine step's duration comes from the roofline block cost model; one batch runs at a time per GPU. The
+ * run is a pure function of its options (the seed feeds the workload and the speculation outcomes).
+ */
+import {
+  activationBytes,
+  BlockAgent,
+  type BlockBytes,
+  blockBytesOf,
+  type BlockId,
+  type BlockManifest,
+  chooseInstance,
+  type ComputeProfile,
+  computeMs,
+  type HopCandidate,
+  type HopRoute,
+  KvCoordinator,
+  kvMigrationMs,
+  type LatencyInput,
+  migrationRates,
+  namedSize,
+  type PlacedInstance,
+  placeChains,
+  planScaleOut,
+  selectSpeculation,
+  ServingCapacityError,
+  SpeculationLedger,
+  type Topology,
+  TrafficCounter,
+  transferMs,
+  uniqueSize,
+} from '@tessera/block-zoo';
+import { KV_PAGE_SIZE } from '@tessera/core';
+
+import { EventQueue } from '../clock.js';
+import { SimArgumentError } from '../errors.js';
+import { substream } from '../random.js';
+import { A100_80G, blockLayers, blockllmTopology, blockProfile, type ClusterOptions, type GpuModel, sumBytes, sumProfiles } from './cluster.js';
+import { type BlockllmRequest, syntheticWorkload } from './workload.js';
+import { appMix, buildSimZoo, type SimApp, type SimZoo, type SimZooOptions } from './zoo-mix.js';
+
+export type BlockllmPolicy = 'pm' | 'ps' | 'blockllm';
+
+/** BlockLLM's switches; each ablation of §8.3 turns one. */
+export interface BlockllmFeatures {
+  adaptive: boolean;
+  kv: 'best-effort' | 'recompute' | 'least-busy';
+  speculation: 'on' | 'off' | 'perfect';
+  placement: 'locality' | 'frag-min';
+}
+
+export const BLOCKLLM_FULL: BlockllmFeatures = { adaptive: true, kv: 'best-effort', speculation: 'on', placement: 'locality' };
+
+/** The ablations of §8.3 (Figs. 24–26 and §7.3), each as the one feature it changes. */
+export const BLOCKLLM_ABLATIONS: Readonly<Record<string, Partial<BlockllmFeatures>>> = {
+  'no-adaptive': { adaptive: false },
+  'kv-recompute': { kv: 'recompute' },
+  'kv-least-busy': { kv: 'least-busy' },
+  'no-speculation': { speculation: 'off' },
+  'perfect-speculation': { speculation: 'perfect' },
+  'frag-min': { placement: 'frag-min' },
+};
+
+export interface BlockllmSimOptions {
+  policy: BlockllmPolicy;
+  seed: number;
+  features?: Partial<BlockllmFeatures>;
+  /** Applications (default 20 from {@link appMix}); or the mix itself. */
+  apps?: number | readonly SimApp[];
+  zoo?: SimZooOptions;
+  /** A zoo built beforehand for the same apps (saves rebuilding it per policy). */
+  prebuilt?: SimZoo;
+  cluster?: ClusterOptions;
+  gpu?: GpuModel;
+  requests?: number;
+  durationMs?: number;
+  prompt?: readonly [number, number];
+  output?: readonly [number, number];
+  /** Batch cap of an engine serving one application; a block shared by k apps gets base × min(k, sharedBatchCap). */
+  baseMaxBatch?: number;
+  sharedBatchCap?: number;
+  /** PS: extra per-step cost per distinct application beyond the first in a batch (branching). Default 0.15. */
+  branchCost?: number;
+  /** PM/PS: an engine stops admitting once it has held its GPU this long while another app waits as long. */
+  quantumMs?: number;
+  /** BlockLLM: fraction of device memory kept free for request data when placing blocks. Default 0.3. */
+  headroom?: number;
+  /** BlockLLM: a device takes at most this multiple of its even share of the parameters at initial placement. Default 1.25. */
+  placementSpread?: number;
+  /** BlockLLM periodic control (scale-out, speculation selection, redundancy scan). Default 1000 ms. */
+  controlEveryMs?: number;
+  scaleThreshold?: number;
+  /**
+   * Scale-out's maximum queue length is the batch cap over this [I] (the paper's "queue that saturates device
+   * memory" is never reached while GPUs are shared by several block instances, so the trigger is tied to the batch).
+   * Default 4.
+   */
+  scaleQueueDivisor?: number;
+  /** Speculation: acceptance probability (paper: 192 / 231), surrogate speedup, pseudo-surrogate speedup. */
+  specAcceptance?: number;
+  surrogateSpeedup?: number;
+  perfectSpeedup?: number;
+  /** Utilisation and memory sampling window. Default 10 s. */
+  sampleEveryMs?: number;
+  /** Record every request's steps (for conservation checks). */
+  traceSteps?: boolean;
+}
+
+export interface RequestRecord {
+  id: string;
+  app: string;
+  arrivalMs: number;
+  finishMs: number;
+  latencyMs: number;
+  promptTokens: number;
+  outputTokens: number;
+  /** Whether any hop of it was served by an equivalent block (adaptive serving). */
+  adaptive: boolean;
+}
+
+/** One executed step: iteration, step index within it, the chain position its route started at, the route's block index, the block. */
+export interface StepTrace {
+  iteration: number;
+  step: number;
+  chainPos: number;
+  rejoin: number;
+  routeIndex: number;
+  routeLength: number;
+  block: string;
+}
+
+export interface BlockllmSimResult {
+  policy: BlockllmPolicy;
+  features: BlockllmFeatures | null;
+  requests: RequestRecord[];
+  p50Ms: number;
+  p95Ms: number;
+  meanMs: number;
+  makespanMs: number;
+  /** Generated tokens per second until the last request completes. */
+  throughputTokS: number;
+  /** Engine compute time, activation / KV transfer time, and model-load time (ms, summed over steps). */
+  computeMs: number;
+  transferMs: number;
+  loadMs: number;
+  /** transfer / (compute + transfer). */
+  communicationShare: number;
+  interServerBytes: number;
+  /** Mean busy fraction of the GPUs until the last completion, and per sample window. */
+  utilisation: number;
+  utilisationTimeline: { tMs: number; busy: number }[];
+  /** Mean device bytes of parameters and of request data (KV), over the samples; and their peaks. */
+  memory: { paramBytes: number; requestBytes: number; peakParamBytes: number; peakRequestBytes: number };
+  speculation: { speculations: number; accepted: number; rolledBack: number };
+  adaptiveRequests: number;
+  kvMigrations: number;
+  kvRecomputes: number;
+  scaleOuts: number;
+  swaps: number;
+  instances: number;
+  events: number;
+  trace: Map<string, StepTrace[]> | null;
+}
+
+interface Device {
+  id: string;
+  server: string;
+  busy: boolean;
+  instances: Inst[];
+}
+
+interface Inst {
+  id: string;
+  device: Device;
+  agent: BlockAgent;
+  profile: ComputeProfile;
+  bytes: BlockBytes;
+  /** The unit (PM/PS) or block it runs. */
+  unit: string;
+  readyAt: number;
+  speculating: boolean;
+  /** PM/PS: admitting new requests, when loaded, rows in flight. */
+  draining: boolean;
+  loadedAt: number;
+  inflight: number;
+  lastUsed: number;
+}
+
+interface Req {
+  spec: BlockllmRequest;
+  iteration: number;
+  chainPos: number;
+  route: HopRoute | null;
+  routeIndex: number;
+  step: number;
+  epoch: number;
+  adaptive: boolean;
+  held: boolean;
+  queuedAt: Inst | null;
+  /**
+   * Instances running a batch with a row of this request (more than one while a speculated row and its tentative
+   * successors run, or a rolled-back row is still in a batch), and arrivals waiting for one of them to finish.
+   */
+  running: Set<Inst>;
+  deferred: Map<Inst, () => void>;
+  lastInst: Inst | null;
+  lastBlock: BlockManifest | null;
+  touched: Set<Inst>;
+  done: boolean;
+}
+
+interface SpecSnapshot {
+  tag: string;
+  chainPos: number;
+  route: HopRoute | null;
+  routeIndex: number;
+  step: number;
+  inst: Inst;
+  block: BlockManifest;
+}
+
+const percentile = (sorted: readonly number[], q: number): number => {
+  if (sorted.length === 0) return 0;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[i]!;
+};
+
+/** Runs one policy over one workload. */
+export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimResult {
+  const policy = options.policy;
+  if (policy !== 'pm' && policy !== 'ps' && policy !== 'blockllm') throw new SimArgumentError(`policy must be 'pm', 'ps' or 'blockllm', got ${JSON.stringify(policy)}`);
+  if (!Number.isSafeInteger(options.seed)) throw new SimArgumentError(`seed must be an integer, got ${options.seed}`);
+  const features: BlockllmFeatures = { ...BLOCKLLM_FULL, ...(options.features ?? {}) };
+  const gpu = options.gpu ?? A100_80G;
+  const apps = options.prebuilt?.apps ?? (typeof options.apps === 'object' ? [...options.apps] : appMix(options.apps ?? 20));
+  const sim = options.prebuilt ?? buildSimZoo(apps, options.zoo);
+  const zoo = sim.zoo;
+  const topology: Topology = blockllmTopology({ gpu, ...(options.cluster ?? {}) });
+  const baseBatch = options.baseMaxBatch ?? 32;
+  const sharedCap = options.sharedBatchCap ?? 4;
+  const branchCost = options.branchCost ?? 0.15;
+  const quantum = options.quantumMs ?? 30_000;
+  const sampleEvery = options.sampleEveryMs ?? 10_000;
+  const controlEvery = options.controlEveryMs ?? 1000;
+  const acceptance = options.specAcceptance ?? 192 / 231;
+  const surrogateSpeedup = options.surrogateSpeedup ?? 2;
+  const perfectSpeedup = options.perfectSpeedup ?? 50;
+  const headroom = options.headroom ?? 0.3;
+  const spread = options.placementSpread ?? 1.25;
+  const scaleDivisor = options.scaleQueueDivisor ?? 4;
+  if (!(baseBatch >= 1) || !(sharedCap >= 1)) throw new SimArgumentError(`baseMaxBatch and sharedBatchCap must be ≥ 1, got ${baseBatch} and ${sharedCap}`);
+  if (!(acceptance >= 0 && acceptance <= 1)) throw new SimArgumentError(`specAcceptance must be in [0, 1], got ${acceptance}`);
+
+  const workload = syntheticWorkload({
+    apps: apps.map((a) => a.id),
+    seed: options.seed,
+    ...(options.requests !== undefined ? { requests: options.requests } : {}),
+    ...(options.durationMs !== undefined ? { durationMs: options.durationMs } : {}),
+    ...(options.prompt ? { prompt: options.prompt } : {}),
+    ...(options.output ? { output: options.output } : {}),
+  });
+  const specRng = substream(options.seed, 7);
+  const events = new EventQueue();
+  const clock = events.clock;
+  const devices: Device[] = topology.devices.map((d) => ({ id: d.id, server: d.server, busy: false, instances: [] }));
+  const deviceById = new Map(devices.map((d) => [d.id, d]));
+  const reqs = new Map<string, Req>();
+  const records: RequestRecord[] = [];
+  const trace = options.traceSteps ? new Map<string, StepTrace[]>() : null;
+  const chains = sim.chains;
+  const users = new Map<BlockId, number>();
+  for (const c of chains.values()) for (const b of new Set(c.blocks.map((x) => x.blockId))) users.set(b, (users.get(b) ?? 0) + 1);
+  const batchCap = (k: number) => baseBatch * Math.min(Math.max(1, k), sharedCap);
+
+  let computeTotal = 0;
+  let transferTotal = 0;
+  let loadTotal = 0;
+  let interBytes = 0;
+  let kvMigrations = 0;
+  let kvRecomputes = 0;
+  let scaleOuts = 0;
+  let swaps = 0;
+  const busyBins: number[] = [];
+  const memSamples: { params: number; request: number }[] = [];
+  const addBusy = (from: number, to: number) => {
+    let t = from;
+    while (t < to) {
+      const bin = Math.floor(t / sampleEvery);
+      const end = Math.min(to, (bin + 1) * sampleEvery);
+      busyBins[bin] = (busyBins[bin] ?? 0) + (end - t);
+      t = end;
+    }
+  };
+
+  const newAgent = (id: string, bytes: BlockBytes, maxBatch: number, memory: number) => new BlockAgent({ instance: id, block: bytes, clock, maxBatch, memoryBytes: Math.max(1, memory) });
+  const instances = new Map<string, Inst>();
+  const addInst = (dev: Device, unit: string, bytes: BlockBytes, profile: ComputeProfile, maxBatch: number, memory: number, readyAt: number): Inst => {
+    let id = `${unit.slice(0, 16)}@${dev.id}`;
+    for (let k = 2; instances.has(id); k++) id = `${unit.slice(0, 16)}@${dev.id}#${k}`;
+    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt };
+    instances.set(id, inst);
+    dev.instances.push(inst);
+    return inst;
+  };
+
+  const record = (r: Req) => {
+    r.done = true;
+    const finish = clock.now();
+    records.push({ id: r.spec.id, app: r.spec.app, arrivalMs: r.spec.arrivalMs, finishMs: finish, latencyMs: finish - r.spec.arrivalMs, promptTokens: r.spec.promptTokens, outputTokens: r.spec.outputTokens, adaptive: r.adaptive });
+  };
+  const rowShape = (r: Req) => ({ tokens: r.iteration === 0 ? r.spec.promptTokens : 1, context: r.iteration === 0 ? 0 : r.spec.promptTokens + r.iteration - 1 });
+  const pushTrace = (r: Req, t: StepTrace) => {
+    if (!trace) return;
+    const list = trace.get(r.spec.id) ?? [];
+    list.push(t);
+    trace.set(r.spec.id, list);
+  };
+
+  // Device scheduling: one batch at a time; the instance whose head row waited longest goes first.
+  let onBatchDone: (inst: Inst, plan: NonNullable<ReturnType<BlockAgent['plan']>>, started: number, epochs: Map<string, number>) => void = () => {};
+  let durationOf: (inst: Inst, rows: number, tokens: number, appsInBatch: number) => number = () => 0;
+  let onSurrogate: ((inst: Inst, plan: NonNullable<ReturnType<BlockAgent['plan']>>, epochs: Map<string, number>) => void) | null = null;
+  const tryRun = (dev: Device) => {
+    if (dev.busy) return;
+    const now = clock.now();
+    let best: Inst | null = null;
+    let bestAt = Infinity;
+    for (const inst of dev.instances) {
+      if (inst.readyAt > now || inst.agent.queueLength === 0) continue;
+      const head = inst.agent.queue()[0]!.enqueuedAt;
+      if (head < bestAt) (best = inst), (bestAt = head);
+    }
+    if (!best) return;
+    const plan = best.agent.plan();
+    if (!plan) return;
+    const epochs = new Map<string, number>();
+    const appsIn = new Set<string>();
+    for (const row of plan.rows) {
+      const r = reqs.get(row.requestId)!;
+      epochs.set(row.requestId, r.epoch);
+      appsIn.add(r.spec.app);
+      if (r.queuedAt === best) r.queuedAt = null;
+      r.running.add(best);
+    }
+    const dur = durationOf(best, plan.rows.length, plan.tokens, appsIn.size);
+    dev.busy = true;
+    best.lastUsed = now;
+    computeTotal += dur;
+    addBusy(now, now + dur);
+    const inst = best;
+    if (onSurrogate && inst.speculating) {
+      const speedup = features.speculation === 'perfect' ? perfectSpeedup : surrogateSpeedup;
+      events.schedule(now + dur / speedup, () => onSurrogate!(inst, plan, epochs));
+    }
+    events.schedule(now + dur, () => {
+      dev.busy = false;
+      const waiting: (() => void)[] = [];
+      for (const row of plan.rows) {
+        const r = reqs.get(row.requestId)!;
+        r.running.delete(inst);
+        const d = r.deferred.get(inst);
+        if (d) waiting.push(d), r.deferred.delete(inst);
+      }
+      onBatchDone(inst, plan, now, epochs);
+      for (const w of waiting) w();
+      tryRun(dev);
+    });
+  };
+
+  // ─── PM / PS: whole-model (or whole-family) engines, one per GPU, swapped on demand ─────────────────────────
+  const runUnits = () => {
+    interface Unit {
+      key: string;
+      apps: Set<string>;
+      bytes: BlockBytes;
+      profile: ComputeProfile;
+      maxBatch: number;
+    }
+    const units = new Map<string, Unit>();
+    const unitOf = new Map<string, Unit>();
+    const peByFamily = new Map<string, SimApp[]>();
+    for (const a of apps) {
+      if (policy === 'ps' && a.kind !== 'full') {
+        const list = peByFamily.get(a.foundation) ?? [];
+        list.push(a);
+        peByFamily.set(a.foundation, list);
+      } else {
+        const c = chains.get(a.id)!;
+        const bytes = namedSize(c.blocks.flatMap((b) => b.tensors)).bytes;
+        const u: Unit = { key: a.id, apps: new Set([a.id]), bytes: sumBytes(a.id, c.blocks.map(blockBytesOf), bytes), profile: sumProfiles(c.blocks.map((b) => blockProfile(b, blockLayers(b), gpu))), maxBatch: baseBatch };
+        units.set(u.key, u);
+        unitOf.set(a.id, u);
+      }
+    }
+    for (const [family, list] of peByFamily) {
+      // One engine holding the foundation and every PE delta of the family (each tensor once).
+      const blocks = list.flatMap((a) => chains.get(a.id)!.blocks);
+      const bytes = uniqueSize(blocks.flatMap((b) => b.tensors)).bytes;
+      const base = zoo.chain(family).blocks;
+      const u: Unit = { key: `ps:${family}`, apps: new Set(list.map((a) => a.id)), bytes: sumBytes(`ps:${family}`, base.map(blockBytesOf), bytes), profile: sumProfiles(base.map((b) => blockProfile(b, blockLayers(b), gpu))), maxBatch: batchCap(list.length) };
+      units.set(u.key, u);
+      for (const a of list) unitOf.set(a.id, u);
+    }
+    const pending = new Map<string, Req[]>();
+    const instOfUnit = (key: string) => devices.flatMap((d) => d.instances).filter((i) => i.unit === key);
+    const memoryFor = (u: Unit) => gpu.memoryBytes - u.bytes.paramBytes;
+    durationOf = (inst, rows, tokens, appsInBatch) => computeMs(inst.profile, { rows, tokens }) * (policy === 'ps' && inst.unit.startsWith('ps:') ? 1 + branchCost * (appsInBatch - 1) : 1);
+    const deliver = (r: Req, inst: Inst) => {
+      const { tokens, context } = rowShape(r);
+      inst.agent.arrive([{ requestId: r.spec.id, iteration: r.iteration, position: 0, tokens, contextTokens: context }]);
+      r.queuedAt = inst;
+      tryRun(inst.device);
+    };
+    const admit = (r: Req): boolean => {
+      const u = unitOf.get(r.spec.app)!;
+      const open = instOfUnit(u.key).filter((i) => !i.draining && i.inflight < u.maxBatch);
+      if (open.length === 0) return false;
+      open.sort((a, b) => a.inflight - b.inflight || (a.id < b.id ? -1 : 1));
+      const inst = open[0]!;
+      inst.inflight++;
+      r.lastInst = inst;
+      r.touched.add(inst);
+      deliver(r, inst);
+      return true;
+    };
+    const oldestWait = (key: string) => pending.get(key)?.[0]?.spec.arrivalMs ?? Infinity;
+    const provision = () => {
+      const now = clock.now();
+      // Engines that held their GPU past the quantum while another app waited as long stop admitting.
+      const starving = [...pending.entries()].filter(([, l]) => l.length > 0 && now - l[0]!.spec.arrivalMs > quantum).length > 0;
+      if (starving) for (const d of devices) for (const i of d.instances) if (!i.draining && now - i.loadedAt > quantum) i.draining = true;
+      for (;;) {
+        const waiting = [...pending.entries()].filter(([, l]) => l.length > 0).sort((a, b) => oldestWait(a[0]) - oldestWait(b[0]) || (a[0] < b[0] ? -1 : 1));
+        if (waiting.length === 0) return;
+        // A free GPU: empty, or an engine with nothing in flight (the least recently used).
+        const free = devices
+          .filter((d) => d.instances.length === 0 || (d.instances.every((i) => i.inflight === 0 && i.readyAt <= now) && !d.busy))
+          .sort((a, b) => (a.instances[0]?.lastUsed ?? -Infinity) - (b.instances[0]?.lastUsed ?? -Infinity) || (a.id < b.id ? -1 : 1));
+        if (free.length === 0) return;
+        const [key, list] = waiting[0]!;
+        const u = units.get(key)!;
+        const dev = free[0]!;
+        const victim = dev.instances[0];
+        if (victim && victim.unit === key) {
+          // Its own engine is idle there: keep it (a drained engine starts a new quantum) and admit into it.
+          if (victim.draining) (victim.draining = false), (victim.loadedAt = now);
+          for (const r of list.splice(0)) if (!admit(r)) list.push(r);
+          if (list.length > 0) return;
+          continue;
+        }
+        const victimBytes = victim?.bytes.paramBytes ?? 0;
+        if (victim) {
+          dev.instances.length = 0;
+          instances.delete(victim.id);
+        }
+        const spec = topology.devices.find((d) => d.id === dev.id)!;
+        const load = victimBytes / spec.memBandwidth + u.bytes.paramBytes / spec.loadBandwidth;
+        loadTotal += load;
+        swaps++;
+        const inst = addInst(dev, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), now + load);
+        const take = list.splice(0, u.maxBatch);
+        for (const r of take) {
+          inst.inflight++;
+          r.lastInst = inst;
+          r.touched.add(inst);
+        }
+        events.schedule(now + load, () => {
+          for (const r of take) deliver(r, inst);
+          provision();
+        });
+      }
+    };
+    onBatchDone = (inst, plan) => {
+      const outcomes = plan.rows.map((row) => {
+        const r = reqs.get(row.requestId)!;
+        return { requestId: row.requestId, finished: r.iteration + 1 >= r.spec.outputTokens };
+      });
+      inst.agent.complete(plan.planId, outcomes);
+      for (const row of plan.rows) {
+        const r = reqs.get(row.requestId)!;
+        pushTrace(r, { iteration: r.iteration, step: 0, chainPos: 0, rejoin: 1, routeIndex: 0, routeLength: 1, block: inst.unit });
+        r.iteration++;
+        if (r.iteration >= r.spec.outputTokens) {
+          inst.inflight--;
+          record(r);
+        } else deliver(r, inst);
+      }
+      provision();
+    };
+    for (const r of workload.requests) {
+      events.schedule(r.arrivalMs, () => {
+        const q = newReq(r);
+        if (!admit(q)) {
+          const key = unitOf.get(r.app)!.key;
+          const list = pending.get(key) ?? [];
+          list.push(q);
+          pending.set(key, list);
+        }
+        provision();
+      });
+    }
+    // Warm start: the most popular units are resident at t = 0, one per GPU (as BlockLLM's initial placement is).
+    const rate = new Map<string, number>();
+    for (const a of apps) rate.set(unitOf.get(a.id)!.key, (rate.get(unitOf.get(a.id)!.key) ?? 0) + workload.weights.get(a.id)!);
+    const hot = [...units.values()].sort((a, b) => rate.get(b.key)! - rate.get(a.key)! || (a.key < b.key ? -1 : 1));
+    devices.forEach((d, i) => {
+      const u = hot[i];
+      if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0);
+    });
+    const memSample = () => {
+      let params = 0;
+      let request = 0;
+      for (const d of devices) for (const i of d.instances) params += i.bytes.paramBytes;
+      for (const r of reqs.values()) if (!r.done && r.lastInst) request += (r.spec.promptTokens + r.iteration) * r.lastInst.bytes.kvBytesPerToken;
+      memSamples.push({ params, request });
+    };
+    return memSample;
+  };
+
+  const newReq = (spec: BlockllmRequest): Req => {
+    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, running: new Set(), deferred: new Map(), lastInst: null, lastBlock: null, touched: new Set(), done: false };
+    reqs.set(spec.id, r);
+    return r;
+  };
+
+  // ─── BlockLLM: block instances under the serving core ──────────────────────────────────────────────────────
+  const runBlocks = () => {
+    const kv = new KvCoordinator({ clock, scanPeriodMs: 60_000 });
+    const ledger = new SpeculationLedger();
+    const traffic = TrafficCounter.fromChains(apps.map((a) => ({ blocks: chains.get(a.id)!.blocks.map((b) => b.blockId), weight: workload.weights.get(a.id)! })));
+    const manifests = new Map<BlockId, BlockManifest>();
+    for (const c of chains.values()) for (const b of c.blocks) manifests.set(b.blockId, b);
+    const blockOf = (id: BlockId) => {
+      let m = manifests.get(id);
+      if (!m) manifests.set(id, (m = zoo.block(id)));
+      return m;
+    };
+    const profiles = new Map<BlockId, ComputeProfile>();
+    const profileOf = (b: BlockManifest) => {
+      let p = profiles.get(b.blockId);
+      if (!p) profiles.set(b.blockId, (p = blockProfile(b, blockLayers(b), gpu)));
+      return p;
+    };
+    const withSurrogate = new Set(zoo.blocks().filter((b) => zoo.surrogatesOf(b.blockId).length > 0).map((b) => b.blockId));
+    const chainIds = [...chains.values()].map((c) => c.blocks.map((b) => b.blockId));
+    const placementPolicy = features.placement;
+    // Initial placement spreads the blocks: each device takes at most its share of the parameters (the largest
+    // block at least), so the chains' blocks do not serialise on a few GPUs; scale-out then fills the rest.
+    const sizes = new Map([...manifests].map(([id, m]) => [id, m.paramBytes] as [BlockId, number]));
+    const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
+    const share = Math.max(Math.max(...sizes.values()), (spread * totalParams) / devices.length);
+    const placeHeadroom = Math.max(headroom * gpu.memoryBytes, gpu.memoryBytes - share);
+    // The equivalent routes' blocks are placed too (adaptive serving can only pick what is deployed).
+    const routeChains: BlockId[][] = [];
+    if (features.adaptive) {
+      for (const a of apps) {
+        for (let pos = 0; pos < chains.get(a.id)!.blocks.length; pos++) {
+          for (const route of sim.routes(a.id, pos)) {
+            if (route.designated) continue;
+            routeChains.push(route.blocks);
+            for (const b of route.blocks) if (!sizes.has(b)) sizes.set(b, blockOf(b).paramBytes);
+          }
+        }
+      }
+    }
+    let placed: PlacedInstance[];
+    try {
+      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: placeHeadroom });
+    } catch (e) {
+      // The even share fragments too much for the largest blocks: place under the plain headroom instead.
+      if (!(e instanceof ServingCapacityError)) throw e;
+      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes });
+    }
+    const byBlock = new Map<BlockId, Inst[]>();
+    const requestMemory = (dev: Device) => gpu.memoryBytes - placed.filter((p) => p.device === dev.id).reduce((n, p) => n + p.bytes, 0);
+    const deploy = (block: BlockManifest, dev: Device, readyAt: number): Inst => {
+      const inst = addInst(dev, block.blockId, blockBytesOf(block), profileOf(block), batchCap(users.get(block.blockId) ?? 1), requestMemory(dev), readyAt);
+      const list = byBlock.get(block.blockId) ?? [];
+      list.push(inst);
+      byBlock.set(block.blockId, list);
+      // Rows may queue while it loads: the device looks again once it is resident.
+      if (readyAt > clock.now()) events.schedule(readyAt, () => tryRun(dev));
+      return inst;
+    };
+    for (const p of placed) deploy(blockOf(p.block), deviceById.get(p.device)!, 0);
+    durationOf = (inst, rows, tokens) => computeMs(inst.profile, { rows, tokens });
+    const routesOf = sim.routes;
+    const available = (i: Inst) => i.agent.queueLength < 4 * i.agent.maxBatch;
+
+    /** KV the request needs at `inst` for its next step: none, a migration from another instance of the block, or a recompute. */
+    const kvNeed = (r: Req, inst: Inst, context: number): { kind: 'none' } | { kind: 'migrate'; from: string; ms: number } | { kind: 'recompute'; ms: number } => {
+      if (context === 0 || inst.bytes.kvBytesPerToken === 0) return { kind: 'none' };
+      if (kv.tokensAt(r.spec.id, inst.unit, inst.id) === context) return { kind: 'none' };
+      const owner = kv.owner(r.spec.id, inst.unit);
+      const recompute = { kind: 'recompute' as const, ms: computeMs(inst.profile, { rows: 1, tokens: context }) };
+      if (owner === null || owner === inst.id || features.kv === 'recompute') return recompute;
+      const src = instances.get(owner);
+      if (!src) return recompute;
+      const pages = Math.ceil(context / KV_PAGE_SIZE);
+      if (features.kv === 'least-busy') {
+        // Owner transfer without overlap: every page copied.
+        return { kind: 'migrate', from: owner, ms: transferMs(topology, src.device.id, inst.device.id, pages * KV_PAGE_SIZE * inst.bytes.kvBytesPerToken) };
+      }
+      return { kind: 'migrate', from: owner, ms: kvMigrationMs(pages, migrationRates(topology, src.device.id, inst.device.id, inst.bytes, inst.profile)) };
+    };
+
+    const dispatch = (r: Req, from: Inst | null) => {
+      const now = clock.now();
+      const { tokens, context } = rowShape(r);
+      let options: { block: BlockManifest; route: HopRoute; insts: Inst[] }[];
+      if (r.route && r.routeIndex < r.route.blocks.length) {
+        const b = blockOf(r.route.blocks[r.routeIndex]!);
+        options = [{ block: b, route: r.route, insts: byBlock.get(b.blockId) ?? [] }];
+      } else {
+        const routes = routesOf(r.spec.app, r.chainPos).filter((x) => x.designated || features.adaptive);
+        options = routes.map((route) => ({ block: blockOf(route.blocks[0]!), route, insts: byBlock.get(route.blocks[0]!) ?? [] }));
+      }
+      const fromDevice = from?.device.id ?? null;
+      const sendBytes = from ? activationBytes(from.bytes, tokens) : tokens * 4;
+      const cands: (HopCandidate & { inst: Inst; option: (typeof options)[number] })[] = [];
+      let owner: string | null = null;
+      for (const o of options) {
+        const ow = kv.owner(r.spec.id, o.block.blockId);
+        if (owner === null && ow !== null && o.insts.some((i) => i.id === ow)) owner = ow;
+        for (const inst of o.insts) {
+          const need = from ? kvNeed(r, inst, context) : { kind: 'none' as const };
+          const latency: LatencyInput = {
+            dispatcher: from ? 'agent' : 'scheduler',
+            profile: inst.profile,
+            queued: inst.agent.queuedBatches(),
+            request: { rows: 1, tokens },
+            transferBytes: sendBytes,
+            from: fromDevice,
+            to: inst.device.id,
+            kvMigrationMs: from && need.kind !== 'none' ? need.ms : 0,
+            resident: inst.readyAt <= now,
+            deviceIdle: !inst.device.busy,
+            victimBytes: 0,
+            blockBytes: inst.readyAt <= now ? 0 : inst.bytes.paramBytes * (inst.readyAt - now) / Math.max(1e-9, inst.readyAt - inst.loadedAt + 1e-9),
+          };
+          cands.push({ instance: inst.id, block: o.block.blockId, device: inst.device.id, family: o.route.family, designated: o.route.designated, available: available(inst), latency, inst, option: o });
+        }
+      }
+      if (cands.length === 0) {
+        // No instance of the designated block anywhere: deploy one (algorithm 5.4 step 3) where placement says.
+        const o = options[0]!;
+        const spot = planScaleOut(topology, [...instances.values()].map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes })), [{ instance: 'virtual', block: o.block.blockId, device: devices[0]!.id, bytes: o.block.paramBytes, queue: ['x'], maxQueueLen: 0 }], traffic, { policy: placementPolicy, threshold: 1 });
+        const dev = deviceById.get(spot[0]?.device ?? devices[0]!.id)!;
+        const spec = topology.devices.find((d) => d.id === dev.id)!;
+        const load = o.block.paramBytes / spec.loadBandwidth;
+        loadTotal += load;
+        deploy(o.block, dev, now + load);
+        return dispatch(r, from);
+      }
+      let pick: (typeof cands)[number];
+      if (from && features.kv === 'least-busy') {
+        const sorted = [...cands].sort((a, b) => a.inst.agent.drainMs(a.inst.profile) - b.inst.agent.drainMs(b.inst.profile) || (a.instance < b.instance ? -1 : 1));
+        pick = sorted[0]!;
+      } else {
+        const ownerInst = owner ? instances.get(owner) : undefined;
+        const ownerRoom = ownerInst ? ownerInst.agent.queue().reduce((n, q) => n + q.bytes, 0) + tokens * (ownerInst.bytes.activationBytesPerToken + ownerInst.bytes.kvBytesPerToken) <= ownerInst.agent.memoryBytes : false;
+        const choice = chooseInstance(topology, { requestId: r.spec.id, space: r.route?.family ?? chains.get(r.spec.app)!.family, kvOwner: features.kv === 'recompute' ? null : owner, ownerHasRoom: ownerRoom, allowAdaptive: features.adaptive, fromDevice }, cands);
+        pick = cands.find((c) => c.instance === choice.instance)!;
+      }
+      const inst = pick.inst;
+      if (!(r.route && r.routeIndex < r.route.blocks.length)) {
+        r.route = pick.option.route;
+        r.routeIndex = 0;
+        if (!pick.option.route.designated) r.adaptive = true;
+      }
+      // The hop: activations over the link, then the KV brought over (overlapped migration) or recomputed.
+      let delay = 0;
+      if (fromDevice !== null && fromDevice !== inst.device.id) {
+        const t = transferMs(topology, fromDevice, inst.device.id, sendBytes);
+        delay += t;
+        transferTotal += t;
+        if (from && from.device.server !== inst.device.server) interBytes += sendBytes;
+      }
+      if (from) traffic.record(from.unit, inst.unit);
+      const need = from ? kvNeed(r, inst, context) : { kind: 'none' as const };
+      if (need.kind === 'migrate') {
+        const src = instances.get(need.from)!;
+        const plan = kv.planMigration([{ request: r.spec.id, block: inst.unit }], need.from, inst.id, migrationRates(topology, src.device.id, inst.device.id, inst.bytes, inst.profile));
+        const ms = features.kv === 'least-busy' ? need.ms : plan.estimatedMs;
+        const copied = features.kv === 'least-busy' ? plan.totalPages : plan.totalPages - plan.split;
+        const copyBytes = copied * KV_PAGE_SIZE * inst.bytes.kvBytesPerToken;
+        const copyMs = transferMs(topology, src.device.id, inst.device.id, copyBytes);
+        transferTotal += Math.min(ms, copyMs);
+        computeTotal += Math.max(0, ms - Math.min(ms, copyMs));
+        if (src.device.server !== inst.device.server) interBytes += copyBytes;
+        delay += ms;
+        kvMigrations++;
+      } else if (need.kind === 'recompute') {
+        delay += need.ms;
+        computeTotal += need.ms;
+        kvRecomputes++;
+      }
+      const epoch = r.epoch;
+      const arrive = () => {
+        if (r.epoch !== epoch || r.done) return;
+        if (r.running.has(inst)) {
+          // A stale row of this request (rolled back) still runs there: arrive once it is out.
+          r.deferred.set(inst, arrive);
+          return;
+        }
+        if (need.kind !== 'none' && kv.tokensAt(r.spec.id, inst.unit, inst.id) !== context) {
+          if (need.kind === 'migrate') {
+            const old = kv.owner(r.spec.id, inst.unit);
+            kv.materialize(r.spec.id, inst.unit, inst.id, context);
+            if (old && old !== inst.id && kv.tokensAt(r.spec.id, inst.unit, old) !== null) {
+              kv.releaseCopy(r.spec.id, inst.unit, old);
+              instances.get(old)?.agent.evict(r.spec.id);
+            }
+          } else kv.materialize(r.spec.id, inst.unit, inst.id, context);
+          inst.agent.adopt(r.spec.id, context);
+        }
+        inst.agent.arrive([{ requestId: r.spec.id, iteration: r.iteration, position: r.step, tokens, contextTokens: context }]);
+        r.queuedAt = inst;
+        r.touched.add(inst);
+        tryRun(inst.device);
+      };
+      events.schedule(now + delay, arrive);
+    };
+
+    /** After a step at `inst`: move along the route and chain; at the chain's end the iteration's token is out. */
+    const advance = (r: Req, inst: Inst) => {
+      r.routeIndex++;
+      if (r.route && r.routeIndex >= r.route.blocks.length) {
+        r.chainPos = r.route.rejoin;
+        r.route = null;
+        r.routeIndex = 0;
+      }
+      r.lastInst = inst;
+      if (r.chainPos >= chains.get(r.spec.app)!.blocks.length && !r.route) {
+        if (features.speculation !== 'off' && !ledger.canRelease(r.spec.id, r.iteration)) {
+          r.held = true;
+          return;
+        }
+        endIteration(r, inst);
+        return;
+      }
+      r.step++;
+      dispatch(r, inst);
+    };
+    const endIteration = (r: Req, inst: Inst) => {
+      r.held = false;
+      if (features.speculation !== 'off') ledger.retire(r.spec.id, r.iteration);
+      r.iteration++;
+      r.chainPos = 0;
+      r.step = 0;
+      if (r.iteration >= r.spec.outputTokens) {
+        kv.release(r.spec.id);
+        for (const i of r.touched) i.agent.evict(r.spec.id);
+        record(r);
+        return;
+      }
+      dispatch(r, inst);
+    };
+    const endsChain = (r: Req) => {
+      const routeLeft = r.route ? r.route.blocks.length - r.routeIndex - 1 : 0;
+      return routeLeft === 0 && (r.route ? r.route.rejoin : r.chainPos + 1) >= chains.get(r.spec.app)!.blocks.length;
+    };
+    const snapshots = new Map<string, SpecSnapshot>();
+    const planKey = (inst: Inst, planId: number) => `${inst.id}#${planId}`;
+    const forwardedKey = new Map<string, Set<string>>();
+    if (features.speculation !== 'off') {
+      onSurrogate = (inst, plan, epochs) => {
+        const set = new Set<string>();
+        for (const row of plan.rows) {
+          const r = reqs.get(row.requestId)!;
+          if (r.epoch !== epochs.get(row.requestId) || r.done || endsChain(r)) continue;
+          if (ledger.openTags(r.spec.id, r.iteration).length > 0) continue;
+          const tag = ledger.open(r.spec.id, r.iteration, r.step, r.step + 2);
+          snapshots.set(`${r.spec.id}#${r.iteration}#${r.step}`, { tag, chainPos: r.chainPos, route: r.route, routeIndex: r.routeIndex, step: r.step, inst, block: blockOf(inst.unit) });
+          set.add(row.requestId);
+          advance(r, inst);
+        }
+        forwardedKey.set(planKey(inst, plan.planId), set);
+      };
+    }
+    onBatchDone = (inst, plan, _started, epochs) => {
+      const block = blockOf(inst.unit);
+      const stale = new Set(plan.rows.filter((row) => reqs.get(row.requestId)!.epoch !== epochs.get(row.requestId)).map((row) => row.requestId));
+      const outcomes = plan.rows.map((row) => {
+        const r = reqs.get(row.requestId)!;
+        return { requestId: row.requestId, finished: !stale.has(row.requestId) && r.done, returnInMs: chains.get(r.spec.app)!.blocks.length * inst.profile.fixedMs };
+      });
+      inst.agent.complete(plan.planId, outcomes);
+      const spec = forwardedKey.get(planKey(inst, plan.planId)) ?? new Set<string>();
+      forwardedKey.delete(planKey(inst, plan.planId));
+      for (const row of plan.rows) {
+        const r = reqs.get(row.requestId)!;
+        if (stale.has(row.requestId) || r.done) {
+          // Work on a rolled-back (or finished) path: its KV append never happened.
+          const held = kv.tokensAt(r.spec.id, inst.unit, inst.id);
+          if (held === null || r.done) inst.agent.evict(r.spec.id);
+          else inst.agent.adopt(r.spec.id, held);
+          continue;
+        }
+        if (block.kvBytesPerToken > 0) kv.append(r.spec.id, inst.unit, inst.id, row.tokens);
+        const stepIndex = row.position;
+        pushTrace(r, { iteration: row.iteration, step: stepIndex, chainPos: spec.has(row.requestId) ? snapshots.get(`${r.spec.id}#${row.iteration}#${stepIndex}`)!.chainPos : r.chainPos, rejoin: (spec.has(row.requestId) ? snapshots.get(`${r.spec.id}#${row.iteration}#${stepIndex}`)!.route : r.route)?.rejoin ?? -1, routeIndex: spec.has(row.requestId) ? snapshots.get(`${r.spec.id}#${row.iteration}#${stepIndex}`)!.routeIndex : r.routeIndex, routeLength: (spec.has(row.requestId) ? snapshots.get(`${r.spec.id}#${row.iteration}#${stepIndex}`)!.route : r.route)?.blocks.length ?? 1, block: inst.unit });
+        if (features.speculation !== 'off') ledger.record({ request: r.spec.id, iteration: row.iteration, position: stepIndex, instance: inst.id, block: inst.unit, kvTokens: block.kvBytesPerToken > 0 ? row.tokens : 0 });
+        if (!spec.has(row.requestId)) {
+          advance(r, inst);
+          continue;
+        }
+        // Verify the surrogate's prediction against the real output (design note A18).
+        const key = `${r.spec.id}#${row.iteration}#${stepIndex}`;
+        const snap = snapshots.get(key)!;
+        snapshots.delete(key);
+        const cosine = features.speculation === 'perfect' ? 1 : specRng() < acceptance ? 0.99 : 0.9;
+        const v = ledger.verify(snap.tag, cosine);
+        if (v.accepted) {
+          if (r.held && ledger.canRelease(r.spec.id, r.iteration)) endIteration(r, r.lastInst ?? inst);
+          continue;
+        }
+        // Roll back: drop the tentative KV, pull the request from wherever it is, re-run from X's successor.
+        for (const t of v.truncate) {
+          const have = kv.tokensAt(t.request, t.block, t.instance);
+          if (have === null) continue;
+          kv.truncate(t.request, t.block, t.instance, have - t.tokens);
+          const left = kv.tokensAt(t.request, t.block, t.instance);
+          const at = instances.get(t.instance);
+          if (at) left === null ? at.agent.evict(t.request) : at.agent.adopt(t.request, left);
+        }
+        r.epoch++;
+        if (r.queuedAt) {
+          r.queuedAt.agent.withdraw(r.spec.id);
+          r.queuedAt = null;
+        }
+        if (trace) trace.set(r.spec.id, (trace.get(r.spec.id) ?? []).filter((s) => s.iteration !== row.iteration || s.step < v.resumeAt));
+        r.held = false;
+        r.chainPos = snap.chainPos;
+        r.route = snap.route;
+        r.routeIndex = snap.routeIndex;
+        r.step = snap.step;
+        advance(r, inst);
+      }
+    };
+
+    for (const spec of workload.requests) events.schedule(spec.arrivalMs, () => dispatch(newReq(spec), null));
+
+    const control = () => {
+      const list = [...instances.values()];
+      if (features.speculation !== 'off') {
+        const chosen = new Set(selectSpeculation(list.map((i) => ({ instance: i.id, block: i.unit, drainMs: i.agent.drainMs(i.profile) })), chainIds, withSurrogate).map((c) => c.instance));
+        for (const i of list) i.speculating = chosen.has(i.id);
+      }
+      if (kv.scanDue()) for (const f of kv.redundancyScan()) instances.get(f.instance)?.agent.evict(f.request);
+      const now = clock.now();
+      const plans = planScaleOut(
+        topology,
+        list.map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes })),
+        list.filter((i) => i.readyAt <= now).map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes, queue: i.agent.queue().map((q) => q.requestId), maxQueueLen: Math.ceil(i.agent.maxBatch / scaleDivisor) })),
+        traffic,
+        { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, threshold: options.scaleThreshold ?? 0.8 },
+      );
+      for (const p of plans) {
+        const src = instances.get(p.from)!;
+        const dev = deviceById.get(p.device)!;
+        const spec = topology.devices.find((d) => d.id === dev.id)!;
+        const load = src.bytes.paramBytes / spec.loadBandwidth;
+        loadTotal += load;
+        scaleOuts++;
+        placed.push({ instance: `${p.block}@${p.device}`, block: p.block, device: p.device, bytes: src.bytes.paramBytes });
+        deploy(blockOf(p.block), dev, now + load);
+      }
+    };
+    const memSample = () => {
+      let params = 0;
+      let request = 0;
+      for (const i of instances.values()) {
+        params += i.bytes.paramBytes;
+        request += kv.usedPages(i.id) * KV_PAGE_SIZE * i.bytes.kvBytesPerToken;
+      }
+      memSamples.push({ params, request });
+    };
+    return { memSample, control, specStats: () => ledger.stats() };
+  };
+
+  let memSample: () => void;
+  let control: (() => void) | null = null;
+  let specStats = () => ({ speculations: 0, accepted: 0, rolledBack: 0 });
+  if (policy === 'blockllm') ({ memSample, control, specStats } = runBlocks());
+  else memSample = runUnits();
+
+  const total = workload.requests.length;
+  // The periodic events stop once only they are left (a lost request then fails the check below instead of spinning).
+  let periodic = 0;
+  const every = (period: number, first: number, fn: () => void) => {
+    const loop = () => {
+      periodic--;
+      fn();
+      if (records.length < total && events.size - periodic > 0) {
+        periodic++;
+        events.schedule(clock.now() + period, loop);
+      }
+    };
+    periodic++;
+    events.schedule(first, loop);
+  };
+  every(sampleEvery, 0, memSample);
+  if (control) every(controlEvery, controlEvery, control);
+  events.run();
+  if (records.length !== total) throw new SimArgumentError(`simulation ended with ${records.length} of ${total} requests complete (policy ${policy}): a request was lost`);
+
+  const makespan = Math.max(...records.map((r) => r.finishMs));
+  const lat = records.map((r) => r.latencyMs).sort((a, b) => a - b);
+  const tokens = records.reduce((n, r) => n + r.outputTokens, 0);
+  const bins = Math.ceil(makespan / sampleEvery);
+  const timeline = Array.from({ length: bins }, (_, b) => ({ tMs: b * sampleEvery, busy: (busyBins[b] ?? 0) / (Math.min(sampleEvery, makespan - b * sampleEvery) * devices.length) }));
+  const busyTotal = busyBins.reduce((a, b) => a + (b ?? 0), 0);
+  const mean = (f: (s: { params: number; request: number }) => number) => (memSamples.length === 0 ? 0 : memSamples.reduce((a, s) => a + f(s), 0) / memSamples.length);
+  records.sort((a, b) => a.arrivalMs - b.arrivalMs || (a.id < b.id ? -1 : 1));
+  return {
+    policy,
+    features: policy === 'blockllm' ? features : null,
+    requests: records,
+    p50Ms: percentile(lat, 0.5),
+    p95Ms: percentile(lat, 0.95),
+    meanMs: lat.reduce((a, b) => a + b, 0) / lat.length,
+    makespanMs: makespan,
+    throughputTokS: tokens / (makespan / 1000),
+    computeMs: computeTotal,
+    transferMs: transferTotal,
+    loadMs: loadTotal,
+    communicationShare: transferTotal / Math.max(1e-9, computeTotal + transferTotal),
+    interServerBytes: interBytes,
+    utilisation: busyTotal / (makespan * devices.length),
+    utilisationTimeline: timeline,
+    memory: { paramBytes: mean((s) => s.params), requestBytes: mean((s) => s.request), peakParamBytes: Math.max(0, ...memSamples.map((s) => s.params)), peakRequestBytes: Math.max(0, ...memSamples.map((s) => s.request)) },
+    speculation: (({ speculations, accepted, rolledBack }) => ({ speculations, accepted, rolledBack }))(specStats()),
+    adaptiveRequests: records.filter((r) => r.adaptive).length,
+    kvMigrations,
+    kvRecomputes,
+    scaleOuts,
+    swaps,
+    instances: instances.size,
+    events: events.eventsRun,
+    trace,
+  };
+}
