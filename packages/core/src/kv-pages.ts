@@ -230,8 +230,9 @@ export class KvPageAllocator {
         `${this.owner}: commit(${describeId(id)}, ${newLength}) exceeds the ${capacity} positions of its ${seq.pages.length} pages; reserve first`,
       );
     }
-    if (newLength < seq.length && newLength < seq.pages.length * this.pageSize) {
+    if (newLength < seq.length) {
       // Rewinding into a published page would let the next forward overwrite K/V other sequences share.
+      // (newLength < length ≤ capacity, so the page exists.)
       const page = seq.pages[Math.floor(newLength / this.pageSize)]!;
       if (this.keyOfPage.has(page)) {
         throw new InvalidArgumentError(`${this.owner}: commit(${describeId(id)}, ${newLength}) would rewind into page ${page}, which is published in the prefix cache`);
