@@ -1,11 +1,14 @@
 // SGMV / BGMV (Punica's LoRA kernels), f32 with f32 accumulation; the group tables come from backend_ops_cuda.cc.
 // The segment / group index is blockIdx.y (grid-stride past 65535 groups), as in Punica's schedule (paper §4):
-//   expand  blockIdx.x = a tile of kExpandThreads output columns. Each thread owns one column of y for the group's
-//           rows, taken kExpandRows at a time (v staged in shared memory), so a W tile is read once per row block:
+//   expand  blockIdx.x = a tile of kExpandThreads output columns, blockIdx.z = a block of kExpandRows rows of the
+//           group (grid-stride; the W tile is re-read per row block, from L2). Each thread owns one column of y for
+//           its row block (v staged in shared memory):
 //           acc = fmaf chain over k, then y = fmaf(scale, acc, y). No reduction across blocks.
-//   shrink  split-K: blockIdx.x = a K-chunk of kSgmvChunk. Warps take W rows k (the chunk of W[k] held in registers,
-//           8 values per lane) against kShrinkRows staged rows of x, a fixed-order warp sum per dot product, and
-//           write f32 partials [chunk][row][k]. A second kernel sums each output's partials in chunk order and adds
+//   shrink  split-K: blockIdx.x = a K-chunk of kSgmvChunk, blockIdx.z = a block of kShrinkRows rows of the group
+//           (grid-stride), so one large segment (every row on one adapter) still spreads over the SMs instead of
+//           walking its rows inside a few blocks. Warps take W rows k (the chunk of W[k] held in registers, 8 values
+//           per lane) against the staged rows of x, a fixed-order warp sum per dot product, and write f32 partials
+//           [chunk][row][k]. A second kernel sums each output's partials in chunk order and adds
 //           the sum to y: a fixed order (deterministic), and no cooperative grid sync.
 // Reference: one thread per output, accumulating in double (the CPU references' arithmetic).
 #include <cstdint>
@@ -49,7 +52,7 @@ sgmv_shrink_partials_kernel(const float* x, int64_t h, const SgmvGpuGroup* group
   for (int64_t gi = blockIdx.y; gi < n_groups; gi += gridDim.y) {
     const SgmvGpuGroup g = groups[gi];
     float* part = partials + g.part_offset + c * g.rows * g.r;
-    for (int64_t j0 = 0; j0 < g.rows; j0 += kShrinkRows) {
+    for (int64_t j0 = static_cast<int64_t>(blockIdx.z) * kShrinkRows; j0 < g.rows; j0 += static_cast<int64_t>(gridDim.z) * kShrinkRows) {
       const int nr = static_cast<int>(g.rows - j0 < kShrinkRows ? g.rows - j0 : kShrinkRows);
       __syncthreads();  // the previous step's reads of xs are done
       for (int i = threadIdx.x; i < nr * static_cast<int>(kSgmvChunk); i += blockDim.x) {
@@ -118,7 +121,7 @@ sgmv_expand_kernel(const float* v, float* y, int64_t h, int64_t r_max, const Sgm
   const bool active = col < h;
   for (int64_t gi = blockIdx.y; gi < n_groups; gi += gridDim.y) {
     const SgmvGpuGroup g = groups[gi];
-    for (int64_t j0 = 0; j0 < g.rows; j0 += kExpandRows) {
+    for (int64_t j0 = static_cast<int64_t>(blockIdx.z) * kExpandRows; j0 < g.rows; j0 += static_cast<int64_t>(gridDim.z) * kExpandRows) {
       const int nr = static_cast<int>(g.rows - j0 < kExpandRows ? g.rows - j0 : kExpandRows);
       __syncthreads();  // every thread is done with the previous block's rows_s and vs
       if (threadIdx.x < nr) rows_s[threadIdx.x] = group_row(g, row_ids, j0 + threadIdx.x);
@@ -173,6 +176,13 @@ __global__ void sgmv_expand_ref_kernel(const float* v, float* y, int64_t h, int6
 
 unsigned grid_y(int64_t n_groups) { return static_cast<unsigned>(n_groups < kMaxGridY ? n_groups : kMaxGridY); }
 
+// Row blocks of the largest group (grid z; the kernels grid-stride past the cap). Capped so that groups x row blocks
+// x column tiles stays a few waves: each row block re-reads its W tile.
+unsigned grid_z(int64_t max_rows, int rows_per_block) {
+  const int64_t blocks = (max_rows + rows_per_block - 1) / rows_per_block;
+  return static_cast<unsigned>(blocks < 64 ? (blocks < 1 ? 1 : blocks) : 64);
+}
+
 unsigned stride_blocks(int64_t work, int threads) {
   int64_t b = (work + threads - 1) / threads;
   if (b < 1) b = 1;
@@ -192,7 +202,7 @@ void sgmv_shrink(const SgmvLaunch& l, bool reference) {
   }
   const int64_t chunks = (l.h + kSgmvChunk - 1) / kSgmvChunk;
   if (chunks > 0x7fffffffLL) fail(ErrorCode::InvalidArgument, "sgmvShrink: hIn is too large for one launch");
-  sgmv_shrink_partials_kernel<<<dim3(static_cast<unsigned>(chunks), gy), kShrinkThreads>>>(l.x, l.h, l.groups, l.n_groups, l.row_ids, l.partials);
+  sgmv_shrink_partials_kernel<<<dim3(static_cast<unsigned>(chunks), gy, grid_z(l.max_rows, kShrinkRows)), kShrinkThreads>>>(l.x, l.h, l.groups, l.n_groups, l.row_ids, l.partials);
   check_launch("sgmv_shrink_partials_kernel");
   sgmv_shrink_reduce_kernel<<<dim3(stride_blocks(l.max_rows * l.max_r, kReduceThreads), gy), kReduceThreads>>>(l.y, l.r_max, chunks, l.groups,
                                                                                                                l.n_groups, l.row_ids, l.partials);
@@ -210,7 +220,7 @@ void sgmv_expand(const SgmvLaunch& l, bool reference) {
   }
   const int64_t tiles = (l.h + kExpandThreads - 1) / kExpandThreads;
   if (tiles > 0x7fffffffLL) fail(ErrorCode::InvalidArgument, "sgmvExpand: hOut is too large for one launch");
-  sgmv_expand_kernel<<<dim3(static_cast<unsigned>(tiles), gy), kExpandThreads>>>(l.x, l.y, l.h, l.r_max, l.groups, l.n_groups, l.row_ids);
+  sgmv_expand_kernel<<<dim3(static_cast<unsigned>(tiles), gy, grid_z(l.max_rows, kExpandRows)), kExpandThreads>>>(l.x, l.y, l.h, l.r_max, l.groups, l.n_groups, l.row_ids);
   check_launch("sgmv_expand_kernel");
 }
 

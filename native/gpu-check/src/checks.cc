@@ -129,7 +129,13 @@ void gemm_family(Ctx& c) {
   };
   // Enough output tiles that CUDA's auto path uses its 128x128 tensor-core tiles (the CPU has no such switch, and
   // the double reference of this size would dominate the CPU part's time at every ISA).
-  if (c.t.part() == "cuda") cases.push_back({3, 900, 900, 24, true, false, false, true, 1, 0, true});
+  // The same for the Linear-layout (A [m,k], B [n,k]) kernel, which auto picks once its 128x128 tiles fill half the
+  // SMs: ragged tiles on every side and a partial last k tile (72 = 2 x 32 + 8 for half B, 4 x 16 + 8 for TF32).
+  if (c.t.part() == "cuda") {
+    cases.push_back({3, 900, 900, 24, true, false, false, true, 1, 0, true});
+    cases.push_back({1030, 1100, 72, 0, false, false, false, true, 1, 0.5f, true});
+    cases.push_back({2, 600, 1000, 40, true, false, false, true, -1, 0, false});
+  }
   // Batched cases list batch first in the table above; unpack them.
   for (GemmCase& g : cases) {
     if (g.batched) {
