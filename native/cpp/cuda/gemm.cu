@@ -542,6 +542,9 @@ __device__ __forceinline__ void store4_a(typename TcNt<kB>::Elem* dst, float4 v)
   }
 }
 
+// Blocks per SM the kernel is compiled for. 1 (no register cap, no spills) measured faster than 2 (128 registers,
+// spills) on the Llama 512x4096x4096 shape of an H100 and slower on 4096^3 (native/README.md, GPU check); a build
+// flag (CUDAFLAGS=-DTESSERA_GEMM_NT_MIN_BLOCKS=2) so the trade can be re-measured on other cards.
 #ifndef TESSERA_GEMM_NT_MIN_BLOCKS
 #define TESSERA_GEMM_NT_MIN_BLOCKS 1
 #endif
