@@ -55,7 +55,10 @@ const POLICY: Record<NonNullable<ServerOptions['policy']>, DispatchPolicy> = { a
 
 const InferBody = Type.Object({ input_ids: Type.Optional(Type.Array(Type.Integer())), text: Type.Optional(Type.String()) }, { additionalProperties: false });
 const SolveBody = Type.Object({ q: Type.Optional(Type.Array(Type.Number({ minimum: 0 }))) }, { additionalProperties: false });
-const ProfileBody = Type.Object({ reps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })), batches: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 64 }), { minItems: 1 })) }, { additionalProperties: false });
+const ProfileBody = Type.Object(
+  { reps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })), batches: Type.Optional(Type.Array(Type.Integer({ minimum: 1, maximum: 64 }), { minItems: 1 })), apply: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false },
+);
 
 function bad(message: string, code: string, param: string | null, details: Record<string, number> = {}): HttpError {
   return new HttpError(400, code, message, { param, details });
@@ -100,7 +103,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           profiles = measured.profiles;
           profileTable = measured.table;
         } else throw bad('with no real instance (--workers 0), give the service times (--service-ms)', 'bad_service_ms', 'service_ms');
-        instances = [...real, ...started.emulate((length) => profiles[lengths.indexOf(length)]!.serviceMs)];
+        // Read at each call, so a new profile (POST /v1/profile) retimes the emulated instances too.
+        instances = [...real, ...started.emulate((length) => service.profiles[lengths.indexOf(length)]!.serviceMs)];
       }
       const service = new ArloService({
         lengths,
@@ -156,12 +160,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         return allocationView();
       });
       app.post('/v1/profile', { schema: { body: Type.Optional(ProfileBody) } }, async (request) => {
-        const body = (request.body ?? {}) as { reps?: number; batches?: number[] };
+        const body = (request.body ?? {}) as { reps?: number; batches?: number[]; apply?: boolean };
         const first = service.realInstance();
         if (!first) throw new HttpError(409, 'no_real_instance', 'no real runtime instance in this process to profile (emulated or remote only)');
         const measured = await service.exclusive(first.id, () => profileInstance(first, { lengths, sloMs, reps: body.reps ?? 10, batches: body.batches ?? [1] }));
         profileTable = measured.table;
-        return { runtime: first.kind, instance: first.id, table: profileTable, profiles: measured.profiles.map((p) => ({ length: p.maxLength, service_ms: p.serviceMs, capacity: p.capacity })) };
+        if (body.apply !== false) service.setProfiles(measured.profiles);
+        return { applied: body.apply !== false, runtime: first.kind, instance: first.id, table: profileTable, profiles: measured.profiles.map((p) => ({ length: p.maxLength, service_ms: p.serviceMs, capacity: p.capacity })) };
       });
       app.get('/v1/profile', async () => ({ table: profileTable }));
     },

@@ -52,7 +52,6 @@ export type ServiceTotals = { requests: number[]; realTokens: number; paddedToke
 
 export class ArloService {
   readonly lengths: readonly number[];
-  readonly profiles: readonly RuntimeProfile[];
   readonly sloMs: number;
   readonly estimator: LengthEstimator;
   readonly dispatcher: MultiLevelDispatcher;
@@ -73,7 +72,6 @@ export class ArloService {
 
   constructor(options: ArloServiceOptions) {
     this.lengths = options.lengths;
-    this.profiles = options.profiles;
     this.sloMs = options.sloMs;
     this.clock = options.clock ?? systemClock;
     this.startedAt = this.clock.now();
@@ -83,7 +81,7 @@ export class ArloService {
     this.estimator = new LengthEstimator(this.lengths, { sloMs: this.sloMs, clock: this.clock, prior: { q: prior } });
     this.dispatcher = new MultiLevelDispatcher({
       lengths: this.lengths,
-      capacities: this.profiles.map((p) => p.capacity),
+      capacities: options.profiles.map((p) => p.capacity),
       oversize: 'reject',
       ...(options.policy ? { policy: options.policy } : {}),
     });
@@ -95,7 +93,7 @@ export class ArloService {
     }
     this.solver = options.solver ?? new AutoSolver();
     this.scheduler = new RuntimeScheduler({
-      profiles: this.profiles,
+      profiles: options.profiles,
       estimator: this.estimator,
       instances: G,
       solver: this.solver,
@@ -134,6 +132,17 @@ export class ArloService {
     this.replacementError = null;
     if (failed !== null) throw failed;
     return decision;
+  }
+
+  /** t_i, M_i and 𝓛_i per runtime: what the dispatcher's congestion test and the next solve use. */
+  get profiles(): readonly RuntimeProfile[] {
+    return this.scheduler.profiles;
+  }
+
+  /** A fresh profile (POST /v1/profile): the dispatcher's capacities change at once, the allocation at the next solve. */
+  setProfiles(profiles: readonly RuntimeProfile[]): void {
+    this.scheduler.setProfiles(profiles);
+    this.dispatcher.setCapacities(profiles.map((p) => p.capacity));
   }
 
   /** The latest allocation decision (null before the first solve). */

@@ -133,6 +133,15 @@ describe('tessera-arlo with two native runtime workers', () => {
     expect(body.table.map((p: { length: number; batch: number }) => `${p.length}x${p.batch}`)).toEqual(['32x1', '64x1', '128x1', '32x2', '64x2', '128x2']);
     for (const p of body.table) expect(p.meanMs).toBeGreaterThan(0);
     expect(body.profiles).toHaveLength(3);
+    // Applied: the allocation view, the dispatcher's capacities and the next solve use the measured profile.
+    expect(body.applied).toBe(true);
+    const view = (await app.inject({ method: 'GET', url: '/v1/allocation' })).json();
+    expect(view.profiles).toEqual(body.profiles);
+    expect(app.arlo.instances().map((i) => app.arlo.dispatcher.instance(i.id).capacity)).toEqual(app.arlo.instances().map((i) => body.profiles[i.runtime].capacity));
+    // apply: false measures only.
+    const dry = (await app.inject({ method: 'POST', url: '/v1/profile', payload: { reps: 1, apply: false } })).json();
+    expect(dry.applied).toBe(false);
+    expect((await app.inject({ method: 'GET', url: '/v1/allocation' })).json().profiles).toEqual(body.profiles);
   });
 
   it('reports unhealthy once a runtime worker is gone', async () => {

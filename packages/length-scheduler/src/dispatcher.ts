@@ -95,12 +95,7 @@ export class MultiLevelDispatcher {
 
   constructor(options: DispatcherOptions) {
     checkRuntimeLengths(options.lengths);
-    if (options.capacities.length !== options.lengths.length) {
-      throw new LengthSchedulerArgumentError(`capacities has ${options.capacities.length} entries for ${options.lengths.length} runtimes`);
-    }
-    for (const [i, m] of options.capacities.entries()) {
-      if (!(Number.isFinite(m) && m > 0)) throw new LengthSchedulerArgumentError(`capacity of runtime ${i} must be finite and > 0, got ${m}`);
-    }
+    checkCapacities(options.capacities, options.lengths.length);
     this.lengths = [...options.lengths];
     this.capacities = [...options.capacities];
     this.levels = this.lengths.map(() => []);
@@ -129,6 +124,22 @@ export class MultiLevelDispatcher {
     this.byId.set(id, slot);
     if (slot.state === 'active') this.insert(slot);
     return slot;
+  }
+
+  /**
+   * New per-runtime capacities m_i (a fresh profile): every instance takes its runtime's new capacity at once, and the
+   * congestion tests of the next dispatch use it. Outstanding counts and levels are untouched.
+   */
+  setCapacities(capacities: readonly number[]): void {
+    checkCapacities(capacities, this.lengths.length);
+    for (const [i, m] of capacities.entries()) this.capacities[i] = m;
+    for (const slot of this.byId.values()) {
+      const active = slot.state === 'active';
+      // Bin-packing keeps a per-level heap of instances under capacity: re-enter each one under its new capacity.
+      if (active && this.underCapacity !== null) this.extract(slot);
+      slot.capacity = this.capacities[slot.runtime]!;
+      if (active && this.underCapacity !== null) this.insert(slot);
+    }
   }
 
   /** Unregisters an instance (scale-in); returns its outstanding count, whose requests the caller still owns. */
@@ -431,5 +442,12 @@ class OpenHeap {
     }
     items[i] = s;
     this.pos.set(s, i);
+  }
+}
+
+function checkCapacities(capacities: readonly number[], runtimes: number): void {
+  if (capacities.length !== runtimes) throw new LengthSchedulerArgumentError(`capacities has ${capacities.length} entries for ${runtimes} runtimes`);
+  for (const [i, m] of capacities.entries()) {
+    if (!(Number.isFinite(m) && m > 0)) throw new LengthSchedulerArgumentError(`capacity of runtime ${i} must be finite and > 0, got ${m}`);
   }
 }

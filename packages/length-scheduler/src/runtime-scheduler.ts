@@ -42,7 +42,7 @@ export interface RuntimeSchedulerOptions {
 }
 
 export class RuntimeScheduler {
-  readonly profiles: readonly RuntimeProfile[];
+  private profileSet: readonly RuntimeProfile[];
   private readonly estimator: LengthEstimator;
   private readonly solver: AllocationSolver;
   private readonly clock: Clock;
@@ -55,15 +55,8 @@ export class RuntimeScheduler {
   private last: AllocationDecision | null = null;
 
   constructor(options: RuntimeSchedulerOptions) {
-    if (options.profiles.length !== options.estimator.lengths.length) {
-      throw new LengthSchedulerArgumentError(`${options.profiles.length} profiles for ${options.estimator.lengths.length} runtime lengths`);
-    }
-    for (const [i, p] of options.profiles.entries()) {
-      if (p.maxLength !== options.estimator.lengths[i]) {
-        throw new LengthSchedulerArgumentError(`profile ${i} is for length ${p.maxLength}, the estimator's runtime ${i} is ${options.estimator.lengths[i]}`);
-      }
-    }
-    this.profiles = options.profiles;
+    checkProfiles(options.profiles, options.estimator.lengths);
+    this.profileSet = options.profiles;
     this.estimator = options.estimator;
     this.clock = options.clock ?? systemClock;
     // The solver keeps its own (wall) clock: its time limit bounds compute, which a virtual clock does not see.
@@ -74,6 +67,17 @@ export class RuntimeScheduler {
     if (!(this.periodMs > 0)) throw new LengthSchedulerArgumentError(`periodMs must be > 0, got ${this.periodMs}`);
     this.instanceCount = this.checkInstances(options.instances);
     this.nextDue = this.clock.now() + this.periodMs;
+  }
+
+  /** A fresh profile (the profiler ran again): the next solve, periodic or on demand, allocates with it. */
+  setProfiles(profiles: readonly RuntimeProfile[]): void {
+    checkProfiles(profiles, this.estimator.lengths);
+    this.profileSet = profiles;
+  }
+
+  /** The runtimes' service times and capacities the next solve uses. */
+  get profiles(): readonly RuntimeProfile[] {
+    return this.profileSet;
   }
 
   /** G for the next solve. */
@@ -130,5 +134,12 @@ export class RuntimeScheduler {
   private checkInstances(count: number): number {
     if (!Number.isInteger(count) || count < 1) throw new LengthSchedulerArgumentError(`instances must be a positive integer, got ${count}`);
     return count;
+  }
+}
+
+function checkProfiles(profiles: readonly RuntimeProfile[], lengths: readonly number[]): void {
+  if (profiles.length !== lengths.length) throw new LengthSchedulerArgumentError(`${profiles.length} profiles for ${lengths.length} runtime lengths`);
+  for (const [i, p] of profiles.entries()) {
+    if (p.maxLength !== lengths[i]) throw new LengthSchedulerArgumentError(`profile ${i} is for length ${p.maxLength}, the estimator's runtime ${i} is ${lengths[i]}`);
   }
 }

@@ -31,6 +31,29 @@ describe('the worked examples of §7.3', () => {
     expect(d.stats).toEqual({ dispatched: 1, demoted: 1, congestedFallback: 0 });
   });
 
+  it('a new profile changes the congestion test at once (setCapacities): Fig. 5 with Q2 given room', () => {
+    const d = new MultiLevelDispatcher({ lengths: [128, 256, 384, 512], capacities: [80, 60, 48, 40], policy: { kind: 'arlo', lambda: 0.85, alpha: 0.9, maxPeek: 3 } });
+    d.add('q2-head', 1, { outstanding: 54 });
+    d.add('q3-head', 2, { outstanding: 28 });
+    // 54/60 = 0.9 >= λ: demoted to Q3. With Q2's capacity re-profiled at 100, 55/100 < λ keeps it on Q2.
+    expect(d.dispatch(200).id).toBe('q3-head');
+    d.setCapacities([80, 100, 48, 40]);
+    expect(d.instance('q2-head').capacity).toBe(100);
+    expect(d.dispatch(200).id).toBe('q2-head');
+    expect(() => d.setCapacities([80, 100, 48])).toThrow(LengthSchedulerArgumentError);
+    expect(() => d.setCapacities([80, 0, 48, 40])).toThrow(/capacity of runtime 1/);
+    expect(d.instance('q2-head').capacity).toBe(100); // a refused profile changes nothing
+  });
+
+  it('bin-packing re-files its under-capacity heaps when capacities change', () => {
+    const d = new MultiLevelDispatcher({ lengths: [128, 256], capacities: [2, 8], policy: { kind: 'bin-packing' } });
+    d.add('a', 0, { outstanding: 2 }); // full at capacity 2
+    d.add('b', 0, { outstanding: 1 });
+    expect(d.dispatch(100).id).toBe('b'); // a is full: b, the most loaded under capacity
+    d.setCapacities([4, 8]); // a has room again and is the most loaded (2 vs 2, added first)
+    expect(d.dispatch(100).id).toBe('a');
+  });
+
   /**
    * Fig. 4: SLO 480 ms; GPU0/GPU1 run 128 (t = 6 ms, CY 80, OR 78 and 79), GPU2 256 (12 ms, CY 40, OR 28), GPU3
    * 512 (24 ms, CY 20, OR 6). Eight requests under 128 tokens arrive at t = 0, fourteen of 257–512 at t = 3 ms.

@@ -68,4 +68,19 @@ describe('RuntimeScheduler', () => {
     expect(() => new RuntimeScheduler({ profiles: [...profiles].reverse(), estimator, instances: 3 })).toThrow(/length/);
     expect(() => rs.setInstances(0)).toThrow(/instances/);
   });
+
+  it('allocates with a new profile after setProfiles (POST /v1/profile), and refuses a mismatched one', async () => {
+    const clock = manualClock();
+    const estimator = new LengthEstimator(lengths, { sloMs: 150, clock, prior: { q: [10, 10, 10] } });
+    const rs = new RuntimeScheduler({ profiles, estimator, instances: 6, clock, solver: new DpSolver(clock) });
+    const before = await rs.solveNow();
+    // The longest runtime re-profiled 8x slower: it needs more of the instances for the same load.
+    const slower = lengths.map((l, i) => makeRuntimeProfile({ maxLength: l, serviceMs: i === 2 ? 24 : 1 + i, overheadMs: 0.8, sloMs: 150 }));
+    rs.setProfiles(slower);
+    expect(rs.profiles).toBe(slower);
+    const after = await rs.solveNow();
+    expect(after.result.instances[2]).toBeGreaterThan(before.result.instances[2]!);
+    expect(() => rs.setProfiles(slower.slice(1))).toThrow(LengthSchedulerArgumentError);
+    expect(rs.profiles).toBe(slower);
+  });
 });
