@@ -179,3 +179,25 @@ describe('cross-depth grouping (behaviour 9)', () => {
     expect(spans(zoo.partition('large'))).toEqual([[0, 7], [7, 14]]);
   });
 });
+
+describe('memoised chains and block index', () => {
+  it('see every later cut and model, and a caller cannot edit them', () => {
+    const arch = tinyArch({ numLayers: 2 });
+    const zoo = new BlockZoo();
+    zoo.addFoundation(describeModel('F', arch));
+    const whole = zoo.chain('F').blocks[0]!;
+    expect(zoo.block(whole.blockId)).toEqual(whole);
+    zoo.chain('F').blocks.pop(); // a caller's copy
+    expect(zoo.chain('F').blocks).toHaveLength(1);
+    expect(zoo.ensureBoundary('F', 3)).toBe(true);
+    expect(spans(zoo.chain('F').blocks)).toEqual([[0, 3], [3, 6]]);
+    const [first, second] = zoo.chain('F').blocks;
+    expect(zoo.block(first!.blockId).span).toEqual({ start: 0, end: 3 });
+    expect(zoo.block(second!.blockId).span).toEqual({ start: 3, end: 6 });
+    expect(() => zoo.block(whole.blockId)).toThrow(ZooNotFoundError); // the old block is no longer in any chain
+    expect(zoo.ensureBoundary('F', 3)).toBe(false);
+    zoo.addFullFineTune({ ...describeModel('FF', arch), base: 'F' }, [0.5, 0.5]);
+    expect(zoo.apps()).toEqual(['F', 'FF']);
+    expect(zoo.usersOf(first!.blockId)).toEqual(['F']);
+  });
+});

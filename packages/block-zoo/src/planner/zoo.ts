@@ -156,6 +156,12 @@ export class BlockZoo {
   private readonly extra = new Map<BlockId, BlockManifest>();
   private readonly stitchList: StitchEntry[] = [];
   private readonly surrogateList: SurrogateLink[] = [];
+  /**
+   * Chains and the block index, memoised until the next change: each chain re-derives (and seals) its manifests,
+   * and the scheduler asks for hop routes per request and hop. Every change to the models, the cuts or the extra
+   * blocks calls `changed()` right after it.
+   */
+  private memo: { chains: Map<string, Chain>; blocks: Map<BlockId, BlockManifest> | null } = { chains: new Map(), blocks: null };
 
   constructor(options: { threshold?: number } = {}) {
     const t = options.threshold ?? DEFAULT_EQUIVALENCE_THRESHOLD;
@@ -200,6 +206,7 @@ export class BlockZoo {
     const info: ModelInfo = { id: desc.id, kind: 'pe', family: base.info.family, base: base.info.id, archSig: { ...base.info.archSig }, pe: { method: desc.method, config: { ...desc.config } } };
     this.peModels.set(desc.id, { info, fused: new Map([...fused].sort((a, b) => a[0] - b[0])) });
     this.order.push(desc.id);
+    this.changed();
     return info;
   }
 
@@ -234,8 +241,8 @@ export class BlockZoo {
       const span = layerRunSpan(r.from, r.to, L);
       this.ensureBoundary(base.info.id, span.start);
       this.ensureBoundary(base.info.id, span.end);
-      insertCut(ws.cuts, span.start);
-      insertCut(ws.cuts, span.end);
+      if (insertCut(ws.cuts, span.start)) this.changed();
+      if (insertCut(ws.cuts, span.end)) this.changed();
       if (r.equivalent) {
         const scores = layerScores.slice(r.from, r.to);
         this.edgeList.push({
@@ -307,6 +314,7 @@ export class BlockZoo {
       tensors: init.tensors,
     });
     this.extra.set(m.blockId, m);
+    this.changed();
     const prior = this.stitchList.findIndex((s) => s.fromFamily === init.fromFamily && s.toFamily === init.toFamily);
     const entry = { fromFamily: init.fromFamily, toFamily: init.toFamily, blockId: m.blockId };
     if (prior >= 0) this.stitchList[prior] = entry;
@@ -320,6 +328,7 @@ export class BlockZoo {
     for (const r of init.tensors) this.registerTensor(r);
     const m = surrogateManifest(t, init);
     this.extra.set(m.blockId, m);
+    this.changed();
     this.surrogateList.push({ target, surrogate: m.blockId, cosine: init.cosine, speedup: init.speedup, prunedFraction: init.prunedFraction });
     return m;
   }
@@ -335,7 +344,9 @@ export class BlockZoo {
     const ws = this.weightSet(model);
     const n = componentCount(ws.info.archSig.numLayers);
     if (!Number.isInteger(index) || index < 0 || index > n) throw new ZooInvalidError(`boundary ${index} is outside [0, ${n}] of ${model}`);
-    return insertCut(ws.cuts, index);
+    const cut = insertCut(ws.cuts, index);
+    if (cut) this.changed();
+    return cut;
   }
 
   /** The blocks of a weight set's partition, in order. */
@@ -361,6 +372,15 @@ export class BlockZoo {
 
   /** An application's chain of blocks (one application per model). */
   chain(app: string): Chain {
+    let c = this.memo.chains.get(app);
+    if (!c) {
+      c = this.deriveChain(app);
+      this.memo.chains.set(app, c);
+    }
+    return { app: c.app, family: c.family, blocks: [...c.blocks] };
+  }
+
+  private deriveChain(app: string): Chain {
     const ws = this.weightSets.get(app);
     if (ws) return { app, family: ws.info.family, blocks: this.partition(app) };
     const pe = this.peModels.get(app);
@@ -403,7 +423,8 @@ export class BlockZoo {
   }
 
   block(id: BlockId): BlockManifest {
-    const found = this.extra.get(id) ?? this.blocks().find((b) => b.blockId === id);
+    if (!this.memo.blocks) this.memo.blocks = new Map(this.blocks().map((b) => [b.blockId, b] as const));
+    const found = this.extra.get(id) ?? this.memo.blocks.get(id);
     if (!found) throw new ZooNotFoundError('block', id);
     return found;
   }
@@ -546,6 +567,11 @@ export class BlockZoo {
 
   // ─── Internals ─────────────────────────────────────────────────────────────────────────────────────────────
 
+  /** Drops the memoised chains and block index (see `memo`). */
+  private changed(): void {
+    this.memo = { chains: new Map(), blocks: null };
+  }
+
   private checkNewId(id: string): void {
     if (typeof id !== 'string' || id.length === 0) throw new ZooInvalidError(`a model id must be a non-empty string, got ${JSON.stringify(id)}`);
     if (this.hasModel(id)) throw new ZooConflictError(id, `the zoo already holds a model named ${JSON.stringify(id)}`);
@@ -584,6 +610,7 @@ export class BlockZoo {
     const ws: WeightSet = { info, components, cuts: [0, n] };
     this.weightSets.set(desc.id, ws);
     this.order.push(desc.id);
+    this.changed();
     return ws;
   }
 
