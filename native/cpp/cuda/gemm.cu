@@ -390,6 +390,29 @@ struct TcLoadB {
         s0(trans_b ? nn0 * lds + kk0 : kk0 * lds + nn0), sstep(trans_b ? dn * lds : dk * lds) {}
 };
 
+// The tensor-core kernels' epilogue: each accumulator fragment goes through the warp's 16x16 f32 staging tile in
+// shared memory (the fragment's register layout is opaque), which also applies the edge masks, alpha, beta and bias.
+// (row0, col0): the warp's first output element.
+template <typename FragC, int kFM, int kFN>
+__device__ __forceinline__ void tc_epilogue(const GemmArgs& g, float* c, FragC (&acc)[kFM][kFN], float* scratch, int lane, int64_t row0,
+                                            int64_t col0) {
+#pragma unroll
+  for (int i = 0; i < kFM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kFN; ++j) {
+      wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const int e = lane + 32 * t, r = e >> 4, cc = e & 15;
+        const int64_t gm = row0 + i * 16 + r, gn = col0 + j * 16 + cc;
+        if (gm < g.m && gn < g.n) store_c(g, c, gm, gn, scratch[e]);
+      }
+      __syncwarp();
+    }
+  }
+}
+
 // 128x128 tiles need more than 128 registers per thread (one block per SM); 64x64 tiles fit two blocks per SM.
 template <int kB, int kBM, int kBN, bool kTransB>
 __global__ void __launch_bounds__(kTcThreads, kBM >= 128 ? 1 : 2)
@@ -477,24 +500,7 @@ gemm_tc_kernel(GemmArgs g, int64_t batch, int64_t sa, int64_t sb, int64_t sc, in
           __syncthreads();  // every warp is done with this tile before the next stage() overwrites it
         }
 
-        // Epilogue through a per-warp 16x16 staging tile (the accumulator's register layout is opaque), which also
-        // applies the edge masks, alpha, beta and bias.
-        float* scratch = reinterpret_cast<float*>(smem) + warp * 256;
-#pragma unroll
-        for (int i = 0; i < S::kFM; ++i) {
-#pragma unroll
-          for (int j = 0; j < S::kFN; ++j) {
-            wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
-            __syncwarp();
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-              const int e = lane + 32 * t, r = e >> 4, cc = e & 15;
-              const int64_t gm = m0 + wm * S::kWM + i * 16 + r, gn = n0 + wn * S::kWN + j * 16 + cc;
-              if (gm < g.m && gn < g.n) store_c(g, op.c, gm, gn, scratch[e]);
-            }
-            __syncwarp();
-          }
-        }
+        tc_epilogue(g, op.c, acc, reinterpret_cast<float*>(smem) + warp * 256, lane, m0 + wm * S::kWM, n0 + wn * S::kWN);
         __syncthreads();  // the scratch aliases the tiles the next output tile stages into
       }
     }
@@ -669,22 +675,7 @@ gemm_tc_nt_kernel(GemmArgs g, int64_t batch, int64_t sa, int64_t sb, int64_t sc,
           cur ^= 1;
         }
 
-        float* scratch = reinterpret_cast<float*>(smem) + warp * 256;
-#pragma unroll
-        for (int i = 0; i < S::kFM; ++i) {
-#pragma unroll
-          for (int j = 0; j < S::kFN; ++j) {
-            wmma::store_matrix_sync(scratch, acc[i][j], 16, wmma::mem_row_major);
-            __syncwarp();
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-              const int e = lane + 32 * t, r = e >> 4, cc = e & 15;
-              const int64_t gm = m0 + wm * S::kWM + i * 16 + r, gn = n0 + wn * S::kWN + j * 16 + cc;
-              if (gm < g.m && gn < g.n) store_c(g, c_batch, gm, gn, scratch[e]);
-            }
-            __syncwarp();
-          }
-        }
+        tc_epilogue(g, c_batch, acc, reinterpret_cast<float*>(smem) + warp * 256, lane, m0 + wm * S::kWM, n0 + wn * S::kWN);
         __syncthreads();  // the scratch aliases the stages the next output tile fills
       }
     }
