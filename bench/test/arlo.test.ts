@@ -29,6 +29,7 @@ const TOY: ArloSizes = {
   table3: toySetting('large-8-drift', 'bert-large', 8, 650),
   fig8: { ...toySetting('large-autoscale', 'bert-large', 3, 500), durationMs: 20_000 },
   testbed: { model: 'tiny', lengths: [32, 64, 128], ratePerSec: 60, durationMs: 700, repeats: 2, profileReps: 3, sloFactor: 30, seed: 7 },
+  cpuFacts: { model: 'tiny', step: 32, maxLength: 128, reps: 2 },
 };
 
 describe('arlo bench (toy sizes)', () => {
@@ -74,7 +75,12 @@ describe('arlo bench (toy sizes)', () => {
     const notes = [out.table, ...(out.moreTables ?? [])].flatMap((t) => t.notes ?? []).join('\n');
     for (const target of ['target ≤ 0.5', 'target ≤ 0.8', 'target ≤ 2000 ms', 'target ≤ 50 µs', 'target < 1', 'target ≤ 0.15']) expect(notes).toContain(target);
     const svgs = [out.svg, ...Object.values(out.moreSvgs ?? {})];
-    expect(Object.keys(out.moreSvgs ?? {}).sort()).toEqual(['fig10-p98', 'fig11', 'fig12', 'fig8', 'fig9', 'table2', 'testbed']);
+    // The CPU facts: one row per length, both staircase verdicts and the ORT penalty (values are measurements).
+    expect(byFigure('cpu-facts').map((r) => r.length)).toEqual([32, 64, 96, 128]);
+    for (const row of byFigure('cpu-facts')) expect(row.dynamic_over_static).toBeCloseTo((row.ort_dynamic_ms as number) / (row.ort_static_ms as number), 12);
+    for (const key of ['cpu_staircase_native', 'cpu_staircase_ort']) expect([0, 1]).toContain(out.ratios[key]);
+    expect(out.ratios.cpu_ort_dynamic_over_static!).toBeGreaterThan(0);
+    expect(Object.keys(out.moreSvgs ?? {}).sort()).toEqual(['cpu-facts', 'fig10-p98', 'fig11', 'fig12', 'fig8', 'fig9', 'table2', 'testbed']);
     for (const svg of svgs) {
       const doc = parseXml(svg);
       expect(doc.name).toBe('svg');

@@ -39,6 +39,7 @@ import {
   twitterLengthSample,
 } from '@tessera/sim';
 
+import { type CpuFactsSizes, runCpuFacts } from '../arlo/cpu-facts.js';
 import { runTestbed, type TestbedSizes } from '../arlo/testbed.js';
 import { median } from '../stats.js';
 import { barChart, lineChart } from '../svg.js';
@@ -76,6 +77,8 @@ export interface ArloSizes {
   fig8: SimSetting | null;
   /** The real mini testbed (two native runtime workers), or null to skip. */
   testbed: TestbedSizes | null;
+  /** The CPU facts (no staircase, no dynamic-shape penalty: arlo.md §13.1), or null / absent to skip. */
+  cpuFacts?: CpuFactsSizes | null;
 }
 
 const grid = (gs: number[], is: number[]) => gs.flatMap((G) => is.map((I) => ({ G, I })));
@@ -100,6 +103,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 600_000, periodMs: 120_000 },
     fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 1_800_000, periodMs: 120_000, burst: { meanSojournMs: 60_000 } },
     testbed: { model: 'mini', lengths: [32, 64, 128], ratePerSec: 10, durationMs: 30_000, repeats: 3, profileReps: 20, sloFactor: 30, seed: 616 },
+    cpuFacts: { model: 'mini', step: 8, maxLength: 128, reps: 15 },
   },
   quick: {
     solve: [
@@ -120,6 +124,7 @@ export const ARLO_SIZES: Record<'full' | 'quick', ArloSizes> = {
     table3: { key: 'large-40-drift', model: 'bert-large', instances: 40, ratePerSec: 3_300, durationMs: 30_000, periodMs: 5_000 },
     fig8: { key: 'large-autoscale', model: 'bert-large', instances: 5, ratePerSec: 600, durationMs: 240_000, periodMs: 60_000, burst: { meanSojournMs: 60_000 } },
     testbed: { model: 'mini', lengths: [32, 64, 128], ratePerSec: 10, durationMs: 5_000, repeats: 1, profileReps: 5, sloFactor: 30, seed: 616 },
+    cpuFacts: { model: 'mini', step: 16, maxLength: 128, reps: 5 },
   },
 };
 
@@ -550,12 +555,16 @@ const simSection: SectionRunner = async (sizes, ctx) => {
 const testbedSection: SectionRunner = async (sizes, ctx) =>
   sizes.testbed === null ? { rows: [], ratios: {}, tables: [], svgs: {}, params: { testbed: null } } : runTestbed(sizes.testbed, ctx);
 
+const cpuFactsSection: SectionRunner = async (sizes, ctx) =>
+  sizes.cpuFacts ? runCpuFacts(sizes.cpuFacts, ctx) : { rows: [], ratios: {}, tables: [], svgs: {}, params: { cpuFacts: null } };
+
 /** The bench's parts in order (the first three are the sim table's, Table 2's and Fig. 9's; more follow them). */
 export const SECTIONS: readonly { name: string; run: SectionRunner }[] = [
   { name: 'table2', run: solveSection },
   { name: 'fig9', run: dispatchSection },
   { name: 'simulation', run: simSection },
   { name: 'testbed', run: testbedSection },
+  { name: 'cpu-facts', run: cpuFactsSection },
 ];
 
 /** Runs every section at the given sizes and assembles the bench output (the sim table first). */
