@@ -1,7 +1,8 @@
 // Attention (f32) and RoPE.
 //
 // Decode over the paged KV cache and prefill over contiguous K/V share one kernel body: one block of four warps per
-// query vector (one (sequence, head) for decode, one (sequence, position, head) for prefill). The query sits in
+// query vector, or per group of up to four query heads that share a KV head (decode: one (sequence, heads); prefill:
+// one (sequence, position, head)). The query sits in
 // registers (lane l owns dims l, l+32, ...); each warp walks every fourth run of kKeysPerStep keys with an online
 // softmax (running max, running sum, rescaled accumulator), and the four partial states are merged in warp order at
 // the end, so the result is deterministic. GQA: head h reads kv head h / (n_heads / n_kv_heads). Keys with no weight (causal,
@@ -49,24 +50,30 @@ struct ContiguousKeys {
   }
 };
 
-// Attends one query (q, d floats) to keys [0, nkeys) and writes d floats to out. Called by a whole block.
-template <int kDpl, typename Keys>
+// Attends kG queries that share one KV head (query g at q + g·d, its output at out + g·d) to keys [0, nkeys).
+// Called by a whole block. Each K and V row is loaded once for the kG queries: GQA's query heads of one group read
+// the same rows, and one head per block re-read them kG times.
+template <int kDpl, int kG, typename Keys>
 __device__ void attend(const float* q, const Keys& keys, int64_t nkeys, int d, float scale, float* out) {
-  __shared__ float part_acc[kWarps][32 * 8];  // kDpl <= 8
-  __shared__ float part_m[kWarps], part_l[kWarps];
+  __shared__ float part_acc[kWarps][kG][32 * kDpl];
+  __shared__ float part_m[kWarps][kG], part_l[kWarps][kG];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  float qr[kDpl], acc[kDpl];
+  float qr[kG][kDpl], acc[kG][kDpl], m[kG], l[kG];
 #pragma unroll
-  for (int t = 0; t < kDpl; ++t) {
-    const int dd = lane + 32 * t;
-    qr[t] = dd < d ? q[dd] : 0.0f;
-    acc[t] = 0.0f;
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int t = 0; t < kDpl; ++t) {
+      const int dd = lane + 32 * t;
+      qr[g][t] = dd < d ? q[g * d + dd] : 0.0f;
+      acc[g][t] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
   }
   // Each warp takes kKeysPerStep consecutive keys per step and issues all their K and V loads before using any:
   // one key at a time left each warp waiting out a load and a shuffle reduction per key (the H100 check measured
   // decode at 31 % of HBM). The online softmax then folds the step's keys in key order.
-  float m = -INFINITY, l = 0.0f;
   for (int64_t j0 = static_cast<int64_t>(warp) * kKeysPerStep; j0 < nkeys; j0 += static_cast<int64_t>(kWarps) * kKeysPerStep) {
     float kv[kKeysPerStep][kDpl], vv[kKeysPerStep][kDpl];
     bool vis[kKeysPerStep];
@@ -83,63 +90,74 @@ __device__ void attend(const float* q, const Keys& keys, int64_t nkeys, int d, f
         vv[u][t] = in ? vr[dd] : 0.0f;
       }
     }
-    float s[kKeysPerStep];
 #pragma unroll
-    for (int u = 0; u < kKeysPerStep; ++u) {
-      float dot = 0.0f;
+    for (int g = 0; g < kG; ++g) {
+      float s[kKeysPerStep];
 #pragma unroll
-      for (int t = 0; t < kDpl; ++t) dot = fmaf(qr[t], kv[u][t], dot);
-      s[u] = warp_sum(dot) * scale;
-    }
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        float dot = 0.0f;
 #pragma unroll
-    for (int u = 0; u < kKeysPerStep; ++u) {
-      if (!vis[u]) continue;
-      const float m_new = fmaxf(m, s[u]);
-      const float corr = expf(m - m_new);  // 0 on the first visible key (m = -inf)
-      const float p = expf(s[u] - m_new);
-      l = l * corr + p;
+        for (int t = 0; t < kDpl; ++t) dot = fmaf(qr[g][t], kv[u][t], dot);
+        s[u] = warp_sum(dot) * scale;
+      }
 #pragma unroll
-      for (int t = 0; t < kDpl; ++t) acc[t] = acc[t] * corr + p * vv[u][t];
-      m = m_new;
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        if (!vis[u]) continue;
+        const float m_new = fmaxf(m[g], s[u]);
+        const float corr = expf(m[g] - m_new);  // 0 on the first visible key (m = -inf)
+        const float p = expf(s[u] - m_new);
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int t = 0; t < kDpl; ++t) acc[g][t] = acc[g][t] * corr + p * vv[u][t];
+        m[g] = m_new;
+      }
     }
   }
 #pragma unroll
-  for (int t = 0; t < kDpl; ++t) part_acc[warp][lane + 32 * t] = acc[t];
-  if (lane == 0) {
-    part_m[warp] = m;
-    part_l[warp] = l;
+  for (int g = 0; g < kG; ++g) {
+#pragma unroll
+    for (int t = 0; t < kDpl; ++t) part_acc[warp][g][lane + 32 * t] = acc[g][t];
+    if (lane == 0) {
+      part_m[warp][g] = m[g];
+      part_l[warp][g] = l[g];
+    }
   }
   __syncthreads();
-  float big_m = -INFINITY;
+  for (int g = 0; g < kG; ++g) {
+    float big_m = -INFINITY;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, part_m[w]);
-  float weight[kWarps];
-  float big_l = 0.0f;
+    for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, part_m[w][g]);
+    float weight[kWarps];
+    float big_l = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    weight[w] = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - big_m);  // a warp that saw no key adds nothing
-    big_l += part_l[w] * weight[w];
-  }
-  for (int dd = threadIdx.x; dd < d; dd += blockDim.x) {
-    float o = 0.0f;
-    if (big_m != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) o += part_acc[w][dd] * weight[w];
-      o /= big_l;
+    for (int w = 0; w < kWarps; ++w) {
+      weight[w] = part_m[w][g] == -INFINITY ? 0.0f : expf(part_m[w][g] - big_m);  // a warp that saw no key adds nothing
+      big_l += part_l[w][g] * weight[w];
     }
-    out[dd] = o;
+    for (int dd = threadIdx.x; dd < d; dd += blockDim.x) {
+      float o = 0.0f;
+      if (big_m != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) o += part_acc[w][g][dd] * weight[w];
+        o /= big_l;
+      }
+      out[g * d + dd] = o;
+    }
   }
   __syncthreads();  // the partials are reused by the block's next query
 }
 
-template <int kDpl>
+// One block per (sequence, kG consecutive query heads of one KV head); kG divides the GQA group (see attention_decode).
+template <int kDpl, int kG>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeAttentionArgs a) {
   const int64_t group = a.n_heads / a.n_kv_heads;
+  const int64_t blocks = a.n_heads / kG;
   for (int64_t b = blockIdx.y; b < a.batch; b += gridDim.y) {
-    for (int64_t h = blockIdx.x; h < a.n_heads; h += gridDim.x) {
+    for (int64_t hb = blockIdx.x; hb < blocks; hb += gridDim.x) {
+      const int64_t h = hb * kG;  // the block's first query head; all kG share KV head h / group
       const PagedKeys keys{a.k_cache, a.v_cache, a.block_table + b * a.max_pages, a.n_kv_heads, a.head_dim, h / group};
       const int64_t row = (b * a.n_heads + h) * a.head_dim;
-      attend<kDpl>(a.q + row, keys, a.context_lens[b], static_cast<int>(a.head_dim), a.scale, a.out + row);
+      attend<kDpl, kG>(a.q + row, keys, a.context_lens[b], static_cast<int>(a.head_dim), a.scale, a.out + row);
     }
   }
 }
@@ -154,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillAttentionArgs 
         const ContiguousKeys keys{a.k + kv_off, a.v + kv_off, a.key_mask ? a.key_mask + b * a.seq : nullptr,
                                   a.n_kv_heads, a.head_dim, h / group};
         const int64_t row = ((b * a.seq + i) * a.n_heads + h) * a.head_dim;
-        attend<kDpl>(a.q + row, keys, a.causal ? i + 1 : a.seq, static_cast<int>(a.head_dim), a.scale, a.out + row);
+        attend<kDpl, 1>(a.q + row, keys, a.causal ? i + 1 : a.seq, static_cast<int>(a.head_dim), a.scale, a.out + row);
       }
     }
   }
@@ -260,12 +278,30 @@ void attention_decode(const DecodeAttentionArgs& a, bool reference) {
     check_launch("attention_decode_ref_kernel");
     return;
   }
-  const dim3 grid(cap(a.n_heads, 0x7fffffffLL), cap(a.batch, kMaxGridYZ));
-  switch (dims_per_lane(a.head_dim)) {
-    case 1: decode_kernel<1><<<grid, kThreads>>>(a); break;
-    case 2: decode_kernel<2><<<grid, kThreads>>>(a); break;
-    case 4: decode_kernel<4><<<grid, kThreads>>>(a); break;
-    default: decode_kernel<8><<<grid, kThreads>>>(a); break;
+  // Query heads per block: the most of 4, 2, 1 that divides the GQA group, with at most 16 query values per lane
+  // (kG x kDpl) so the queries, accumulators and four keys' K/V rows stay in registers.
+  const int dpl = dims_per_lane(a.head_dim);
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  int heads = 1;
+  for (int g : {4, 2}) {
+    if (group % g == 0 && g * dpl <= 16) {
+      heads = g;
+      break;
+    }
+  }
+  const dim3 grid(cap(a.n_heads / heads, 0x7fffffffLL), cap(a.batch, kMaxGridYZ));
+  switch (dpl * 10 + heads) {
+    case 11: decode_kernel<1, 1><<<grid, kThreads>>>(a); break;
+    case 12: decode_kernel<1, 2><<<grid, kThreads>>>(a); break;
+    case 14: decode_kernel<1, 4><<<grid, kThreads>>>(a); break;
+    case 21: decode_kernel<2, 1><<<grid, kThreads>>>(a); break;
+    case 22: decode_kernel<2, 2><<<grid, kThreads>>>(a); break;
+    case 24: decode_kernel<2, 4><<<grid, kThreads>>>(a); break;
+    case 41: decode_kernel<4, 1><<<grid, kThreads>>>(a); break;
+    case 42: decode_kernel<4, 2><<<grid, kThreads>>>(a); break;
+    case 44: decode_kernel<4, 4><<<grid, kThreads>>>(a); break;
+    case 81: decode_kernel<8, 1><<<grid, kThreads>>>(a); break;
+    default: decode_kernel<8, 2><<<grid, kThreads>>>(a); break;
   }
   check_launch("attention_decode_kernel");
 }

@@ -483,9 +483,14 @@ void rope_family(Ctx& c) {
 void attention_family(Ctx& c) {
   Target& t = c.t;
   uint64_t seed = 500;
-  // Decode over the paged cache: GQA 8/2, context lengths 0 (writes zeros), 1, one page, a page + 1, ragged.
-  for (int64_t hd : {16, 64, 80, 128, 256, 300}) {
-    const int64_t batch = 5, nh = 8, nkv = 2, num_pages = 24, max_pages = 4;
+  // Decode over the paged cache: GQA 8/2 at every head size, then groups of 3, 2, 1 and 6 (CUDA runs 4, 2 or 1
+  // query heads of a group per block, by group and head size); context lengths 0 (writes zeros), 1, one page, a
+  // page + 1, ragged.
+  const int64_t decode_shapes[][3] = {{8, 2, 16}, {8, 2, 64}, {8, 2, 80}, {8, 2, 128}, {8, 2, 256}, {8, 2, 300},
+                                      {6, 2, 64}, {4, 2, 128}, {6, 6, 80}, {12, 2, 256}};
+  for (const auto& shape : decode_shapes) {
+    const int64_t nh = shape[0], nkv = shape[1], hd = shape[2];
+    const int64_t batch = 5, num_pages = 24, max_pages = 4;
     const std::vector<int32_t> lens = {0, 1, 16, 17, 61};
     std::vector<int32_t> order(static_cast<size_t>(num_pages));
     std::iota(order.begin(), order.end(), 0);
@@ -516,7 +521,7 @@ void attention_family(Ctx& c) {
       cpu::attention_decode_ref(h);
     }
     for (const Variant& var : t.variants()) {
-      c.check("decode " + var.name + " d=" + std::to_string(hd) + " batch 5 heads 8/2 lens 0,1,16,17,61", [&]() {
+      c.check("decode " + var.name + " d=" + std::to_string(hd) + " batch 5 heads " + std::to_string(nh) + "/" + std::to_string(nkv) + " lens 0,1,16,17,61", [&]() {
         Buf dq = put(t, q), dk = put(t, k), dv = put(t, v), dt = put(t, table), dl = put(t, lens), dout(t, q.size() * 4);
         DecodeAttentionArgs d = a;
         d.q = dq.as<float>();
