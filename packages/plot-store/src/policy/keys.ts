@@ -153,8 +153,8 @@ export class TrigramKeyCodec {
     const bi = packKey(PAD, c, r);
     const uni = this.mode === 'encoder' ? packKey(PAD, c, PAD) : packKey(PAD, PAD, r);
     const out: { key: PlotKey; step: BackoffStep }[] = [{ key, step: 'exact' }];
-    if (bi !== key) out.push({ key: bi, step: 'bigram' });
-    if (uni !== bi) out.push({ key: uni, step: 'unigram' });
+    if (bi !== key && bi !== uni) out.push({ key: bi, step: 'bigram' });
+    if (uni !== key) out.push({ key: uni, step: 'unigram' });
     return out;
   }
 
