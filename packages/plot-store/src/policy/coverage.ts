@@ -11,6 +11,8 @@ export class TrigramCounts {
   private readonly counts = new Map<PlotKey, number>();
   private occurrences = 0;
   private sequenceCount = 0;
+  /** The last {@link sorted} order, until the next count (an α sweep sorts once). */
+  private order: { keys: BigUint64Array; counts: Float64Array } | null = null;
 
   /** Counts every key of a batch from {@link TrigramKeyCodec.keys} except the separators. */
   addBatch(batch: TrigramKeyBatch): this {
@@ -24,6 +26,7 @@ export class TrigramCounts {
     if (!Number.isInteger(times) || times < 0) throw new PlotStoreArgumentError(`times must be a non-negative integer, got ${times}`);
     if (key === SEPARATOR_KEY) throw new PlotStoreArgumentError('the separator key is not a corpus tri-gram');
     if (times === 0) return this;
+    this.order = null;
     this.counts.set(key, (this.counts.get(key) ?? 0) + times);
     this.occurrences += times;
     return this;
@@ -60,6 +63,11 @@ export class TrigramCounts {
 
   /** Every distinct key by count descending, ties by key ascending (so the order, and every selection, is deterministic). */
   sorted(): { keys: BigUint64Array; counts: Float64Array } {
+    this.order ??= this.sort();
+    return { keys: this.order.keys.slice(), counts: this.order.counts.slice() };
+  }
+
+  private sort(): { keys: BigUint64Array; counts: Float64Array } {
     const entries = [...this.counts];
     entries.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
     const keys = new BigUint64Array(entries.length);

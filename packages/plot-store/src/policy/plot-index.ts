@@ -29,6 +29,8 @@ export interface PlotIndex {
   getBatch(keys: BigUint64Array, out: Int32Array): void;
   /** Every (key, row), in slot order (unspecified but deterministic). */
   entries(): IterableIterator<[PlotKey, number]>;
+  /** Every row held, in the order of {@link entries} (for reference counting and accounting, without the keys). */
+  rows(): Int32Array;
   /** An independent copy: changing either never changes the other. */
   clone(): PlotIndex;
 }
@@ -67,7 +69,7 @@ function capacityFor(keys: number): number {
 export class OpenAddressingPlotIndex implements PlotIndex {
   private lo: Uint32Array;
   private hi: Uint32Array;
-  private rows: Int32Array;
+  private slotRows: Int32Array;
   private mask: number;
   private count = 0;
 
@@ -77,7 +79,7 @@ export class OpenAddressingPlotIndex implements PlotIndex {
     const cap = capacityFor(expected);
     this.lo = new Uint32Array(cap);
     this.hi = new Uint32Array(cap);
-    this.rows = new Int32Array(cap);
+    this.slotRows = new Int32Array(cap);
     this.mask = cap - 1;
   }
 
@@ -87,11 +89,11 @@ export class OpenAddressingPlotIndex implements PlotIndex {
 
   /** Slots allocated (a power of two). */
   get capacity(): number {
-    return this.rows.length;
+    return this.slotRows.length;
   }
 
   get byteLength(): number {
-    return this.rows.length * SLOT_BYTES;
+    return this.slotRows.length * SLOT_BYTES;
   }
 
   get(key: PlotKey): number {
@@ -113,16 +115,16 @@ export class OpenAddressingPlotIndex implements PlotIndex {
     const hi = Number(key >> 32n);
     const slot = this.find(hi, lo);
     if (slot >= 0) {
-      const previous = this.rows[slot]!;
-      this.rows[slot] = row;
+      const previous = this.slotRows[slot]!;
+      this.slotRows[slot] = row;
       return previous;
     }
-    if ((this.count + 1) > this.rows.length * MAX_LOAD) this.grow();
+    if ((this.count + 1) > this.slotRows.length * MAX_LOAD) this.grow();
     let i = hashKey(hi, lo) & this.mask;
-    while (this.rows[i] !== MISSING_ROW) i = (i + 1) & this.mask;
+    while (this.slotRows[i] !== MISSING_ROW) i = (i + 1) & this.mask;
     this.lo[i] = lo;
     this.hi[i] = hi;
-    this.rows[i] = row;
+    this.slotRows[i] = row;
     this.count++;
     return MISSING_ROW;
   }
@@ -131,23 +133,23 @@ export class OpenAddressingPlotIndex implements PlotIndex {
     if (!isPackedKey(key)) return MISSING_ROW;
     const slot = this.find(Number(key >> 32n), Number(key & 0xffffffffn));
     if (slot < 0) return MISSING_ROW;
-    const previous = this.rows[slot]!;
+    const previous = this.slotRows[slot]!;
     // Backward-shift deletion: pull later members of the probe run into the hole when their home slot does not lie
     // cyclically in (hole, j], so every remaining key stays reachable from its home slot without tombstones.
     let hole = slot;
     let j = slot;
     for (;;) {
       j = (j + 1) & this.mask;
-      if (this.rows[j] === MISSING_ROW) break;
+      if (this.slotRows[j] === MISSING_ROW) break;
       const home = hashKey(this.hi[j]!, this.lo[j]!) & this.mask;
       const homeInRange = hole <= j ? hole < home && home <= j : hole < home || home <= j;
       if (homeInRange) continue;
       this.lo[hole] = this.lo[j]!;
       this.hi[hole] = this.hi[j]!;
-      this.rows[hole] = this.rows[j]!;
+      this.slotRows[hole] = this.slotRows[j]!;
       hole = j;
     }
-    this.rows[hole] = MISSING_ROW;
+    this.slotRows[hole] = MISSING_ROW;
     this.lo[hole] = 0;
     this.hi[hole] = 0;
     this.count--;
@@ -163,31 +165,38 @@ export class OpenAddressingPlotIndex implements PlotIndex {
   }
 
   *entries(): IterableIterator<[PlotKey, number]> {
-    for (let i = 0; i < this.rows.length; i++) {
-      const row = this.rows[i]!;
+    for (let i = 0; i < this.slotRows.length; i++) {
+      const row = this.slotRows[i]!;
       if (row !== MISSING_ROW) yield [(BigInt(this.hi[i]!) << 32n) | BigInt(this.lo[i]!), row];
     }
+  }
+
+  rows(): Int32Array {
+    const out = new Int32Array(this.count);
+    let n = 0;
+    for (let i = 0; i < this.slotRows.length; i++) if (this.slotRows[i] !== MISSING_ROW) out[n++] = this.slotRows[i]!;
+    return out;
   }
 
   clone(): OpenAddressingPlotIndex {
     const copy = new OpenAddressingPlotIndex();
     copy.lo = this.lo.slice();
     copy.hi = this.hi.slice();
-    copy.rows = this.rows.slice();
+    copy.slotRows = this.slotRows.slice();
     copy.mask = this.mask;
     copy.count = this.count;
     return copy;
   }
 
   private rowAt(slot: number): number {
-    return slot < 0 ? MISSING_ROW : this.rows[slot]!;
+    return slot < 0 ? MISSING_ROW : this.slotRows[slot]!;
   }
 
   /** The slot holding (hi, lo), or −1. */
   private find(hi: number, lo: number): number {
     let i = hashKey(hi, lo) & this.mask;
     for (;;) {
-      const row = this.rows[i]!;
+      const row = this.slotRows[i]!;
       if (row === MISSING_ROW) return -1;
       if (this.lo[i] === lo && this.hi[i] === hi) return i;
       i = (i + 1) & this.mask;
@@ -195,20 +204,20 @@ export class OpenAddressingPlotIndex implements PlotIndex {
   }
 
   private grow(): void {
-    const { lo, hi, rows } = this;
+    const { lo, hi, slotRows: rows } = this;
     const cap = rows.length * 2;
     this.lo = new Uint32Array(cap);
     this.hi = new Uint32Array(cap);
-    this.rows = new Int32Array(cap);
+    this.slotRows = new Int32Array(cap);
     this.mask = cap - 1;
     for (let s = 0; s < rows.length; s++) {
       const row = rows[s]!;
       if (row === MISSING_ROW) continue;
       let i = hashKey(hi[s]!, lo[s]!) & this.mask;
-      while (this.rows[i] !== MISSING_ROW) i = (i + 1) & this.mask;
+      while (this.slotRows[i] !== MISSING_ROW) i = (i + 1) & this.mask;
       this.lo[i] = lo[s]!;
       this.hi[i] = hi[s]!;
-      this.rows[i] = row;
+      this.slotRows[i] = row;
     }
   }
 }

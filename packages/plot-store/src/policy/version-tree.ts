@@ -242,7 +242,7 @@ export class PlotVersionTree {
     const index = old.index.clone();
     // The clone refers to every row of the old table: one more reference each, so the old table's collection
     // leaves them in place.
-    for (const [, row] of index.entries()) this.values.retain(row);
+    for (const row of index.rows()) this.values.retain(row);
     for (const key of removeKeys) {
       const row = index.delete(key);
       if (row !== MISSING_ROW) this.values.release(row);
@@ -360,17 +360,25 @@ export class PlotVersionTree {
     return [...this.node(version).index.entries()];
   }
 
+  /** The rows of one version's own table (what it holds references to). */
+  tableRows(version: VersionId): Int32Array {
+    return this.node(version).index.rows();
+  }
+
   /** Bytes per table (shared vs unique) and in total, counted from the tables themselves. */
   storage(): StorageReport {
     const bytesPerRow = this.values.bytesPerRow;
     const tablesPerRow = new Map<number, number>();
+    const rowsOf = new Map<VersionNode, Int32Array>();
     for (const node of this.nodes.values()) {
-      for (const [, row] of node.index.entries()) tablesPerRow.set(row, (tablesPerRow.get(row) ?? 0) + 1);
+      const rows = node.index.rows();
+      rowsOf.set(node, rows);
+      for (const row of rows) tablesPerRow.set(row, (tablesPerRow.get(row) ?? 0) + 1);
     }
     const tables: TableStorage[] = [];
     for (const node of this.nodes.values()) {
       let unique = 0;
-      for (const [, row] of node.index.entries()) if (tablesPerRow.get(row) === 1) unique++;
+      for (const row of rowsOf.get(node)!) if (tablesPerRow.get(row) === 1) unique++;
       const entries = node.index.size;
       tables.push({
         version: node.id,
@@ -500,7 +508,7 @@ export class PlotVersionTree {
 
   private collectIfUnreferenced(node: VersionNode | null): void {
     while (node !== null && node.state !== 'live' && node.pins === 0 && node.children.size === 0) {
-      for (const [, row] of node.index.entries()) this.values.release(row);
+      for (const row of node.index.rows()) this.values.release(row);
       this.nodes.delete(node.id);
       const parent = node.parent;
       parent?.children.delete(node);
