@@ -85,6 +85,32 @@ describe('TrigramKeyCodec', () => {
     expect(new TrigramKeyCodec({ vocabSize: MAX_VOCAB_SIZE }).pack(MAX_VOCAB_SIZE - 1, 1, 0)).toBe(packKey(MAX_VOCAB_SIZE - 1, 1, 0));
   });
 
+  it('checkKeys (word-wise over a batch) fails exactly where unpack (per key) fails', () => {
+    const rand = mulberry32(4);
+    const fields = [0, 1, 99, 100, 101, 2047, 2048, MAX_VOCAB_SIZE - 1];
+    const pick = () => (rand() < 0.5 ? fields[Math.floor(rand() * fields.length)]! : Math.floor(rand() * 100));
+    for (let i = 0; i < 2000; i++) {
+      const key = rand() < 0.02 ? (1n << 63n) | BigInt(Math.floor(rand() * 1e6)) : packKey(pick(), pick(), pick());
+      const viaUnpack = (() => {
+        try {
+          codec.unpack(key);
+          return null;
+        } catch (e) {
+          return (e as Error).constructor.name;
+        }
+      })();
+      const viaBatch = (() => {
+        try {
+          codec.checkKeys(BigUint64Array.of(packKey(1, 2, 3), key).subarray(1));
+          return null;
+        } catch (e) {
+          return (e as Error).constructor.name;
+        }
+      })();
+      if (viaBatch !== viaUnpack) throw new Error(`${key.toString(16)}: batch ${viaBatch}, unpack ${viaUnpack}`);
+    }
+  });
+
   it('knows which keys a table may store', () => {
     expect(() => codec.checkStorable(SEPARATOR_KEY)).toThrow(ReservedKeyError);
     expect(() => codec.checkStorable(packKey(3, PAD, 4))).toThrow(ReservedKeyError);

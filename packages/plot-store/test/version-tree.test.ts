@@ -211,6 +211,33 @@ describe('domain branches (A6) and version isolation (behaviour 5)', () => {
     }
   });
 
+  it('lookupRows equals lookup on a causal tree too, and fails on the same keys', () => {
+    const { tree, codec } = newTree({ mode: 'causal' });
+    const c = corpora();
+    const general = rootKeys(codec, new TrigramCounts().addBatch(codec.keys(c.general)));
+    tree.createRoot({ keys: general, values: synth(general, 0) });
+    const bio = selectByCoverage(new TrigramCounts().addBatch(codec.keys(c.bio)), 0.5);
+    tree.createBranch({ domain: 'bio', selection: bio, values: synth(bio.keys, 1) });
+    const keys = codec.keys([...c.bio.slice(300, 340), ...c.eco.slice(0, 40)]).keys;
+    const rows = tree.lookupRows('bio@1', keys);
+    expect([...rows]).toEqual([...keys].map((k) => tree.lookup('bio@1', k).row));
+    const steps = new Set([...keys].map((k) => tree.lookup('bio@1', k).step));
+    expect(steps).toEqual(new Set(['exact', 'bigram', 'unigram', 'separator']));
+    for (const bad of [packKey(1, 2, 1000), packKey(1000, 2, 3), packKey(1, 1500, 3), 1n << 63n]) {
+      const batch = BigUint64Array.of(packKey(1, 2, 3), bad);
+      const single = (() => {
+        try {
+          tree.lookup('bio@1', bad);
+        } catch (e) {
+          return (e as Error).constructor;
+        }
+        return null;
+      })();
+      expect(single).not.toBeNull();
+      expect(() => tree.lookupRows('bio@1', batch)).toThrow(single as new () => Error);
+    }
+  });
+
   it('refuses a corpus below the minimum, a taken domain name, an unknown parent, and bad entries', () => {
     const { tree, counts } = (() => {
       const t = newTree({ minCorpusTokens: 1_000_000 });

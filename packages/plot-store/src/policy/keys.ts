@@ -27,6 +27,7 @@ export const SEPARATOR_KEY: PlotKey = 0n;
 export type KeyMode = 'encoder' | 'causal';
 
 const FIELD_MASK = (1 << KEY_ID_BITS) - 1;
+const LITTLE_ENDIAN_KEYS = new Uint8Array(new BigUint64Array([1n]).buffer)[0] === 1;
 const FIELD_MASK_N = BigInt(FIELD_MASK);
 const SHIFT_MID = BigInt(KEY_ID_BITS);
 const SHIFT_LEFT = BigInt(2 * KEY_ID_BITS);
@@ -128,6 +129,24 @@ export class TrigramKeyCodec {
     const ids = unpackKey(key);
     for (const id of ids) this.checkId(id);
     return ids;
+  }
+
+  /**
+   * Checks every key of a batch as {@link unpack} would (a packed key, ids below the vocabulary size), without
+   * BigInt arithmetic per key where the platform is little-endian.
+   */
+  checkKeys(keys: BigUint64Array): void {
+    if (!LITTLE_ENDIAN_KEYS) {
+      for (const key of keys) this.unpack(key);
+      return;
+    }
+    const words = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+    const v = this.vocabSize;
+    for (let i = 0; i < keys.length; i++) {
+      const lo = words[2 * i]!;
+      const hi = words[2 * i + 1]!;
+      if (hi > 0x7fffffff || hi >>> 10 >= v || ((lo >>> 21) | ((hi & 0x3ff) << 11)) >= v || (lo & FIELD_MASK) >= v) this.unpack(keys[i]!);
+    }
   }
 
   /**

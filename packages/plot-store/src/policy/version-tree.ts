@@ -16,7 +16,7 @@
  */
 import { CorpusTooSmallError, PlotStoreArgumentError, UnknownVersionError, VersionStateError } from './errors.js';
 import type { CoverageBoundary, CoverageSelection } from './coverage.js';
-import { type BackoffStep, formatKey, type PlotKey, SEPARATOR_KEY, type TrigramKeyCodec } from './keys.js';
+import { type BackoffStep, formatKey, KEY_ID_BITS, type PlotKey, SEPARATOR_KEY, type TrigramKeyCodec } from './keys.js';
 import { MISSING_ROW, OpenAddressingPlotIndex, type PlotIndex } from './plot-index.js';
 import { type PlotValueStore, ZERO_ROW } from './value-store.js';
 
@@ -60,7 +60,10 @@ export interface VersionInfo {
   children: VersionId[];
   /** Keys in this version's own table. */
   entries: number;
-  /** How the table was chosen, for versions built from an α-coverage selection. */
+  /**
+   * How the table was chosen, for versions built from an α-coverage selection (a `derive`d version carries the
+   * record of the version it edited; its `entries` are the edited table's). Null for the root.
+   */
   coverage: CoverageRecord | null;
 }
 
@@ -171,6 +174,10 @@ interface VersionNode {
 }
 
 const DOMAIN_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+/** Key bits kept by each back-off step: (PAD,c,r); encoder (PAD,c,PAD); causal (PAD,PAD,r). */
+const BIGRAM_MASK = (1n << BigInt(2 * KEY_ID_BITS)) - 1n;
+const ENCODER_UNIGRAM_MASK = ((1n << BigInt(KEY_ID_BITS)) - 1n) << BigInt(KEY_ID_BITS);
+const CAUSAL_UNIGRAM_MASK = (1n << BigInt(KEY_ID_BITS)) - 1n;
 
 export class PlotVersionTree {
   readonly codec: TrigramKeyCodec;
@@ -320,31 +327,46 @@ export class PlotVersionTree {
     return { row: ZERO_ROW, key: null, version: null, step: 'zero' };
   }
 
-  /** A2 for a batch of keys (e.g. from {@link TrigramKeyCodec.keys}): `out[i]` is key i's row. */
+  /**
+   * A2 for a batch of keys (e.g. from {@link TrigramKeyCodec.keys}): `out[i]` is key i's row, exactly as
+   * {@link lookup} would answer. Done step by step over the whole batch: every key against the chain, then the
+   * bi-gram of each key still missing, then its uni-gram.
+   */
   lookupRows(version: VersionId, keys: BigUint64Array, out: Int32Array = new Int32Array(keys.length)): Int32Array {
     if (out.length < keys.length) throw new PlotStoreArgumentError(`out holds ${out.length} rows for ${keys.length} keys`);
     const chain = this.node(version).chain;
-    // Exact keys for the whole chain first, in batch, then back-off only for the keys still missing.
+    this.codec.checkKeys(keys);
     out.fill(MISSING_ROW, 0, keys.length);
-    const scratch = new Int32Array(keys.length);
-    for (const node of chain) {
-      node.index.getBatch(keys, scratch);
-      for (let i = 0; i < keys.length; i++) if (out[i] === MISSING_ROW && keys[i] !== SEPARATOR_KEY) out[i] = scratch[i]!;
-    }
-    for (let i = 0; i < keys.length; i++) {
-      if (out[i] !== MISSING_ROW || keys[i] === SEPARATOR_KEY) continue;
-      const cands = this.codec.backoff(keys[i]!);
-      search: for (let c = 1; c < cands.length; c++) {
-        for (const node of chain) {
-          const row = node.index.get(cands[c]!.key);
-          if (row !== MISSING_ROW) {
-            out[i] = row;
-            break search;
-          }
+    // The separator is never stored, so the exact pass leaves it at the zero row and it is never pending after.
+    let pending: Int32Array | null = null;
+    let candidates = keys;
+    for (const step of ['exact', 'bigram', 'unigram'] as const) {
+      if (step !== 'exact') {
+        const missing: number[] = [];
+        for (let i = 0; i < (pending ?? keys).length; i++) {
+          const at = pending === null ? i : pending[i]!;
+          if (out[at] === MISSING_ROW && keys[at] !== SEPARATOR_KEY) missing.push(at);
         }
+        if (missing.length === 0) break;
+        pending = Int32Array.from(missing);
+        candidates = new BigUint64Array(pending.length);
+        for (let j = 0; j < pending.length; j++) candidates[j] = this.backoffKey(keys[pending[j]!]!, step);
       }
+      const found = new Int32Array(candidates.length);
+      const scratch = new Int32Array(candidates.length);
+      for (const node of chain) {
+        node.index.getBatch(candidates, scratch);
+        for (let j = 0; j < found.length; j++) if (found[j] === MISSING_ROW) found[j] = scratch[j]!;
+      }
+      for (let j = 0; j < found.length; j++) if (found[j] !== MISSING_ROW) out[pending === null ? j : pending[j]!] = found[j]!;
     }
     return out;
+  }
+
+  /** The bi-gram (left slot dropped) or uni-gram back-off of a key, as {@link TrigramKeyCodec.backoff} lists them. */
+  private backoffKey(key: PlotKey, step: 'bigram' | 'unigram'): PlotKey {
+    if (step === 'bigram') return key & BIGRAM_MASK;
+    return key & (this.codec.mode === 'encoder' ? ENCODER_UNIGRAM_MASK : CAUSAL_UNIGRAM_MASK);
   }
 
   /** A2 then gather: the fp16 rows of a batch of keys, `[keys.length, rowWidth]`. */
