@@ -52,6 +52,7 @@ export default defineConfig({
           { text: 'Coordinated batching (PetS)', link: '/packages/batcher-coordinated' },
           { text: '@tessera/adapter-swap', link: '/packages/adapter-swap' },
           { text: '@tessera/length-scheduler', link: '/packages/length-scheduler' },
+          { text: '@tessera/plot-store', link: '/packages/plot-store' },
           { text: '@tessera/block-zoo', link: '/packages/block-zoo' },
           { text: '@tessera/cluster', link: '/packages/cluster' },
           { text: '@tessera/sim', link: '/packages/sim' },

@@ -56,6 +56,7 @@ const EXAMPLES: Record<string, string> = {
   '@tessera/pet-ops': 'packages/pet-ops/test/readme.test.ts',
   '@tessera/batcher': 'packages/batcher/test/readme-example.test.ts',
   '@tessera/length-scheduler': 'packages/length-scheduler/test/readme-example.test.ts',
+  '@tessera/plot-store': 'packages/plot-store/test/readme-example.test.ts',
   '@tessera/block-zoo': 'packages/block-zoo/test/readme-example.test.ts',
   '@tessera/adapter-swap': 'packages/adapter-swap/test/readme-example.test.ts',
   '@tessera/cluster': 'packages/cluster/test/engine-loop/readme-example.test.ts',
