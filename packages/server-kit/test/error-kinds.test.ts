@@ -17,6 +17,7 @@ const PACKAGES = [
   '@tessera/length-scheduler',
   '@tessera/block-zoo',
   '@tessera/pet-ops',
+  '@tessera/plot-store',
   '@tessera/sgmv-kernel',
   '@tessera/adapter-swap',
   '@tessera/cluster',
