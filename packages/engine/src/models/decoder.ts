@@ -641,7 +641,7 @@ export class DecoderModel {
     if (paged) {
       const layerCache = cache.layer(l);
       if (paged.rowIdx && paged.q) gatherRows(q, paged.rowIdx, { out: paged.q });
-      attentionDecode(paged.q3 ?? q3, layerCache.k, layerCache.v, paged.table, paged.lens, { out: paged.ctx3 });
+      attentionDecode(paged.q3 ?? q3, layerCache.k, layerCache.v, paged.table, paged.lens, { out: paged.ctx3, hostIndices: paged.host });
       if (paged.rowIdx) scatterRows(paged.ctx, paged.rowIdx, attn);
     }
 
@@ -706,6 +706,8 @@ export class DecoderModel {
     return {
       table: scope.keep(Tensor.from(table, [n, maxPages], { backend: be })),
       lens: scope.keep(Tensor.from(lens, [n], { backend: be })),
+      // The host mirror of table and lens: every layer's attention call checks it instead of reading them back.
+      host: { blockTable: table, contextLens: lens },
       rowIdx: contiguous ? null : scope.keep(Tensor.from(Int32Array.from(rows), [n], { backend: be })),
       q: qRows,
       ctx: ctxRows,
