@@ -508,7 +508,8 @@ export class DecoderModel {
     const be = this.backend;
     return withScope((scope) => {
       let x = hidden;
-      if (rows === 'last') {
+      // Every sequence's last row, unless those are all the rows (a decode step: one new token each).
+      if (rows === 'last' && ctx.rows !== ctx.sequences.length) {
         const last = Int32Array.from(ctx.sequences, (_, b) => ctx.offsets[b + 1]! - 1);
         x = scope.keep(gatherRows(hidden, scope.keep(Tensor.from(last, [last.length], { backend: be }))));
       }
