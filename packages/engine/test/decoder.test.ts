@@ -7,6 +7,7 @@ import { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from '../src/hooks/
 import type { LinearSiteCall, ModelDelta } from '../src/hooks/sites.js';
 import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
 import { DecoderModel } from '../src/models/decoder.js';
+import { ModelWeights } from '../src/models/weights.js';
 import { decoderLinearModules } from '../src/models/names.js';
 import { randomDecoder, randomIds, tinyDecoderConfig } from './support/random-models.js';
 import { normwiseError } from './support/numerics.js';
@@ -191,6 +192,17 @@ describe('DecoderModel', () => {
     expect(replaced.fusedRows(names(0))).toBeNull();
     mergeLoraIntoWeights(replaced, adapter);
     expectSame(run(m3), want, 'replaced weight');
+
+    // Weights others may share (a map handed to the constructor, not exclusive): nothing is stacked or freed.
+    const shared = randomDecoder(config, 3).weights();
+    const borrowed = new ModelWeights(new Map(shared.tensors), shared.backend);
+    const originals = names(0).map((n) => borrowed.get(n));
+    mergeLoraIntoWeights(borrowed, adapter);
+    expectSame(run(new DecoderModel(config, borrowed)), want, 'not exclusive');
+    expect(borrowed.fusedRows(names(0))).toBeNull();
+    expect(names(0).map((n) => borrowed.get(n))).toEqual(originals);
+    expect(originals.every((t) => !t.disposed)).toBe(true);
+    shared.dispose();
     for (const m of [m2, m3]) m.dispose();
     mergedFirst.dispose();
   });

@@ -20,10 +20,17 @@ export class ModelWeights {
   readonly backend: Backend;
   /** Stacked weights built by fusedRows, by their parts' names joined with newlines; each part is a row view. */
   private readonly fused = new Map<string, { weight: Tensor; views: Tensor[] }>();
+  private readonly exclusive: boolean;
 
-  constructor(tensors: Map<string, Tensor>, backend: Backend) {
+  /**
+   * `exclusive`: nothing but this object holds the map's tensors, so fusedRows may replace them by views of a
+   * stacked copy and free them. `load` and `fromHost` make exclusive weights; a map built from tensors that others
+   * share (e.g. a pool of blocks) must not be (the default), and its models then apply each projection alone.
+   */
+  constructor(tensors: Map<string, Tensor>, backend: Backend, options: { exclusive?: boolean } = {}) {
     this.tensors = tensors;
     this.backend = backend;
+    this.exclusive = options.exclusive ?? false;
   }
 
   /**
@@ -54,14 +61,14 @@ export class ModelWeights {
       for (const t of tensors.values()) t.dispose();
       throw err;
     }
-    return new ModelWeights(tensors, backend);
+    return new ModelWeights(tensors, backend, { exclusive: true });
   }
 
   /** Wraps host arrays (f32) as weights; used by tests and by `fromHost` users. */
   static fromHost(arrays: Map<string, { data: Float32Array; shape: readonly number[] }>, backend: Backend = getBackend()): ModelWeights {
     const tensors = new Map<string, Tensor>();
     for (const [name, { data, shape }] of arrays) tensors.set(name, Tensor.from(data, shape, { backend }));
-    return new ModelWeights(tensors, backend);
+    return new ModelWeights(tensors, backend, { exclusive: true });
   }
 
   get(name: string): Tensor {
@@ -88,11 +95,13 @@ export class ModelWeights {
    * row is read once, and a decode step streams the weights in one pass). Built on the first call by copying the
    * parts into one tensor; the map then holds row views of it under the parts' names (the originals are freed),
    * so in-place updates of a part (a LoRA merge, an optimizer step) write through and the part reads as before.
-   * Returns null, and leaves the map as it is, when the parts do not share a dtype and a column count, or when a
-   * part was replaced in the map after the fusion (e.g. by an f32 master copy for training): the caller then
-   * applies the parts one by one, reading what the map holds now.
+   * Returns null, and leaves the map as it is, when the weights are not exclusive (see the constructor), when the
+   * parts do not share a dtype and a column count, or when a part was replaced in the map after the fusion (e.g.
+   * by an f32 master copy for training): the caller then applies the parts one by one, reading what the map holds
+   * now.
    */
   fusedRows(names: readonly string[]): Tensor | null {
+    if (!this.exclusive) return null;
     const key = names.join('\n');
     const entry = this.fused.get(key);
     if (entry) {
