@@ -16,7 +16,8 @@
 // over k against all m activation rows (see GemmDotPlan), in register blocks of a few rows and a few weight
 // rows; more rows than one block holds re-read a tile of weight rows from cache (dot_range in
 // gemm_common.inl). Every output is then the same dot product whatever m is, so a row's result does not depend
-// on its batch mates for m <= kGemmDotMaxRows.
+// on its batch mates while m stays on this path: up to kGemmDotMaxRows rows (AVX2 hands more than 8 rows to its
+// packed tiles; see dot_max_rows in gemm.cc).
 #pragma once
 #include <algorithm>
 #include <cstdint>
