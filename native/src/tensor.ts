@@ -65,6 +65,10 @@ export interface TensorOptions {
 export class Tensor {
   readonly native: NativeTensor;
   readonly backend: Backend;
+  // A handle's dtype and shape never change (a reshape or row view is a new handle), so they are read across
+  // N-API once, on first use: ops read them several times per call, and a decode step makes hundreds of calls.
+  private cachedDtype: DType | undefined;
+  private cachedShape: readonly number[] | undefined;
 
   /** Wraps an existing native handle. */
   constructor(native: NativeTensor, backend: Backend) {
@@ -139,16 +143,20 @@ export class Tensor {
   }
 
   get dtype(): DType {
-    return this.native.dtype;
+    return (this.cachedDtype ??= this.native.dtype);
   }
+  /** A fresh array each time (callers may modify it). */
   get shape(): number[] {
-    return this.native.shape;
+    return this.dims().slice();
   }
   get rank(): number {
-    return this.native.shape.length;
+    return this.dims().length;
   }
   get numel(): number {
-    return this.native.shape.reduce((a, b) => a * b, 1);
+    return this.dims().reduce((a, b) => a * b, 1);
+  }
+  private dims(): readonly number[] {
+    return (this.cachedShape ??= this.native.shape);
   }
   get nbytes(): number {
     return this.native.nbytes;

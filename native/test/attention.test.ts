@@ -444,6 +444,26 @@ describe('attentionDecode', () => {
     expect(() => attentionDecode(q, c.kCache, c.vCache, c.blockTable, c.contextLens, { out: q })).toThrow(/in place/);
   });
 
+  it('checks a host mirror of the block table and lengths instead of reading them back; the binding still checks the tensors', () => {
+    const c = pagedCache([20, 3], 2, 8, 1050);
+    const q = tensorF32(randomFloats(2 * 4 * 8, 1051), [2, 4, 8]);
+    const lens = Int32Array.from([20, 3]);
+    const hostIndices = { blockTable: c.table, contextLens: lens };
+    const want = f32(attentionDecode(q, c.kCache, c.vCache, c.blockTable, c.contextLens));
+    expectBitwiseEqual(f32(attentionDecode(q, c.kCache, c.vCache, c.blockTable, c.contextLens, { hostIndices })), want, 'with a host mirror');
+    // The TS checks read the mirror: a bad page there is refused by name, though the tensor is fine.
+    const badMirror = c.table.slice();
+    badMirror[1] = 6;
+    expect(() => attentionDecode(q, c.kCache, c.vCache, c.blockTable, c.contextLens, { hostIndices: { blockTable: badMirror, contextLens: lens } }))
+      .toThrow(/blockTable\[0, 1\] = 6 is not a page of kCache/);
+    expect(() => attentionDecode(q, c.kCache, c.vCache, c.blockTable, c.contextLens, { hostIndices: { blockTable: c.table, contextLens: Int32Array.from([20]) } }))
+      .toThrow(/hostIndices hold 6 block-table and 1 length entries/);
+    // A mirror that does not match the tensors cannot make the kernel read out of bounds: the binding checks the tensors.
+    const badTensor = c.table.slice();
+    badTensor[1] = 6;
+    expect(() => attentionDecode(q, c.kCache, c.vCache, i32(badTensor, [2, 3]), c.contextLens, { hostIndices })).toThrow(InvalidArgumentError);
+  });
+
   it('the binding re-checks page ids and lengths on a direct call', () => {
     const c = pagedCache([20, 3], 2, 8, 1100);
     const binding = cpu().binding;

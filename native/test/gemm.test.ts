@@ -254,6 +254,56 @@ describe('gemm against the double-precision reference', () => {
   });
 });
 
+describe('decode path (transB, m <= 32)', () => {
+  const decodeRows = [0, 1, 2, 3, 7, 8, 9, 16, 31, 32];
+  // Ragged n (not a multiple of any register block's weight rows, nor of the 24-row weight tiles; one case
+  // spans several tasks) and ragged k (vector tails of every ISA).
+  const nk: [number, number][] = [[1, 1], [5, 37], [29, 130], [50, 9], [97, 203], [1601, 47]];
+
+  it('matches the reference for every row count, ragged n and k, f32/f16/bf16 weights, on every ISA', () => {
+    decodeRows.forEach((m, mi) => {
+      nk.forEach(([n, k], ni) => {
+        for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+          const i = mi * nk.length + ni;
+          const spec: RunSpec = { ...variants[i % variants.length]!, dtype };
+          checkProblem({ m, n, k, transA: i % 5 === 0, transB: true }, spec, 1400 + i);
+        }
+      });
+    });
+  });
+
+  // Each output of the decode path is one dot product whose summation order depends on k only, not on how many
+  // rows share the call, which register block or weight tile it falls in, or the thread count. AVX2 takes its
+  // packed tiles from 9 rows up (a different order), so there the promise holds up to 8 rows.
+  const invariantRows = (isa: string): number => (isa === 'avx2' ? 8 : 32);
+
+  it("gives a row the same bits whatever its batch mates (up to 32 rows; AVX2: 8), on every ISA", () => {
+    for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+      const [n, k] = [61, 203];
+      const aData = randomFloats(32 * k, 1500);
+      const w = weight(randomFloats(n * k, 1501), [n, k], dtype);
+      const bias = tensorF32(randomFloats(n, 1502), [n]);
+      forEachIsa((isa) => {
+        const alone: Float32Array[] = [];
+        for (let r = 0; r < 32; r++) {
+          const a = tensorF32(aData.subarray(r * k, (r + 1) * k), [1, k]);
+          alone.push(f32(gemm(a, w.t, { transB: true, bias })));
+          a.dispose();
+        }
+        for (const m of decodeRows) {
+          if (m === 0 || m > invariantRows(isa)) continue;
+          const a = tensorF32(aData.subarray(0, m * k), [m, k]);
+          const got = withThreads(m % 2 === 0 ? 1 : 2, () => f32(gemm(a, w.t, { transB: true, bias })));
+          for (let r = 0; r < m; r++) expectBitwiseEqual(got.subarray(r * n, (r + 1) * n), alone[r]!, `${isa} ${dtype} m=${m} row ${r}`);
+          a.dispose();
+        }
+      });
+      w.t.dispose();
+      bias.dispose();
+    }
+  });
+});
+
 describe('gemmBatched', () => {
   it('matches the reference with per-entry and shared (broadcast) B, on every ISA', () => {
     const batch = 3;

@@ -246,7 +246,22 @@ void attention_decode(const DecodeAttentionArgs& a) {
     AttendScratch scratch(group, D, kv_stride, a.scale);
     auto& [state, acc, q_rows, nk, blk] = scratch;
     for (int64_t t = 0; t < group; ++t) q_rows[t] = a.q + (b * H + g * group + t) * D;
+    // The group's K/V rows are short runs (d floats) a whole cache row apart, in pages scattered over the cache:
+    // the hardware prefetchers see no stream, so each page's rows are requested while the page before is being
+    // folded in (and the first page's right away).
+    auto prefetch_page = [&](int64_t pos) {
+      const int64_t base = static_cast<int64_t>(pages[pos / P]) * page_elems + g * D;
+      const int64_t rows = std::min(P, len - pos);
+      for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t e = 0; e < D; e += 16) {  // one 64-byte line per 16 floats
+          __builtin_prefetch(a.k_cache + base + t * kv_stride + e);
+          __builtin_prefetch(a.v_cache + base + t * kv_stride + e);
+        }
+      }
+    };
+    if (len > 0) prefetch_page(0);
     for (int64_t pos = 0; pos < len; pos += P) {
+      if (pos + P < len) prefetch_page(pos + P);
       const int64_t page_base = static_cast<int64_t>(pages[pos / P]) * page_elems + g * D;
       const int64_t in_page = std::min(P, len - pos);
       for (int64_t off = 0; off < in_page; off += kKeyBlock) {  // one block per page when P == kKeyBlock

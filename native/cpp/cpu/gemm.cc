@@ -244,9 +244,10 @@ void gemm_dot(const GemmArgs& g, Isa isa) {
     d.a = rows;
     d.lda = ld;
   }
-  // About 64 tasks of at least 16 weight rows each: fine-grained enough to balance, coarse enough that a
-  // task streams a few hundred KB of weights.
-  d.rows_per_task = std::max<int64_t>(16, gemm_ceil_div(g.n, 64));
+  // About 64 tasks of at least one weight tile (kGemmDotTileRows rows) each: fine-grained enough to balance,
+  // coarse enough that a task streams a few hundred KB of weights. Whole tiles, so that no task ends in a
+  // partial group of weight rows.
+  d.rows_per_task = gemm_round_up(std::max<int64_t>(kGemmDotTileRows, gemm_ceil_div(g.n, 64)), kGemmDotTileRows);
   const int64_t tasks = gemm_ceil_div(g.n, d.rows_per_task);
   global_pool().parallel_for_or_inline(tasks, run_inline(double(g.m), double(g.n), double(g.k)), [&](int64_t t) {
     switch (isa) {
@@ -258,6 +259,12 @@ void gemm_dot(const GemmArgs& g, Isa isa) {
   a_scratch.trim(int64_t(1) << 20);
   pairs_rows_scratch().trim(int64_t(1) << 20);
 }
+
+// Rows of op(A) up to which a transposed-B GEMM takes the decode path. AVX-512 (24 accumulators per register
+// block of 8 rows x 3 weight rows) and the scalar path take it for every decode batch; AVX2's register blocks
+// (4 x 3) need more loads per FMA than its packed 6 x 16 tiles, which were faster from 9 rows up (Zen, one
+// thread: 16 rows 23 vs 28 ms, 32 rows 40 vs 47 ms over the mini decoder's weights).
+int64_t dot_max_rows(Isa isa) { return isa == Isa::Avx2 ? 8 : kGemmDotMaxRows; }
 
 void gemm_packed(const GemmArgs& g, Isa isa) {
   const GemmShape s = shape_for(isa);
@@ -367,7 +374,7 @@ void gemm(const GemmArgs& args) {
     return;
   }
   const Isa isa = active_isa();
-  if (args.trans_b && args.m <= kGemmDotMaxRows) gemm_dot(args, isa);
+  if (args.trans_b && args.m <= dot_max_rows(isa)) gemm_dot(args, isa);
   else gemm_packed(args, isa);
 }
 

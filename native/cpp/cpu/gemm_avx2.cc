@@ -19,6 +19,9 @@ constexpr int kMr = 6;
 constexpr int kNv = 2;
 constexpr int kLanes = 8;
 constexpr int kNr = kNv * kLanes;
+// Decode register block: 4 rows of op(A) x 3 weight rows = 12 accumulators, 3 weight vectors and one activation
+// vector in the 16 ymm registers.
+constexpr int kDotRows = 4;
 
 inline __m256i lane_mask(int64_t n) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -149,8 +152,14 @@ void dot_group(const GemmDotPlan& pl, int64_t j) {
   const void* wrow[NW];
   for (int w = 0; w < NW; ++w) wrow[w] = offset_elems<DT>(pl.w, (j + w) * pl.ldw);
   const int64_t k = pl.k;
+  // Prefetch the next group's rows at the same k, one line per 64 bytes: the hardware prefetchers follow a
+  // row only after a few misses, and a group's rows are short runs (k elements) that end in a jump.
+  const int64_t ahead = NW * pl.ldw;
+  constexpr int64_t kLine = DT == DType::F32 ? 16 : 32;  // elements per 64-byte line
   int64_t kk = 0;
   for (; kk + 8 <= k; kk += 8) {
+    if ((kk & (kLine - 1)) == 0)
+      for (int w = 0; w < NW; ++w) _mm_prefetch(static_cast<const char*>(offset_elems<DT>(wrow[w], kk + ahead)), _MM_HINT_T0);
     __m256 wv[NW];
     for (int w = 0; w < NW; ++w) wv[w] = load8<DT>(wrow[w], kk);
     for (int r = 0; r < M; ++r) {
@@ -173,7 +182,8 @@ void dot_group(const GemmDotPlan& pl, int64_t j) {
 
 template <int M, DType DT>
 void dot_rows(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
-  constexpr int NW = M <= 2 ? 4 : M <= 4 ? 3 : M <= 6 ? 2 : 1;
+  static_assert(M <= kDotRows, "one register block");
+  constexpr int NW = M <= 2 ? 4 : 3;
   int64_t j = j0;
   for (; j + NW <= j1; j += NW) dot_group<M, NW, DT>(pl, j);
   for (; j < j1; ++j) dot_group<M, 1, DT>(pl, j);

@@ -20,6 +20,9 @@ constexpr int kMr = 8;
 constexpr int kNv = 3;
 constexpr int kLanes = 16;
 constexpr int kNr = kNv * kLanes;
+// Decode register block: up to 8 rows of op(A) x 3 weight rows = 24 accumulators (more weight rows for fewer
+// rows; see dot_rows), with the weight and activation vectors, in the 32 zmm registers.
+constexpr int kDotRows = 8;
 
 inline __mmask16 lane_mask(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : n <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << n) - 1u);

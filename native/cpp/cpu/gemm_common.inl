@@ -4,8 +4,10 @@
 //   kMr, kNr, kLanes                              its micro-kernel's tile shape
 //   convert_row<DT>(src, n, dst)                  dst[0..n) = float(src[0..n))
 //   convert_row_padded<DT>(src, n, dst, stride)   the same, then zeros up to stride (a multiple of kLanes)
+//   kDotRows                                      rows of op(A) per decode register block (1 to 8)
 // and defines after it (declared here):
-//   dot_rows<M, DT>(pl, j0, j1)                   decode: weight rows [j0, j1) against all M rows of op(A)
+//   dot_rows<M, DT>(pl, j0, j1)                   decode: weight rows [j0, j1) against all M <= kDotRows rows
+//                                                 of op(A)
 //   pack_panel_transposed(a, lda, q0, width, k, stride, panel)
 //                                                 prepack: panel[kk * stride + i] = A[q0 + i, kk], zero padded
 
@@ -78,20 +80,52 @@ void prepack_at(const float* a, int64_t lda, bool trans_a, int64_t m, int64_t k,
 
 // ---------------------------------------------------------------- decode dispatch
 
+// The including file defines kDotRows (the most rows of op(A) one register block holds, <= 8) and
+// dot_rows<M, DT> for every M in [1, kDotRows].
 template <int M, DType DT>
 void dot_rows(const GemmDotPlan& pl, int64_t j0, int64_t j1);
 
 template <DType DT>
 void dot_rows_dt(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
+  static_assert(kDotRows >= 1 && kDotRows <= 8, "register blocks of 1 to 8 rows");
   switch (pl.m) {
     case 1: dot_rows<1, DT>(pl, j0, j1); break;
-    case 2: dot_rows<2, DT>(pl, j0, j1); break;
-    case 3: dot_rows<3, DT>(pl, j0, j1); break;
-    case 4: dot_rows<4, DT>(pl, j0, j1); break;
-    case 5: dot_rows<5, DT>(pl, j0, j1); break;
-    case 6: dot_rows<6, DT>(pl, j0, j1); break;
-    case 7: dot_rows<7, DT>(pl, j0, j1); break;
-    default: dot_rows<8, DT>(pl, j0, j1); break;
+    case 2: if constexpr (kDotRows >= 2) dot_rows<2, DT>(pl, j0, j1); break;
+    case 3: if constexpr (kDotRows >= 3) dot_rows<3, DT>(pl, j0, j1); break;
+    case 4: if constexpr (kDotRows >= 4) dot_rows<4, DT>(pl, j0, j1); break;
+    case 5: if constexpr (kDotRows >= 5) dot_rows<5, DT>(pl, j0, j1); break;
+    case 6: if constexpr (kDotRows >= 6) dot_rows<6, DT>(pl, j0, j1); break;
+    case 7: if constexpr (kDotRows >= 7) dot_rows<7, DT>(pl, j0, j1); break;
+    case 8: if constexpr (kDotRows >= 8) dot_rows<8, DT>(pl, j0, j1); break;
+    default: break;
+  }
+}
+
+// Rows [r0, r0 + rows) of op(A) (and of C) as a plan of their own.
+inline GemmDotPlan dot_row_chunk(const GemmDotPlan& pl, int64_t r0, int64_t rows) {
+  GemmDotPlan sub = pl;
+  sub.m = rows;
+  sub.a = pl.a + r0 * pl.lda;
+  if (pl.a_pairs) sub.a_pairs = pl.a_pairs + r0 * pl.ld_pairs;
+  sub.c = pl.c + r0 * pl.ldc;
+  return sub;
+}
+
+// Weight rows [j0, j1) against all m rows of op(A). Up to kDotRows rows are one register block. More rows
+// (up to kGemmDotMaxRows) are split into blocks of kDotRows, and the weights are walked in tiles of
+// kGemmDotTileRows rows: the first block reads a tile from memory, the others find it in cache, so each weight
+// still streams from memory once per call. Every output element is the same dot product whatever the block,
+// tile or task it falls in (lanes accumulate over k in one fixed order, then reduce in one fixed order), so a
+// row's result does not depend on how many rows share the call.
+template <DType DT>
+void dot_range(const GemmDotPlan& pl, int64_t j0, int64_t j1) {
+  if (pl.m <= kDotRows) {
+    dot_rows_dt<DT>(pl, j0, j1);
+    return;
+  }
+  for (int64_t jt = j0; jt < j1; jt += kGemmDotTileRows) {
+    const int64_t je = std::min(j1, jt + kGemmDotTileRows);
+    for (int64_t r0 = 0; r0 < pl.m; r0 += kDotRows) dot_rows_dt<DT>(dot_row_chunk(pl, r0, std::min<int64_t>(kDotRows, pl.m - r0)), jt, je);
   }
 }
 
@@ -99,8 +133,8 @@ void dot_task(const GemmDotPlan& pl, int64_t task) {
   const int64_t j0 = task * pl.rows_per_task, j1 = std::min(pl.n, j0 + pl.rows_per_task);
   if (j0 >= j1) return;
   switch (pl.w_dtype) {
-    case DType::F16: dot_rows_dt<DType::F16>(pl, j0, j1); break;
-    case DType::BF16: dot_rows_dt<DType::BF16>(pl, j0, j1); break;
-    default: dot_rows_dt<DType::F32>(pl, j0, j1);
+    case DType::F16: dot_range<DType::F16>(pl, j0, j1); break;
+    case DType::BF16: dot_range<DType::BF16>(pl, j0, j1); break;
+    default: dot_range<DType::F32>(pl, j0, j1);
   }
 }

@@ -34,6 +34,13 @@ export interface AttentionDecodeOptions {
   out?: Tensor;
   /** Run the plain double-precision reference kernel (CPU only). */
   reference?: boolean;
+  /**
+   * Host copies of `blockTable` and `contextLens` with the same contents, e.g. kept by a caller that built the
+   * tensors on the host and calls once per layer: the checks here read them instead of reading the tensors back
+   * on every call (a device-to-host copy on a GPU). The native layer still checks the tensors themselves before
+   * a kernel reads them.
+   */
+  hostIndices?: { blockTable: Int32Array; contextLens: Int32Array };
 }
 
 function resolveScale(op: string, scale: number | undefined, headDim: number): number {
@@ -132,8 +139,13 @@ export function attentionDecode(
   checkShapes(contextLens.rank === 1 && contextLens.shape[0] === batch, () =>
     `${op}: contextLens ${formatShape(contextLens.shape)} must be [batch] = ${formatShape([batch])} for q ${formatShape(q.shape)}`);
 
-  const lens = contextLens.toArray() as Int32Array;
-  const table = blockTable.toArray() as Int32Array;
+  const mirror = options.hostIndices;
+  if (mirror && (mirror.blockTable.length !== batch * maxPages || mirror.contextLens.length !== batch)) {
+    throw new InvalidArgumentError(
+      `${op}: hostIndices hold ${mirror.blockTable.length} block-table and ${mirror.contextLens.length} length entries, but blockTable ${formatShape(blockTable.shape)} and contextLens ${formatShape(contextLens.shape)} hold ${batch * maxPages} and ${batch}`);
+  }
+  const lens = mirror ? mirror.contextLens : (contextLens.toArray() as Int32Array);
+  const table = mirror ? mirror.blockTable : (blockTable.toArray() as Int32Array);
   for (let b = 0; b < batch; b++) {
     const len = lens[b]!;
     if (len < 0) throw new InvalidArgumentError(`${op}: contextLens[${b}] = ${len} is negative`);

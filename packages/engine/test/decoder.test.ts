@@ -7,6 +7,7 @@ import { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from '../src/hooks/
 import type { LinearSiteCall, ModelDelta } from '../src/hooks/sites.js';
 import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
 import { DecoderModel } from '../src/models/decoder.js';
+import { ModelWeights } from '../src/models/weights.js';
 import { decoderLinearModules } from '../src/models/names.js';
 import { randomDecoder, randomIds, tinyDecoderConfig } from './support/random-models.js';
 import { normwiseError } from './support/numerics.js';
@@ -126,6 +127,84 @@ describe('DecoderModel', () => {
     expect(normwiseError(hooked.subarray(0, V), base)).toBeGreaterThan(1e-2);
     mergedModel.dispose();
     for (const c of [cache, cache2, cache3]) c.dispose();
+  });
+
+  it('fused q/k/v and gate/up: decode-step LoRA hits the right slices; merges write through; a replaced weight falls back', () => {
+    const lin = (i: number) => decoderLinearModules(i);
+    const H = config.hiddenSize;
+    const kvDim = config.numKvHeads * config.headDim;
+    const F = config.intermediateSize;
+    const r = 3;
+    const mod = (module: string, inF: number, outF: number, seed: number) => [module, {
+      a: Tensor.from(randomFloats(r * inF, seed, -0.3, 0.3), [r, inF]),
+      b: Tensor.from(randomFloats(outF * r, seed + 1, -0.3, 0.3), [outF, r]),
+      scale: 1.25,
+    }] as const;
+    // Every fused part of both layers, each with its own random delta: a slice mix-up would change the logits.
+    const adapter: LoraWeights = {
+      name: 'x',
+      modules: new Map([0, 1].flatMap((l) => [
+        mod(lin(l).q, H, H, 200 + 20 * l), mod(lin(l).k, H, kvDim, 202 + 20 * l), mod(lin(l).v, H, kvDim, 204 + 20 * l),
+        mod(lin(l).gate, H, F, 206 + 20 * l), mod(lin(l).up, H, F, 208 + 20 * l),
+      ])),
+    };
+    const steps = [11, 12, 13];
+    // Prefill then three decode steps (one row each: the parts are views of the fused output) of one sequence.
+    const run = (m: DecoderModel, deltas: ModelDelta[] = [], key: string | null = null): Float32Array[] => {
+      const cache = newCache();
+      const out = [logitsOf(m.forward([{ id: 's', tokens: prompt.slice(0, 9), key }], { cache, deltas }).logits)];
+      for (const t of steps) out.push(logitsOf(m.forward([{ id: 's', tokens: [t], key }], { cache, deltas }).logits));
+      cache.dispose();
+      return out;
+    };
+    const expectSame = (got: Float32Array[], want: Float32Array[], what: string) =>
+      got.forEach((g, i) => expect(normwiseError(g, want[i]!), `${what} step ${i}`).toBeLessThan(1e-5));
+    const names = (l: number) => [lin(l).q, lin(l).k, lin(l).v].map((m) => `${m}.weight`);
+
+    // The reference: merged before the model ever ran (its first forward fuses the merged weights).
+    const mergedFirst = randomDecoder(config, 3).weights();
+    mergeLoraIntoWeights(mergedFirst, adapter);
+    const want = run(new DecoderModel(config, mergedFirst));
+
+    const hooked = run(model, [new LoraDelta(new Map([['x', adapter]]))], 'x');
+    expectSame(hooked, want, 'LoRA at the sites');
+    expect(model.weights.fusedRows(names(0))).not.toBeNull();
+    expect(normwiseError(hooked[3]!, run(model)[3]!)).toBeGreaterThan(1e-2);
+
+    // Merged after the fusion: f32 weights are updated in place, through the views, into the stacked weight.
+    const mergedAfter = randomDecoder(config, 3).weights();
+    const m2 = new DecoderModel(config, mergedAfter);
+    run(m2);
+    const stacked = mergedAfter.fusedRows(names(1));
+    mergeLoraIntoWeights(mergedAfter, adapter);
+    expect(mergedAfter.fusedRows(names(1))).toBe(stacked);
+    expectSame(run(m2), want, 'merged after fusion');
+
+    // A weight replaced in the map after the fusion (here by an f32 copy): that projection group runs one GEMM
+    // per weight, reading what the map holds now.
+    const replaced = randomDecoder(config, 3).weights();
+    const m3 = new DecoderModel(config, replaced);
+    run(m3);
+    const qName = `${lin(0).q}.weight`;
+    const view = replaced.get(qName);
+    replaced.tensors.set(qName, Tensor.from(view.toArray() as Float32Array, view.shape));
+    view.dispose();
+    expect(replaced.fusedRows(names(0))).toBeNull();
+    mergeLoraIntoWeights(replaced, adapter);
+    expectSame(run(m3), want, 'replaced weight');
+
+    // Weights others may share (a map handed to the constructor, not exclusive): nothing is stacked or freed.
+    const shared = randomDecoder(config, 3).weights();
+    const borrowed = new ModelWeights(new Map(shared.tensors), shared.backend);
+    const originals = names(0).map((n) => borrowed.get(n));
+    mergeLoraIntoWeights(borrowed, adapter);
+    expectSame(run(new DecoderModel(config, borrowed)), want, 'not exclusive');
+    expect(borrowed.fusedRows(names(0))).toBeNull();
+    expect(names(0).map((n) => borrowed.get(n))).toEqual(originals);
+    expect(originals.every((t) => !t.disposed)).toBe(true);
+    shared.dispose();
+    for (const m of [m2, m3]) m.dispose();
+    mergedFirst.dispose();
   });
 
   it('fails cleanly when the KV cache is full: nothing is reserved and the cache keeps serving', () => {

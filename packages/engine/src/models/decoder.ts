@@ -3,10 +3,12 @@
  *
  * One forward takes a mixed batch: sequences starting their prompt (prefill: many new tokens, nothing cached)
  * and sequences continuing (decode: usually one new token against cached KV), packed into rows. Data path per
- * layer: RMSNorm [site input_norm] → q, k, v linears [sites q, k, v] → RoPE at each row's position → new K/V
+ * layer: RMSNorm [site input_norm] → q, k, v linears [sites q, k, v] (one GEMM over the stacked weights, then split
+ * into the three outputs before their sites run) → RoPE at each row's position → new K/V
  * rows written into the cache pages → attention (causal prefill kernel for fresh prompts, the paged decode
- * kernel for every other row) → o [site o] → residual → RMSNorm [site post_attn_norm] → gate, up [sites] →
- * SiLU(gate)·up → down [site down] → residual. Then the final RMSNorm and the LM head on the rows asked for.
+ * kernel for every other row) → o [site o] → residual → RMSNorm [site post_attn_norm] → gate, up [sites] (one GEMM,
+ * as q, k, v) → SiLU(gate)·up → down [site down] → residual. Then the final RMSNorm and the LM head on the rows
+ * asked for. Every linear layer is applied by `DecoderModel.project`.
  *
  * The forward is a composition of stages: `prepare` (validate, reserve KV pages, scratch) → `embed` →
  * `layers(0, L)` → `commit` → `head`. Each stage is public, so a caller can run the layers in pieces (BlockLLM's
@@ -91,6 +93,19 @@ function cacheLayerRange(cache: PagedKvCache): { first: number; end: number } {
 /** Paged-decode attention inputs (see DecoderModel.pagedAttentionInputs). */
 type PagedInputs = NonNullable<ReturnType<DecoderModel['pagedAttentionInputs']>>;
 
+/**
+ * Where a fused projection's output goes: `out` [rows, sum of the parts' features] gets the one GEMM, and `parts`
+ * (each [rows, features]) are what the sites see. With one row the parts are column ranges of `out`, i.e. row
+ * views of it: nothing to copy. With more rows `split` copies them out: `out` viewed as `src` [rows · units,
+ * unit] (a unit is a head for q/k/v, a whole projection for gate/up) gathers into each part viewed as
+ * [rows · its units, unit].
+ */
+interface FusedOutput {
+  readonly out: Tensor;
+  readonly parts: readonly Tensor[];
+  readonly split: { readonly src: Tensor; readonly idx: readonly Tensor[]; readonly dst: readonly Tensor[] } | null;
+}
+
 /** Scratch and row metadata of one step, reused by every layer. */
 interface DecoderStepWork {
   readonly scope: Scope;
@@ -102,6 +117,10 @@ interface DecoderStepWork {
   readonly q: Tensor;
   readonly k: Tensor;
   readonly v: Tensor;
+  /** q, k, v as one output (q, k, v are its parts). */
+  readonly qkv: FusedOutput;
+  /** gate, up as one output (gate, up are its parts). */
+  readonly gateUp: FusedOutput;
   readonly q3: Tensor;
   readonly k3: Tensor;
   readonly attn: Tensor;
@@ -359,9 +378,10 @@ export class DecoderModel {
 
       const be = this.backend;
       const x = scope.keep(Tensor.empty([T, H], 'f32', be));
-      const q = scope.keep(Tensor.empty([T, qDim], 'f32', be));
-      const k = scope.keep(Tensor.empty([T, kvDim], 'f32', be));
-      const v = scope.keep(Tensor.empty([T, kvDim], 'f32', be));
+      const qkv = fusedOutput(scope, be, T, hd, [c.numHeads, c.numKvHeads, c.numKvHeads]);
+      const [q, k, v] = qkv.parts as [Tensor, Tensor, Tensor];
+      const gateUp = fusedOutput(scope, be, T, c.intermediateSize, [1, 1]);
+      const [gate, up] = gateUp.parts as [Tensor, Tensor];
       const attn = scope.keep(Tensor.empty([T, qDim], 'f32', be));
       const work: DecoderStepWork = {
         scope,
@@ -373,12 +393,14 @@ export class DecoderModel {
         q,
         k,
         v,
+        qkv,
+        gateUp,
         q3: scope.reshape(q, [T, c.numHeads, hd]),
         k3: scope.reshape(k, [T, c.numKvHeads, hd]),
         attn,
         o: scope.keep(Tensor.empty([T, H], 'f32', be)),
-        gate: scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be)),
-        up: scope.keep(Tensor.empty([T, c.intermediateSize], 'f32', be)),
+        gate,
+        up,
         down: scope.keep(Tensor.empty([T, H], 'f32', be)),
         prefill: prefill.map(({ offset, len }) => {
           const view = (t: Tensor, heads: number) => scope.reshape(scope.rows(t, offset, len), [1, len, heads, hd]);
@@ -486,13 +508,21 @@ export class DecoderModel {
     const be = this.backend;
     return withScope((scope) => {
       let x = hidden;
-      if (rows === 'last') {
+      // Every sequence's last row, unless those are all the rows (a decode step: one new token each).
+      if (rows === 'last' && ctx.rows !== ctx.sequences.length) {
         const last = Int32Array.from(ctx.sequences, (_, b) => ctx.offsets[b + 1]! - 1);
         x = scope.keep(gatherRows(hidden, scope.keep(Tensor.from(last, [last.length], { backend: be }))));
       }
       const normed = scope.keep(rmsNorm(x, this.w(`${decoderTopModules.finalNorm}.weight`), { eps: c.rmsNormEps }));
-      const head = c.tieWordEmbeddings ? `${decoderTopModules.embedTokens}.weight` : `${decoderTopModules.lmHead}.weight`;
-      return linear(normed, this.w(head));
+      const head = this.w(c.tieWordEmbeddings ? `${decoderTopModules.embedTokens}.weight` : `${decoderTopModules.lmHead}.weight`);
+      const logits = Tensor.empty([normed.shape[0]!, head.shape[0]!], 'f32', be);
+      try {
+        this.project(normed, head, logits);
+      } catch (err) {
+        logits.dispose();
+        throw err;
+      }
+      return logits;
     });
   }
 
@@ -562,23 +592,44 @@ export class DecoderModel {
       runLinearHooks(deltas, { family: 'decoder', site: name, layer: l, x: input, outputs: [{ slice: name, module: lin[name], y }], layout });
   }
 
+  /**
+   * out = x · weightᵀ. Every linear layer of the model is applied here (the fused ones through projectFused), so a
+   * different way of applying weights (another dtype, another kernel) changes this one method.
+   */
+  private project(x: Tensor, weight: Tensor, out: Tensor): void {
+    linear(x, weight, undefined, { out });
+  }
+
+  /**
+   * The linears of `modules` (same input, e.g. q, k, v) into the parts of `dst`: one GEMM over their stacked
+   * weights, then the split; or, where the weights cannot be stacked (see ModelWeights.fusedRows), one GEMM each.
+   */
+  private projectFused(x: Tensor, modules: readonly string[], dst: FusedOutput): void {
+    const stacked = this.weights.fusedRows(modules.map((m) => `${m}.weight`));
+    if (stacked === null) {
+      modules.forEach((m, i) => this.project(x, this.w(`${m}.weight`), dst.parts[i]!));
+      return;
+    }
+    this.project(x, stacked, dst.out);
+    const split = dst.split;
+    if (split) split.idx.forEach((idx, i) => gatherRows(split.src, idx, { out: split.dst[i]! }));
+  }
+
   /** The attention half of layer l on `h`, in place (the caller checked that the cache holds layer l). */
   private runAttention(l: number, h: Tensor, ctx: DecoderStepContext): void {
     const c = this.config;
     const { deltas, layout } = ctx;
     const cache = ctx.cache!;
-    const { x, q, k, v, q3, k3, attn, o, positions, slots, prefill, paged } = ctx.work;
+    const { x, q, k, v, qkv, q3, k3, attn, o, positions, slots, prefill, paged } = ctx.work;
     const lin = decoderLinearModules(l);
     const norm = decoderNormModules(l);
     const site = this.siteRunner(l, ctx);
 
     rmsNorm(h, this.w(`${norm.input_norm}.weight`), { eps: c.rmsNormEps, out: x });
     runNormHooks(deltas, { family: 'decoder', site: 'input_norm', layer: l, module: norm.input_norm, x: h, y: x, layout });
-    linear(x, this.w(`${lin.q}.weight`), undefined, { out: q });
+    this.projectFused(x, [lin.q, lin.k, lin.v], qkv);
     site('q', x, q);
-    linear(x, this.w(`${lin.k}.weight`), undefined, { out: k });
     site('k', x, k);
-    linear(x, this.w(`${lin.v}.weight`), undefined, { out: v });
     site('v', x, v);
     rope(q3, positions, { base: c.ropeTheta });
     rope(k3, positions, { base: c.ropeTheta });
@@ -591,11 +642,11 @@ export class DecoderModel {
     if (paged) {
       const layerCache = cache.layer(l);
       if (paged.rowIdx && paged.q) gatherRows(q, paged.rowIdx, { out: paged.q });
-      attentionDecode(paged.q3 ?? q3, layerCache.k, layerCache.v, paged.table, paged.lens, { out: paged.ctx3 });
+      attentionDecode(paged.q3 ?? q3, layerCache.k, layerCache.v, paged.table, paged.lens, { out: paged.ctx3, hostIndices: paged.host });
       if (paged.rowIdx) scatterRows(paged.ctx, paged.rowIdx, attn);
     }
 
-    linear(attn, this.w(`${lin.o}.weight`), undefined, { out: o });
+    this.project(attn, this.w(`${lin.o}.weight`), o);
     site('o', attn, o);
     add(h, o, { out: h });
   }
@@ -604,18 +655,17 @@ export class DecoderModel {
   private runFfn(l: number, h: Tensor, ctx: DecoderStepContext): void {
     const c = this.config;
     const { deltas, layout } = ctx;
-    const { x, gate, up, down } = ctx.work;
+    const { x, gate, up, gateUp, down } = ctx.work;
     const lin = decoderLinearModules(l);
     const norm = decoderNormModules(l);
     const site = this.siteRunner(l, ctx);
     rmsNorm(h, this.w(`${norm.post_attn_norm}.weight`), { eps: c.rmsNormEps, out: x });
     runNormHooks(deltas, { family: 'decoder', site: 'post_attn_norm', layer: l, module: norm.post_attn_norm, x: h, y: x, layout });
-    linear(x, this.w(`${lin.gate}.weight`), undefined, { out: gate });
+    this.projectFused(x, [lin.gate, lin.up], gateUp);
     site('gate', x, gate);
-    linear(x, this.w(`${lin.up}.weight`), undefined, { out: up });
     site('up', x, up);
     siluMul(gate, up, { out: gate });
-    linear(gate, this.w(`${lin.down}.weight`), undefined, { out: down });
+    this.project(gate, this.w(`${lin.down}.weight`), down);
     site('down', gate, down);
     add(h, down, { out: h });
   }
@@ -657,6 +707,8 @@ export class DecoderModel {
     return {
       table: scope.keep(Tensor.from(table, [n, maxPages], { backend: be })),
       lens: scope.keep(Tensor.from(lens, [n], { backend: be })),
+      // The host mirror of table and lens: every layer's attention call checks it instead of reading them back.
+      host: { blockTable: table, contextLens: lens },
       rowIdx: contiguous ? null : scope.keep(Tensor.from(Int32Array.from(rows), [n], { backend: be })),
       q: qRows,
       ctx: ctxRows,
@@ -668,4 +720,37 @@ export class DecoderModel {
   dispose(): void {
     this.weights.dispose();
   }
+}
+
+/**
+ * Scratch for a fused projection over `rows` rows whose parts have `units[i]` units of `unit` features each (see
+ * FusedOutput), kept in `scope`.
+ */
+function fusedOutput(scope: Scope, be: Backend, rows: number, unit: number, units: readonly number[]): FusedOutput {
+  const total = units.reduce((a, b) => a + b, 0);
+  const out = scope.keep(Tensor.empty([rows, total * unit], 'f32', be));
+  if (rows === 1) {
+    // One row: part i is units [first, first + units[i]) of the row, a row view of out seen as [total, unit].
+    const flat = scope.reshape(out, [total, unit]);
+    let first = 0;
+    const parts = units.map((n) => {
+      const part = scope.reshape(scope.rows(flat, first, n), [1, n * unit]);
+      first += n;
+      return part;
+    });
+    return { out, parts, split: null };
+  }
+  const parts = units.map((n) => scope.keep(Tensor.empty([rows, n * unit], 'f32', be)));
+  let first = 0;
+  const idx = units.map((n) => {
+    const rowsOf = new Int32Array(rows * n);
+    for (let t = 0; t < rows; t++) for (let u = 0; u < n; u++) rowsOf[t * n + u] = t * total + first + u;
+    first += n;
+    return scope.keep(Tensor.from(rowsOf, [rows * n], { backend: be }));
+  });
+  return {
+    out,
+    parts,
+    split: { src: scope.reshape(out, [rows * total, unit]), idx, dst: units.map((n, i) => scope.reshape(parts[i]!, [rows * n, unit])) },
+  };
 }

@@ -18,10 +18,19 @@ export interface TensorSource {
 export class ModelWeights {
   readonly tensors: Map<string, Tensor>;
   readonly backend: Backend;
+  /** Stacked weights built by fusedRows, by their parts' names joined with newlines; each part is a row view. */
+  private readonly fused = new Map<string, { weight: Tensor; views: Tensor[] }>();
+  private readonly exclusive: boolean;
 
-  constructor(tensors: Map<string, Tensor>, backend: Backend) {
+  /**
+   * `exclusive`: nothing but this object holds the map's tensors, so fusedRows may replace them by views of a
+   * stacked copy and free them. `load` and `fromHost` make exclusive weights; a map built from tensors that others
+   * share (e.g. a pool of blocks) must not be (the default), and its models then apply each projection alone.
+   */
+  constructor(tensors: Map<string, Tensor>, backend: Backend, options: { exclusive?: boolean } = {}) {
     this.tensors = tensors;
     this.backend = backend;
+    this.exclusive = options.exclusive ?? false;
   }
 
   /**
@@ -52,14 +61,14 @@ export class ModelWeights {
       for (const t of tensors.values()) t.dispose();
       throw err;
     }
-    return new ModelWeights(tensors, backend);
+    return new ModelWeights(tensors, backend, { exclusive: true });
   }
 
   /** Wraps host arrays (f32) as weights; used by tests and by `fromHost` users. */
   static fromHost(arrays: Map<string, { data: Float32Array; shape: readonly number[] }>, backend: Backend = getBackend()): ModelWeights {
     const tensors = new Map<string, Tensor>();
     for (const [name, { data, shape }] of arrays) tensors.set(name, Tensor.from(data, shape, { backend }));
-    return new ModelWeights(tensors, backend);
+    return new ModelWeights(tensors, backend, { exclusive: true });
   }
 
   get(name: string): Tensor {
@@ -80,6 +89,52 @@ export class ModelWeights {
     }
   }
 
+  /**
+   * Several 2-D weights with the same columns (a layer's q, k and v projections; its gate and up projections) as
+   * one tensor of their rows stacked in order, so one GEMM computes all their outputs side by side (each input
+   * row is read once, and a decode step streams the weights in one pass). Built on the first call by copying the
+   * parts into one tensor; the map then holds row views of it under the parts' names (the originals are freed),
+   * so in-place updates of a part (a LoRA merge, an optimizer step) write through and the part reads as before.
+   * Returns null, and leaves the map as it is, when the weights are not exclusive (see the constructor), when the
+   * parts do not share a dtype and a column count, or when a part was replaced in the map after the fusion (e.g.
+   * by an f32 master copy for training): the caller then applies the parts one by one, reading what the map holds
+   * now.
+   */
+  fusedRows(names: readonly string[]): Tensor | null {
+    if (!this.exclusive) return null;
+    const key = names.join('\n');
+    const entry = this.fused.get(key);
+    if (entry) {
+      const current = !entry.weight.disposed && entry.views.every((v, i) => this.tensors.get(names[i]!) === v && !v.disposed);
+      return current ? entry.weight : null;
+    }
+    const parts = names.map((n) => this.get(n));
+    const cols = parts[0]!.shape[1];
+    if (parts.some((t) => t.rank !== 2 || t.shape[1] !== cols || t.dtype !== parts[0]!.dtype)) return null;
+    const rows = parts.reduce((n, t) => n + t.shape[0]!, 0);
+    const weight = Tensor.empty([rows, cols!], parts[0]!.dtype, this.backend);
+    const views: Tensor[] = [];
+    try {
+      let r = 0;
+      for (const t of parts) {
+        const view = weight.rows(r, t.shape[0]!);
+        views.push(view);
+        cast(t, t.dtype, { out: view });
+        r += t.shape[0]!;
+      }
+    } catch (err) {
+      for (const v of views) v.dispose();
+      weight.dispose();
+      throw err;
+    }
+    names.forEach((n, i) => {
+      this.tensors.set(n, views[i]!);
+      parts[i]!.dispose();
+    });
+    this.fused.set(key, { weight, views });
+    return weight;
+  }
+
   /** Bytes held by all weights. */
   get nbytes(): number {
     let n = 0;
@@ -89,5 +144,7 @@ export class ModelWeights {
 
   dispose(): void {
     for (const t of this.tensors.values()) t.dispose();
+    for (const { weight } of this.fused.values()) weight.dispose();
+    this.fused.clear();
   }
 }
