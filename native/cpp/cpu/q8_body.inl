@@ -33,7 +33,14 @@ static void gemm_tile(const Q8GemmArgs& a, int64_t r0, int64_t c0) {
   for (int c = 0; c < C; ++c) wrow[c] = a.w + (c0 + c) * nb * kQ8BlockBytes;
   const int8_t* xrow = a.xq + r0 * nb * kQ8Block;
   const float* drow = a.xd + r0 * nb;
+  // The tile's W rows are short (k/32 blocks): prefetch the next tile's rows (C rows further on) at the same block,
+  // which bridges the jump the hardware prefetchers only pick up after a few misses. The first row tile only: the
+  // later ones read the same W rows again from cache.
+  const bool prefetch = r0 == 0;
+  const int64_t ahead = 2 * C * nb * kQ8BlockBytes;
   for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch)
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(wrow[c] + ahead + b * kQ8BlockBytes), _MM_HINT_T0);
     __m256i xv[R], xabs[R];
     float dx[R];
     for (int r = 0; r < R; ++r) {
