@@ -251,11 +251,11 @@ void q8_gemm_cols_scalar(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
         const uint8_t* blk = a.w + (c * nb + b) * kQ8BlockBytes;
         const int8_t* qw = reinterpret_cast<const int8_t*>(blk + 2);
         const int8_t* qx = a.xq + (r * nb + b) * kQ8Block;
-        const float s = read_f16(blk) * a.xd[r * nb + b];
+        const float dw = read_f16(blk), dx = a.xd[r * nb + b];
         for (int j = 0; j < 8; ++j) {
           int32_t isum = 0;
           for (int t = 0; t < 4; ++t) isum += int32_t(qw[4 * j + t]) * int32_t(qx[4 * j + t]);
-          acc[j] = std::fma(s, static_cast<float>(isum), acc[j]);
+          acc[j] = std::fma(static_cast<float>(isum) * dw, dx, acc[j]);
         }
       }
       const float sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));

@@ -42,19 +42,19 @@ static void gemm_tile(const Q8GemmArgs& a, int64_t r0, int64_t c0) {
     if (prefetch)
       for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(wrow[c] + ahead + b * kQ8BlockBytes), _MM_HINT_T0);
     __m256i xv[R], xabs[R];
-    float dx[R];
     for (int r = 0; r < R; ++r) {
       xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow + (r * nb + b) * kQ8Block));
       xabs[r] = _mm256_abs_epi8(xv[r]);
-      dx[r] = drow[r * nb + b];
     }
     for (int c = 0; c < C; ++c) {
       const uint8_t* blk = wrow[c] + b * kQ8BlockBytes;
-      const float dw = load_f16(blk);
+      const __m256 dw = _mm256_set1_ps(load_f16(blk));
       const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
       for (int r = 0; r < R; ++r) {
         const __m256i isum = dot_u8s8(xabs[r], _mm256_sign_epi8(wq, xv[r]));
-        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[r]), _mm256_cvtepi32_ps(isum), acc[r][c]);
+        // (float(isum) * dw) then fused * dx + acc: the canonical order of q8_simd.h; dx is a broadcast load.
+        const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), dw);
+        acc[r][c] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(drow + r * nb + b), acc[r][c]);
       }
     }
   }

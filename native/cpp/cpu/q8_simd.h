@@ -13,8 +13,8 @@
 //
 // One output y[r, c] (canonical arithmetic, every fast path):
 //   for each block b, in order:  isum_j = sum over t < 4 of qw[4j + t] * qx[4j + t]   (int32, exact; j < 8)
-//                                s = f32(dw[c, b]) * dx[r, b]                         (one f32 multiply)
-//                                acc_j = fma(s, float(isum_j), acc_j)                 (8 f32 lanes, acc_j = 0 first)
+//                                t_j = float(isum_j) * f32(dw[c, b])                  (one f32 multiply)
+//                                acc_j = fma(t_j, dx[r, b], acc_j)                    (8 f32 lanes, acc_j = 0 first)
 //   y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), then + bias[c] when there is a bias.
 // The integer dots are exact (|isum_j| <= 4·128·127 < 2^24), so the only rounding is the f32 chain above; the
 // reference (q8_gemm_ref) sums the same products in double and rounds once.
