@@ -246,19 +246,22 @@ void q8_gemm_cols_scalar(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
   const int64_t nb = a.nb;
   for (int64_t r = 0; r < a.m; ++r) {
     for (int64_t c = c0; c < c1; ++c) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float acc[16] = {};  // lanes 0-7: even blocks, 8-15: odd blocks (q8_simd.h)
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = a.w + (c * nb + b) * kQ8BlockBytes;
         const int8_t* qw = reinterpret_cast<const int8_t*>(blk + 2);
         const int8_t* qx = a.xq + (r * nb + b) * kQ8Block;
         const float dw = read_f16(blk), dx = a.xd[r * nb + b];
+        float* lanes = acc + (b % 2) * 8;
         for (int j = 0; j < 8; ++j) {
           int32_t isum = 0;
           for (int t = 0; t < 4; ++t) isum += int32_t(qw[4 * j + t]) * int32_t(qx[4 * j + t]);
-          acc[j] = std::fma(static_cast<float>(isum) * dw, dx, acc[j]);
+          lanes[j] = std::fma(static_cast<float>(isum) * dw, dx, lanes[j]);
         }
       }
-      const float sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+      float v[8];
+      for (int j = 0; j < 8; ++j) v[j] = acc[j] + acc[8 + j];
+      const float sum = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
       a.y[r * a.n + c] = a.bias ? sum + a.bias[c] : sum;
     }
   }

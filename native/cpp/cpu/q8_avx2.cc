@@ -14,8 +14,8 @@
 namespace tessera::cpu {
 
 namespace avx2 {
-// 2 rows x 4 columns: 8 accumulators + 4 activation registers (value and magnitude) + temporaries.
-constexpr int kRowsMax = 2, kColsMax = 4;
+// 2 rows x 2 columns (one row: 4 columns), two accumulators each (even and odd blocks): 8 of the 16 registers.
+constexpr int kRowsMax = 2, kColsMax = 2, kCols1 = 3;
 static inline __m256i dot_u8s8(__m256i xabs, __m256i sw) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(xabs, sw), _mm256_set1_epi16(1));
 }
@@ -25,7 +25,7 @@ static inline __m256i dot_u8s8(__m256i xabs, __m256i sw) {
 #pragma GCC push_options
 #pragma GCC target("avxvnni")
 namespace avx2_vnni {
-constexpr int kRowsMax = 2, kColsMax = 4;
+constexpr int kRowsMax = 2, kColsMax = 2, kCols1 = 3;
 static inline __m256i dot_u8s8(__m256i xabs, __m256i sw) { return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), xabs, sw); }
 #include "q8_body.inl"
 }  // namespace avx2_vnni

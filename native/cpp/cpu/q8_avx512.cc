@@ -1,6 +1,7 @@
-// Q8_0 GEMM bodies compiled for AVX-512 (32 vector registers, so bigger register tiles; the arithmetic is the same
-// 256-bit sequence as AVX2, so the bits are too), and the AVX512-VNNI variant (EVEX vpdpbusd on ymm, compiled for it
-// with a target pragma and called only when the CPU reports avx512vnni); the loops are in q8_body.inl.
+// Q8_0 GEMM bodies compiled for AVX-512: 512-bit tiles, a block pair per register (q8_tile512.inl), the canonical
+// lanes of q8_simd.h, so the bits equal the AVX2 and scalar paths'; and the AVX512-VNNI variant (vpdpbusd, compiled
+// for it with a target pragma and called only when the CPU reports avx512vnni). Row and column loops and the
+// activation quantizer are q8_body.inl's.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wunused-function"  // the VNNI variants reuse the plain activation quantizer
@@ -14,21 +15,33 @@
 
 namespace tessera::cpu {
 
+// hsum8 and load_f16 (used by the 512-bit tile) come with q8_body.inl; declared here first.
 namespace avx512 {
-// 4 rows x 4 columns: 16 accumulators + 8 activation registers + temporaries, within 32 registers.
-constexpr int kRowsMax = 4, kColsMax = 4;
-static inline __m256i dot_u8s8(__m256i xabs, __m256i sw) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(xabs, sw), _mm256_set1_epi16(1));
+// 4 rows x 3 columns (one row: 4 columns) of 512-bit accumulators (a block pair each): 12 of the 32 registers, plus
+// the rows' activations and scales.
+constexpr int kRowsMax = 4, kColsMax = 3, kCols1 = 4;
+static inline __m512i dot512(__m512i wabs, __m512i xs) {
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(wabs, xs), _mm512_set1_epi16(1));
 }
+static inline float hsum8(__m256 v);
+static inline float load_f16(const uint8_t* p);
+#define TESSERA_Q8_OWN_TILE
+#include "q8_tile512.inl"
 #include "q8_body.inl"
+#undef TESSERA_Q8_OWN_TILE
 }  // namespace avx512
 
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
 namespace avx512_vnni {
-constexpr int kRowsMax = 4, kColsMax = 4;
-static inline __m256i dot_u8s8(__m256i xabs, __m256i sw) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), xabs, sw); }
+constexpr int kRowsMax = 4, kColsMax = 3, kCols1 = 4;
+static inline __m512i dot512(__m512i wabs, __m512i xs) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, xs); }
+static inline float hsum8(__m256 v);
+static inline float load_f16(const uint8_t* p);
+#define TESSERA_Q8_OWN_TILE
+#include "q8_tile512.inl"
 #include "q8_body.inl"
+#undef TESSERA_Q8_OWN_TILE
 }  // namespace avx512_vnni
 #pragma GCC pop_options
 

@@ -11,11 +11,12 @@
 // f32 scale: amax = max |x| over the block, id = 127 / amax (0 when amax == 0), q = round-to-nearest-even(x * id)
 // (|q| <= 127), dx = amax / 127. A block holding a NaN or an infinity gets dx = NaN, so the outputs it feeds are NaN.
 //
-// One output y[r, c] (canonical arithmetic, every fast path):
+// One output y[r, c] (canonical arithmetic, every fast path): 16 f32 lanes, 0..7 for the even blocks and 8..15 for
+// the odd ones (a 512-bit register holds a block pair), all 0 first;
 //   for each block b, in order:  isum_j = sum over t < 4 of qw[4j + t] * qx[4j + t]   (int32, exact; j < 8)
 //                                t_j = float(isum_j) * f32(dw[c, b])                  (one f32 multiply)
-//                                acc_j = fma(t_j, dx[r, b], acc_j)                    (8 f32 lanes, acc_j = 0 first)
-//   y = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), then + bias[c] when there is a bias.
+//                                L = 8 * (b % 2);  acc[L + j] = fma(t_j, dx[r, b], acc[L + j])
+//   v_j = acc[j] + acc[8 + j];  y = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), then + bias[c] if any.
 // The integer dots are exact (|isum_j| <= 4·128·127 < 2^24), so the only rounding is the f32 chain above; the
 // reference (q8_gemm_ref) sums the same products in double and rounds once.
 #pragma once
