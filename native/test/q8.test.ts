@@ -275,6 +275,23 @@ describe('q8Gemm', () => {
     });
   });
 
+  it('reads foreign Q8_0 bytes exactly, -128 weights included (llama.cpp never writes them; the kernels still agree)', () => {
+    const n = 6, k = 96, m = 3;
+    const bytes = new Uint8Array(n * (k / 32) * Q8_BLOCK_BYTES);
+    const view = new DataView(bytes.buffer);
+    for (let blk = 0; blk < n * (k / 32); blk++) {
+      view.setUint16(blk * Q8_BLOCK_BYTES, f32ToF16Bits(0.01 * (1 + (blk % 5))), true);
+      for (let i = 0; i < 32; i++) view.setInt8(blk * Q8_BLOCK_BYTES + 2 + i, i % 3 === 0 ? -128 : ((blk * 37 + i * 11) % 255) - 127);
+    }
+    const wq = Tensor.from(bytes, [n, (k / 32) * Q8_BLOCK_BYTES], { dtype: 'u8', backend: cpu() });
+    const x = randomFloats(m * k, 77, -3, 3);
+    const xt = tensorF32(x, [m, k]);
+    const model = gemmModel(x, m, k, parseQ8(bytes, n, k), n);
+    const scalar = f32(q8Gemm(xt, wq, { kernel: 'scalar' }));
+    expectWithinModel(scalar, model, k / 32, 'scalar with -128 weights');
+    for (const kernel of available) expectBitwiseEqual(f32(q8Gemm(xt, wq, { kernel })), scalar, `${kernel} with -128 weights`);
+  });
+
   it('propagates a NaN or infinite activation to the outputs of its row', () => {
     const { wq } = quantized(5, 64, 9);
     const x = randomFloats(3 * 64, 10);
