@@ -143,4 +143,10 @@ export interface NativeBinding {
   streamTriad?(a: NativeTensor, b: NativeTensor, c: NativeTensor, s: number): void;
   fmaPeakProbe?(iters: number): number;
   readSumProbe?(x: NativeTensor): number;
+
+  // ---- Q8_0 int8 weights (CPU; ops/q8.ts): w is u8 [n, k/32 * 34]
+  q8Quantize?(src: NativeTensor, dst: NativeTensor): void;
+  q8Dequantize?(src: NativeTensor, dst: NativeTensor): void;
+  q8Gemm?(x: NativeTensor, w: NativeTensor, y: NativeTensor, opts: RefOption & { bias: NativeTensor | null; kernel: string }): void;
+  q8Kernels?(): { available: string[]; auto: string };
 }

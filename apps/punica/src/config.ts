@@ -37,6 +37,7 @@ const FLAGS = flagTable([
       { flag: 'adapter-budget-mib', arg: '<n>', help: 'device memory for resident adapters (default 64)', env: 'PUNICA_ADAPTER_BUDGET_MIB' },
       { flag: 'host-adapter-budget-mib', arg: '<n>', help: 'host cache of read adapters (default 256, 0 = off)', env: 'PUNICA_HOST_ADAPTER_BUDGET_MIB' },
       { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'PUNICA_THREADS' },
+      { flag: 'weights', arg: '<format>', help: 'f32 (as stored) | int8: Q8_0 linear weights, quantized at load (CPU)', env: 'PUNICA_WEIGHTS' },
       { flag: 'prefix-cache', help: 'reuse the KV pages of shared prompt prefixes (per adapter)', env: 'PUNICA_PREFIX_CACHE=1' },
       { flag: 'fairness', arg: '<policy>', help: "fcfs | vtc: S-LoRA's virtual token counter across adapters (fcfs)", env: 'PUNICA_FAIRNESS' },
     ],
@@ -78,6 +79,7 @@ export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 export type ClusterRole = 'frontend' | 'worker' | 'scheduler';
 const ROLES: readonly ClusterRole[] = ['frontend', 'worker', 'scheduler'];
 const FAIRNESS = ['fcfs', 'vtc'] as const;
+const WEIGHTS = ['f32', 'int8'] as const;
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
 export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = process.env) {
@@ -106,6 +108,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     adapterBudgetMiB: parseIntegerFlag('--adapter-budget-mib', str('adapter-budget-mib', 'PUNICA_ADAPTER_BUDGET_MIB'), 1) ?? 64,
     hostAdapterBudgetMiB: parseIntegerFlag('--host-adapter-budget-mib', str('host-adapter-budget-mib', 'PUNICA_HOST_ADAPTER_BUDGET_MIB'), 0) ?? 256,
     threads: parseIntegerFlag('--threads', str('threads', 'PUNICA_THREADS'), 1, 1024),
+    weights: parseChoiceFlag('--weights', str('weights', 'PUNICA_WEIGHTS'), WEIGHTS, 'f32'),
     prefixCache: values['prefix-cache'] === true || (parseBooleanFlag('PUNICA_PREFIX_CACHE', env.PUNICA_PREFIX_CACHE) ?? false),
     fairness: parseChoiceFlag('--fairness', str('fairness', 'PUNICA_FAIRNESS'), FAIRNESS, 'fcfs'),
     role,

@@ -60,6 +60,8 @@ export interface ServerOptions extends ServerBaseOptions {
   hostAdapterBudgetMiB?: number | undefined;
   /** CPU kernel threads of the engine (default: TESSERA_THREADS or all cores). */
   threads?: number | undefined;
+  /** 'int8': the model's linear weights as Q8_0 int8, quantized at load (default 'f32': as stored). */
+  weights?: 'f32' | 'int8' | undefined;
   /** Reuse the K/V of shared prompt prefixes within one base + adapter (default false). */
   prefixCache?: boolean | undefined;
   /** Admission across adapters: 'fcfs' (default) or 'vtc' (S-LoRA's virtual token counter). */
@@ -120,6 +122,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           adapterBudgetBytes: (options.adapterBudgetMiB ?? 64) * MIB,
           hostAdapterBudgetBytes: (options.hostAdapterBudgetMiB ?? 256) * MIB,
           threads: options.threads ?? null,
+          weights: options.weights,
           prefixCache: options.prefixCache,
           fairness: options.fairness,
         };

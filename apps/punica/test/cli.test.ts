@@ -53,6 +53,14 @@ describe('parseCli', () => {
     expect(() => parseCli([], { PUNICA_ADAPTER_ADMIN: 'maybe' })).toThrow(/PUNICA_ADAPTER_ADMIN/);
   });
 
+  it('--weights f32|int8 (or PUNICA_WEIGHTS): int8 quantizes the linear weights at load; f32 by default', () => {
+    expect(parseCli([], {})).toMatchObject({ weights: 'f32' });
+    expect(parseCli(['--weights', 'int8'], {})).toMatchObject({ weights: 'int8' });
+    expect(parseCli([], { PUNICA_WEIGHTS: 'int8' })).toMatchObject({ weights: 'int8' });
+    expect(USAGE).toContain('--weights');
+    expect(() => parseCli(['--weights', 'int4'], {})).toThrow(UsageError);
+  });
+
   it('cluster mode: --role and --redis (or PUNICA_ROLE, PUNICA_REDIS_URL, REDIS_URL); no role means one process', () => {
     expect(parseCli([], { REDIS_URL: 'redis://r:1' })).toMatchObject({ role: null, redisUrl: 'redis://r:1', clusterPrefix: 'tessera', lightlyLoadedFraction: 0.5, idleReleaseSeconds: 60 });
     expect(parseCli(['--role', 'worker', '--host-id', 'gpu-7'], {})).toMatchObject({ role: 'worker', hostId: 'gpu-7', redisUrl: 'redis://127.0.0.1:6379' });

@@ -19,6 +19,7 @@ import {
   loadDecoder,
   loadEncoder,
 } from '@tessera/engine';
+import { q8Kernels } from '@tessera/native';
 import { maxRelErr, rng } from '../data.js';
 import { miniModelDir } from '../models.js';
 import { measure, measureAsync, type MeasureOptions, type Timing } from '../stats.js';
@@ -202,6 +203,8 @@ export const engineBench: Bench = {
     } finally {
       decoder.dispose();
     }
+    // int8 (Q8_0) weights against f32 on the same decoder: its own section below (int8DecodeSection).
+    const int8 = int8DecodeSection(ctx, timing);
     const leaked = allocatorStats().inUse;
 
     const geomean = (xs: number[]) => Math.exp(xs.reduce((s, v) => s + Math.log(v), 0) / xs.length);
@@ -222,13 +225,15 @@ export const engineBench: Bench = {
     // How far a batch-1 step is from streaming the weights once at triad bandwidth (target <= 1.25).
     const b1 = decRows.find((r) => r.batch === 1);
     if (b1) ratios.decode_step_b1_over_floor = (b1.step_ms as number) / floorB1;
+    Object.assign(ratios, int8.ratios);
 
-    const rows = [...encRows, ...decRows, ...genRows];
+    const rows = [...encRows, ...decRows, ...genRows, ...int8.rows];
     return {
       params: {
         encoder: { bytes: encoderBytes, shapes: ctx.quick ? ENCODER_SHAPES_QUICK : ENCODER_SHAPES_FULL, tolerance: TOL },
         decoder: { bytes: decoderBytes, params: decoderParams, prompt: PROMPT, batches: ctx.quick ? DECODE_BATCHES_QUICK : DECODE_BATCHES_FULL },
         machineFloorsMs: { decodeB1: floorB1, decodeB32: floorB32 },
+        int8: int8.params,
         timing,
         bytesInUseAfter: leaked,
       },
@@ -252,6 +257,7 @@ export const engineBench: Bench = {
           `Decoder weights ${(decoderBytes / 2 ** 20).toFixed(0)} MiB: a decode step cannot beat ${floorB1.toFixed(1)} ms (one weight stream at triad bandwidth; decode_step_b1_over_floor is the batch-1 step over it, target <= 1.25); ` +
             `at batch 32 not ${floorB32.toFixed(1)} ms (2 flops per weight per row at FMA peak): best possible step/b1 at 32 = ${(floorB32 / floorB1).toFixed(2)}.`,
           `Encoder outputs checked against ORT before timing (normwise error <= ${TOL}).`,
+          int8.note,
         ],
       },
       svg: lineChart({
@@ -274,3 +280,71 @@ export const engineBench: Bench = {
   },
 };
 
+
+// ---------------------------------------------------------------- int8 (Q8_0) weights vs f32 decode
+
+const INT8_BATCHES = [1, 16];
+
+/** Median decode-step latency of `model` at `batch` (prompt PROMPT, then one token per sequence per step). */
+function decodeStepMs(model: DecoderModel, batch: number, timing: MeasureOptions, next: () => number, tag: string): Timing {
+  const c = model.config;
+  const cache = PagedKvCache.create({ ...model.kvShape, numPages: batch * Math.ceil((PROMPT + 256) / 16) }, model.backend);
+  try {
+    const ids = Array.from({ length: batch }, (_, b) => `${tag}-${b}`);
+    const prefill = model.forward(ids.map((id) => ({ id, tokens: randomTokens(PROMPT, c.vocabSize, next) })), { cache, logits: 'none' });
+    prefill.layout.dispose();
+    const tokens = randomTokens(batch, c.vocabSize, next);
+    return measure(() => {
+      if (cache.length(ids[0]!) >= c.maxPositions - 1) throw new Error('engine: int8 decode bench ran past the context');
+      const out = model.forward(ids.map((id, b) => ({ id, tokens: [tokens[b]!] })), { cache });
+      out.logits?.dispose();
+      out.layout.dispose();
+    }, { ...timing, maxSamples: 48, minSampleMs: 0 });
+  } finally {
+    cache.dispose();
+  }
+}
+
+/**
+ * The mini decoder loaded twice, f32 and `weights: 'int8'` (Q8_0 linears and LM head), decode steps timed side by
+ * side in alternating rounds (f32, int8; twice, each keeping its better median) at batch 1 and 16. Ratios
+ * int8_vs_f32_decode_b1 / _b16: int8 tokens/s over f32 tokens/s at the same batch.
+ */
+function int8DecodeSection(ctx: BenchContext, timing: MeasureOptions): { ratios: Record<string, number>; rows: Row[]; params: Record<string, unknown>; note: string } {
+  const dir = miniModelDir('decoder', ctx.log);
+  const f32 = loadDecoder(dir);
+  let int8: DecoderModel | null = null;
+  const best = new Map<string, Timing>();
+  const next = rng(14);
+  let bytes = { f32: f32.weights.nbytes, int8: 0 };
+  try {
+    ctx.log('engine: loading the mini decoder with int8 (Q8_0) weights');
+    int8 = loadDecoder(dir, { weights: 'int8' });
+    bytes = { f32: f32.weights.nbytes, int8: int8.weights.nbytes };
+    for (let round = 0; round < 2; round++) {
+      for (const batch of INT8_BATCHES) {
+        for (const [name, model] of [['f32', f32], ['int8', int8]] as const) {
+          ctx.log(`engine: ${name} decode step at batch ${batch} (int8 section, round ${round + 1} of 2)`);
+          best.set(`${name}-${batch}`, better(best.get(`${name}-${batch}`) ?? null, decodeStepMs(model, batch, timing, next, `${name}-${round}-${batch}`)));
+        }
+      }
+    }
+  } finally {
+    f32.dispose();
+    int8?.dispose();
+  }
+  const rows: Row[] = [];
+  const ratios: Record<string, number> = {};
+  for (const batch of INT8_BATCHES) {
+    const tf = best.get(`f32-${batch}`)!, ti = best.get(`int8-${batch}`)!;
+    for (const [name, t] of [['f32', tf], ['int8', ti]] as const) {
+      rows.push({ part: `decode ${name} (int8 section)`, batch, context: PROMPT, step_ms: t.medianMs, tokens_per_s: batch / (t.medianMs / 1000), spread: t.spread });
+    }
+    ratios[`int8_vs_f32_decode_b${batch}`] = tf.medianMs / ti.medianMs;
+  }
+  const note =
+    `int8: the decoder with weights 'int8' (Q8_0 linears and LM head, ${(bytes.int8 / 2 ** 20).toFixed(0)} MiB vs ${(bytes.f32 / 2 ** 20).toFixed(0)} MiB f32, ` +
+    `GEMM kernel ${q8Kernels().auto}); decode steps timed alternately with f32: tokens/s int8 / f32 = ` +
+    INT8_BATCHES.map((b) => `${ratios[`int8_vs_f32_decode_b${b}`]!.toFixed(2)}x at batch ${b}`).join(', ') + '.';
+  return { ratios, rows, params: { batches: INT8_BATCHES, bytes }, note };
+}

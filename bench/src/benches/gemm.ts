@@ -9,7 +9,7 @@
  * against a float64 reference on sampled outputs): timing a wrong result would be worthless.
  */
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
-import { fromHalfBits, gemm, Tensor, toHalfBits } from '@tessera/native';
+import { fromHalfBits, gemm, q8Dequantize, q8Gemm, q8Kernels, q8Quantize, Tensor, toHalfBits } from '@tessera/native';
 
 import { maxRelErr, randomFloats, transpose } from '../data.js';
 import { lastLevelCacheMiB } from '../machine.js';
@@ -224,6 +224,9 @@ export const gemmBench: Bench = {
     if (decodeM8Peak !== null) ratios.bf16_decode_peak_frac_m8 = decodeM8Peak;
     const allRatios = rows.map((r) => r.f32_vs_ort as number);
     if (allRatios.length) ratios.f32_vs_ort_geomean = geomean(allRatios);
+    // int8 (Q8_0) weights: its own section below (int8DecodeSection).
+    const int8 = int8DecodeSection(ctx, shapes, roof.triadGBs, llcMiB, timing);
+    Object.assign(ratios, int8.ratios);
 
     const pct = (v: unknown) => `${((v as number) * 100).toFixed(0)}%`;
     const categories = rows.map((r) => `${r.model === 'bert-base' ? 'BERT' : 'Llama'} ${r.k}->${r.n} m=${r.m}`);
@@ -235,6 +238,7 @@ export const gemmBench: Bench = {
         ort: { version: ort.env.versions.node ?? null, intraOpNumThreads: ctx.threads, graphOptimizationLevel: 'all', opset: 17, irVersion: 8 },
         timing: { ...timing, rounds: TIMING_ROUNDS },
         tolerances: { f32: TOL_F32, bf16: TOL_BF16 },
+        int8_decode: int8.params,
       },
       rows,
       ratios,
@@ -261,6 +265,7 @@ export const gemmBench: Bench = {
           'bf16w: our GEMM with bf16 weights; GB/s = weight bytes (2nk) / time, % triad = that / triad bandwidth' +
             (llcMiB === null ? '.' : ` (weights under the ${llcMiB} MiB last-level cache are served from it and can exceed 100%).`),
           'err vs ORT: max |ours - ORT| / max |ORT| over the whole output (checked before timing).',
+          int8.note,
         ],
       },
       svg: barChart({
@@ -278,3 +283,69 @@ export const gemmBench: Bench = {
     };
   },
 };
+
+// ---------------------------------------------------------------- int8 (Q8_0) weights: decode GEMV bandwidth
+
+/**
+ * Q8_0 tolerance (normwise, against float64 on the dequantized weights and the unquantized activations): the
+ * activations are quantized to int8 per block of 32 (relative step 1/127 of the block's max), so ~1e-2.
+ */
+const TOL_INT8 = 3e-2;
+
+/**
+ * The int8 decode GEMV (m = 1) over Q8_0 weights of every shape: bytes/s counting the int8 bytes and the f16 scales
+ * (34 bytes per 32 weights) over the triad bandwidth. Each shape rotates over enough weight copies that their bytes
+ * exceed twice the last-level cache (at most 8 copies), so every call streams its weights from memory as in a decode
+ * step; the result is checked against float64 first. Ratio int8_decode_bandwidth_frac: the minimum over shapes.
+ */
+function int8DecodeSection(
+  ctx: BenchContext,
+  shapes: readonly GemmShape[],
+  triadGBs: number,
+  llcMiB: number | null,
+  timing: MeasureOptions,
+): { ratios: Record<string, number>; params: Record<string, unknown>; note: string } {
+  const out: Record<string, unknown>[] = [];
+  let seed = 1000;
+  for (const shape of shapes) {
+    const { k, n } = shape;
+    const bytes = (n * k * 34) / 32;
+    const copies = Math.max(1, Math.min(8, Math.ceil((2 * (llcMiB ?? 32) * 2 ** 20) / bytes)));
+    ctx.log(`gemm: int8 ${shape.model} ${shape.layer} ${k}->${n}: quantizing ${copies} cop${copies === 1 ? 'y' : 'ies'}`);
+    const ws: Tensor[] = [];
+    const x = Tensor.from(randomFloats(k, seed++), [1, k]);
+    const y = Tensor.empty([1, n]);
+    try {
+      for (let c = 0; c < copies; c++) {
+        const wf = Tensor.from(randomFloats(n * k, seed++), [n, k]);
+        try {
+          ws.push(q8Quantize(wf));
+        } finally {
+          wf.dispose();
+        }
+      }
+      // ---- correctness first: against float64 on the dequantized weights
+      q8Gemm(x, ws[0]!, { out: y });
+      const deq = q8Dequantize(ws[0]!);
+      const err = sampledError(y.toArray() as Float32Array, x.toArray() as Float32Array, deq.toArray() as Float32Array, 1, n, k);
+      deq.dispose();
+      if (!(err <= TOL_INT8)) throw new Error(`gemm: int8 ${k}->${n}: q8Gemm vs float64 normwise error ${err.toExponential(2)} > ${TOL_INT8}`);
+      let i = 0;
+      const t = measure(() => q8Gemm(x, ws[i++ % copies]!, { out: y }), { ...timing, minSampleMs: 0 });
+      const gbs = bytes / (t.medianMs * 1e6);
+      out.push({ model: shape.model, layer: shape.layer, k, n, m: 1, copies, int8_ms: t.medianMs, int8_weight_gbs: gbs, int8_bandwidth_frac: gbs / triadGBs, err_vs_f64: err });
+    } finally {
+      for (const w of ws) w.dispose();
+      x.dispose();
+      y.dispose();
+    }
+  }
+  const fracs = out.map((r) => r.int8_bandwidth_frac as number);
+  const ratios: Record<string, number> = fracs.length ? { int8_decode_bandwidth_frac: Math.min(...fracs) } : {};
+  const kernel = q8Kernels().auto;
+  const note =
+    `int8: Q8_0 weights (llama.cpp's layout), decode GEMV (m = 1, kernel ${kernel}); GB/s = (int8 bytes + f16 scales) / time, ` +
+    `rotating over copies larger than 2x the last-level cache; min over shapes ${fracs.length ? `${(Math.min(...fracs) * 100).toFixed(0)}%` : '-'} of triad ` +
+    `(per shape: ${out.map((r) => `${r.k}->${r.n} ${((r.int8_bandwidth_frac as number) * 100).toFixed(0)}%`).join(', ')}).`;
+  return { ratios, params: { kernel, tolerance: TOL_INT8, rows: out }, note };
+}

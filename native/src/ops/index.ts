@@ -10,3 +10,4 @@ export * from './pet.js';
 export * from './backward.js';
 export * from './optim.js';
 export * from './probe.js';
+export * from './q8.js';

@@ -65,6 +65,7 @@ export {
 } from './models/encoder.js';
 export { ModelWeights, type TensorSource } from './models/weights.js';
 export { type LoadOptions, loadDecoder, loadEncoder, loadModel } from './models/load.js';
+export { decoderInt8WeightNames, type WeightFormat } from './models/quantized.js';
 
 // hooks
 export { type Segment, SegmentLayout } from './hooks/segment-layout.js';

@@ -75,6 +75,7 @@ export interface WorkerInit {
   adapterBudgetBytes: number;
   hostAdapterBudgetBytes: number;
   threads: number | null;
+  weights?: 'f32' | 'int8' | undefined;
   prefixCache?: boolean | undefined;
   fairness?: 'fcfs' | 'vtc' | undefined;
 }

@@ -30,6 +30,8 @@ export interface EngineStackOptions {
   adapterBudgetBytes: number;
   hostAdapterBudgetBytes: number;
   threads: number | null;
+  /** 'int8': the decoder's linear weights as Q8_0, quantized at load (loadDecoder's `weights`; default 'f32'). */
+  weights?: 'f32' | 'int8' | undefined;
   /** 'requeue' on one machine; 'evict' in a cluster worker, so the scheduler migrates the request (default 'requeue'). */
   kvExhaustion?: KvExhaustionPolicy;
   /** Reuse the K/V of shared prompt prefixes within one base + adapter (default false). */
@@ -61,7 +63,7 @@ export function duplicateAdapter(name: string): AdapterExistsError {
 
 export function buildEngineStack(options: EngineStackOptions): EngineStack {
   if (options.threads !== null) setThreads(options.threads);
-  const model = loadDecoder(options.modelDir);
+  const model = loadDecoder(options.modelDir, { weights: options.weights ?? 'f32' });
   const tokenizer = TextTokenizer.fromDir(options.modelDir);
   const kv = PagedKvCache.create({ ...model.kvShape, budgetBytes: options.kvBudgetBytes }, model.backend);
   const cache = new AdapterCache({

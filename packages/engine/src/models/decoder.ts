@@ -26,10 +26,8 @@ import {
   add,
   attentionDecode,
   attentionPrefill,
-  embedding,
   gatherRows,
   getBackend,
-  linear,
   rmsNorm,
   rope,
   scatterRows,
@@ -42,6 +40,7 @@ import type { DecoderLinearSite, ModelDelta } from '../hooks/sites.js';
 import type { PagedKvCache } from '../kv/paged-kv-cache.js';
 import { runBeforeLayerHooks, runBeforeLayerHooksAsync, runLinearHooks, runNormHooks } from './hook-runner.js';
 import { decoderLinearModules, decoderNormModules, decoderTensorShapes, decoderTopModules } from './names.js';
+import { embedding, linear } from './quantized.js'; // float or Q8_0 weights (weights: 'int8')
 import { Scope, withScope } from './scope.js';
 import { ModelWeights, type TensorSource } from './weights.js';
 

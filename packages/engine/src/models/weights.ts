@@ -2,7 +2,7 @@
  * Model weights: native tensors by Hugging Face name, loaded from any {@link TensorSource} (a safetensors file, a
  * sharded directory, or an in-memory map) and checked against the shapes the config implies.
  */
-import { type Backend, type DType, Tensor, cast, getBackend } from '@tessera/native';
+import { type Backend, type DType, Tensor, cast, getBackend, isQ8Weight, q8Dequantize, q8Quantize } from '@tessera/native';
 import { MissingTensorError, TensorShapeError } from '../errors.js';
 
 /** What the loader needs from a tensor container (SafetensorsFile and ModelTensors implement it). */
@@ -77,11 +77,29 @@ export class ModelWeights {
     return t;
   }
 
-  /** The weight as f32 host data (a copy), e.g. for ONNX export or merging. */
+  /**
+   * Replaces each named 2-D weight by its Q8_0 int8 blocks (q8Quantize; u8 [n, k/32 · 34]), one at a time so the
+   * peak is one weight's f32 and int8 copies. Weights already Q8_0, and those whose k is not a multiple of 32, are
+   * left as they are. Returns the names quantized.
+   */
+  quantizeInt8(names: readonly string[]): string[] {
+    const done: string[] = [];
+    for (const name of names) {
+      const t = this.get(name);
+      if (isQ8Weight(t) || t.rank !== 2 || t.shape[1]! % 32 !== 0) continue;
+      const q = q8Quantize(t);
+      this.tensors.set(name, q);
+      t.dispose();
+      done.push(name);
+    }
+    return done;
+  }
+
+  /** The weight as f32 host data (a copy), e.g. for ONNX export or merging; a Q8_0 weight is dequantized. */
   hostF32(name: string): Float32Array {
     const t = this.get(name);
     if (t.dtype === 'f32') return t.toArray() as Float32Array;
-    const f = cast(t, 'f32');
+    const f = isQ8Weight(t) ? q8Dequantize(t) : cast(t, 'f32');
     try {
       return f.toArray() as Float32Array;
     } finally {

@@ -1,0 +1,171 @@
+/**
+ * `weights: 'int8'`: the decoder's linear weights (and LM head) held as Q8_0 int8 (llama.cpp's layout), quantized at
+ * load. Accuracy against the f32 model on the generated mini decoder (the bench's: seed 0, logits sharpened 8×):
+ *   - greedy generation, 4 prompts × 32 tokens: the fraction of generated tokens equal to the f32 model's, position by
+ *     position (stated in the log; asserted >= 0.75 — a random-weight model has close runner-ups, so an early
+ *     divergence changes the rest of a sequence);
+ *   - teacher-forced on the f32 model's sequences: argmax agreement per position (asserted >= 0.9) and the max
+ *     |Δlogit| over every position (stated; asserted below 5% of the logits' range, so a broken scale shows).
+ * LoRA deltas stay f32 on top of the int8 base: the delta an adapter adds to the logits is the same, within the
+ * int8 error, on the f32 and the int8 base (tiny decoder, whose FFN width 176 also exercises a down projection left in
+ * f32 because 176 is not a multiple of 32).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { InvalidArgumentError, isQ8Weight, type Tensor } from '@tessera/native';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadLoraAdapter } from '../src/formats/peft.js';
+import { generateBatch } from '../src/generate.js';
+import { generateLoraAdapter, generateModel } from '../src/gen/index.js';
+import { LoraDelta } from '../src/hooks/lora-delta.js';
+import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
+import type { DecoderModel } from '../src/models/decoder.js';
+import { loadDecoder, loadEncoder } from '../src/models/load.js';
+import { decoderInt8WeightNames } from '../src/models/quantized.js';
+
+const root = mkdtempSync(join(tmpdir(), 'tessera-int8-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const host = (t: Tensor): Float32Array => t.toArray() as Float32Array;
+
+const TOKENS = 32;
+
+function greedy(model: DecoderModel, prompts: number[][]): number[][] {
+  const cache = PagedKvCache.create({ ...model.kvShape, numPages: prompts.length * 8 }, model.backend);
+  try {
+    return generateBatch(model, prompts.map((prompt) => ({ prompt, maxTokens: TOKENS, ignoreEos: true })), { cache }).map((r) => r.tokens);
+  } finally {
+    cache.dispose();
+  }
+}
+
+/** Logits [len, vocab] of every position of `tokens` (one prefill). */
+function allLogits(model: DecoderModel, tokens: number[], deltas: LoraDelta[] = [], key: string | null = null): Float32Array {
+  const cache = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
+  try {
+    const out = model.forward([{ id: 's', tokens, key }], { cache, logits: 'all', deltas });
+    out.layout.dispose();
+    try {
+      return host(out.logits!);
+    } finally {
+      out.logits!.dispose();
+    }
+  } finally {
+    cache.dispose();
+  }
+}
+
+function argmax(v: Float32Array, off: number, n: number): number {
+  let best = off;
+  for (let i = off + 1; i < off + n; i++) if (v[i]! > v[best]!) best = i;
+  return best - off;
+}
+
+describe("weights: 'int8' on the mini decoder", () => {
+  const dir = join(root, 'mini');
+  const { config } = generateModel(dir, { family: 'decoder', size: 'mini', seed: 0, sharpen: 8 });
+  const f32 = loadDecoder(dir);
+  const int8 = loadDecoder(dir, { weights: 'int8' });
+  afterAll(() => {
+    f32.dispose();
+    int8.dispose();
+  });
+
+  it('holds the linears and the tied LM head as Q8_0, about a quarter of the f32 bytes', () => {
+    for (const name of decoderInt8WeightNames(config)) expect(isQ8Weight(int8.weights.get(name)), name).toBe(true);
+    expect(isQ8Weight(int8.weights.get('model.norm.weight'))).toBe(false);
+    const ratio = int8.weights.nbytes / f32.weights.nbytes;
+    expect(ratio).toBeGreaterThan(0.26);
+    expect(ratio).toBeLessThan(0.28); // 34 / 128 of the quantized weights, plus the f32 norms
+    // hostF32 dequantizes: within half a step of the f32 weight
+    const name = 'model.layers.0.mlp.up_proj.weight';
+    const a = f32.weights.hostF32(name), b = int8.weights.hostF32(name);
+    let worst = 0;
+    for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
+    expect(worst).toBeGreaterThan(0);
+    expect(worst).toBeLessThan(0.01);
+  });
+
+  it('generates greedily like the f32 model (agreement and max |Δlogit| stated)', () => {
+    const V = config.vocabSize;
+    const prompts = [0, 1, 2, 3].map((p) => [config.bosTokenId, ...Array.from({ length: 15 }, (_, i) => (p * 977 + i * 131 + 7) % (V - 2))]);
+    const want = greedy(f32, prompts);
+    const got = greedy(int8, prompts);
+    let same = 0;
+    let firstDivergence = TOKENS;
+    got.forEach((g, s) => {
+      g.forEach((t, i) => (same += t === want[s]![i] ? 1 : 0));
+      const d = g.findIndex((t, i) => t !== want[s]![i]);
+      if (d >= 0) firstDivergence = Math.min(firstDivergence, d);
+    });
+    const freeRunning = same / (prompts.length * TOKENS);
+
+    // Teacher-forced on the f32 sequences: per-position argmax agreement and the logit error.
+    let agree = 0, positions = 0, maxDelta = 0, lo = Infinity, hi = -Infinity;
+    prompts.forEach((p, s) => {
+      const seq = [...p, ...want[s]!.slice(0, TOKENS - 1)];
+      const a = allLogits(f32, seq), b = allLogits(int8, seq);
+      for (let pos = p.length - 1; pos < seq.length; pos++) {
+        const off = pos * V;
+        agree += argmax(a, off, V) === argmax(b, off, V) ? 1 : 0;
+        positions++;
+        for (let i = off; i < off + V; i++) {
+          maxDelta = Math.max(maxDelta, Math.abs(a[i]! - b[i]!));
+          lo = Math.min(lo, a[i]!);
+          hi = Math.max(hi, a[i]!);
+        }
+      }
+    });
+    const forced = agree / positions;
+    console.log(
+      `int8 vs f32 (mini decoder, ${prompts.length} prompts x ${TOKENS} greedy tokens): free-running token agreement ${(freeRunning * 100).toFixed(1)}% ` +
+        `(first divergence at token ${firstDivergence}); teacher-forced argmax agreement ${(forced * 100).toFixed(1)}% over ${positions} positions; ` +
+        `max |Δlogit| ${maxDelta.toFixed(4)} (f32 logits span [${lo.toFixed(2)}, ${hi.toFixed(2)}])`,
+    );
+    expect(forced).toBeGreaterThanOrEqual(0.9);
+    expect(freeRunning).toBeGreaterThanOrEqual(0.75);
+    expect(maxDelta).toBeGreaterThan(0);
+    expect(maxDelta).toBeLessThan(0.05 * (hi - lo));
+  });
+});
+
+describe("weights: 'int8' with LoRA and the refusals", () => {
+  const dir = join(root, 'tiny');
+  const { config } = generateModel(dir, { family: 'decoder', size: 'tiny', seed: 5, sharpen: 4 });
+  generateLoraAdapter(join(root, 'lora'), { base: config, rank: 8, seed: 6, bStd: 0.05, targets: ['q_proj', 'v_proj', 'gate_proj', 'down_proj'] });
+
+  it('keeps LoRA deltas in f32 on top of the int8 base', () => {
+    const f32 = loadDecoder(dir);
+    const int8 = loadDecoder(dir, { weights: 'int8' });
+    try {
+      // FFN 176 is not a multiple of 32: down_proj stays f32, the rest is Q8_0
+      expect(isQ8Weight(int8.weights.get('model.layers.0.mlp.down_proj.weight'))).toBe(false);
+      expect(isQ8Weight(int8.weights.get('model.layers.0.mlp.up_proj.weight'))).toBe(true);
+      const lora = new LoraDelta(new Map([['a', loadLoraAdapter(join(root, 'lora'), { base: config })]]));
+      const tokens = [config.bosTokenId, 5, 9, 200, 17, 3, 88, 41];
+      const base32 = allLogits(f32, tokens), with32 = allLogits(f32, tokens, [lora], 'a');
+      const base8 = allLogits(int8, tokens), with8 = allLogits(int8, tokens, [lora], 'a');
+      let deltaNorm = 0, diffNorm = 0, int8Err = 0;
+      for (let i = 0; i < base32.length; i++) {
+        const d32 = with32[i]! - base32[i]!, d8 = with8[i]! - base8[i]!;
+        deltaNorm = Math.max(deltaNorm, Math.abs(d32));
+        diffNorm = Math.max(diffNorm, Math.abs(d8 - d32));
+        int8Err = Math.max(int8Err, Math.abs(base8[i]! - base32[i]!));
+      }
+      expect(deltaNorm).toBeGreaterThan(0.05); // the adapter changes the logits
+      // The adapter's effect on the int8 base matches its effect on the f32 base to within the int8 error itself.
+      expect(diffNorm).toBeLessThan(Math.max(0.25 * deltaNorm, 2 * int8Err));
+      lora.dispose();
+    } finally {
+      f32.dispose();
+      int8.dispose();
+    }
+  });
+
+  it('refuses an unknown format and int8 on an encoder with typed errors', () => {
+    expect(() => loadDecoder(dir, { weights: 'int4' as never })).toThrow(InvalidArgumentError);
+    const enc = join(root, 'enc');
+    generateModel(enc, { family: 'encoder', size: 'tiny', seed: 1 });
+    expect(() => loadEncoder(enc, { weights: 'int8' })).toThrow(/decoder family/);
+  });
+});
