@@ -11,6 +11,7 @@
 // The partition depends on the shapes only, and the arithmetic not even on that (see SgmvArgs), so results are
 // bitwise identical for any thread count and for any grouping of the same rows.
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "../core/cpu_features.h"
@@ -25,7 +26,12 @@ namespace {
 constexpr int64_t kShrinkTileBytes = int64_t(256) << 10;  // W bytes a shrink task keeps hot (r x its chunks)
 constexpr int64_t kExpandTileBytes = int64_t(128) << 10;  // W bytes an expand task keeps hot (r x its columns)
 constexpr int64_t kColumnAlign = 64;                      // expand tiles start at multiples of this many columns
-constexpr int64_t kRowsPerTask = 256;                     // rows of one group per task (prefill-size groups)
+constexpr int64_t kRowsPerTask = 256;                     // rows of one row-path group per task
+// Groups of at least kGemmMinRows rows run as a row-blocked GEMM (see plan), with blocks of at least kGemmTaskRows.
+// DEV KNOBS (temporary)
+static int64_t knob(const char* name, int64_t def) { const char* v = std::getenv(name); return v ? std::atoll(v) : def; }
+static const int64_t kGemmMinRows = knob("SGMV_MINROWS", 4);
+static const int64_t kGemmTaskRows = knob("SGMV_TASKROWS", 16);
 constexpr int64_t kReduceRowsPerTask = 64;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
 // more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
@@ -37,7 +43,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Enough tasks to balance a pool when groups differ in size (fixed, like every split here: the partition depends on
 // the shapes only).
-constexpr int64_t kTargetTasks = 32;
+static const int64_t kTargetTasks = knob("SGMV_TARGET", 32);
 
 SgmvRows rows_of(const SgmvArgs& a, const SgmvSegment& s) {
   return a.row_ids ? SgmvRows{a.row_ids + s.row_begin, 0} : SgmvRows{nullptr, s.row_begin};
@@ -104,8 +110,13 @@ struct Task {
   int64_t g, j0, j1, b0, b1;
 };
 
-// Splits every group's rows into blocks of kRowsPerTask and its range [0, extent) into at least `split` pieces of
-// at most `cap_of(group)` units each, aligned to `align` units; returns the tasks.
+// Splits every group into at least `split` pieces (tasks), doubling `split` until there are kTargetTasks tasks or no
+// group can be split further. The two kinds of group split differently:
+//   row path  (fewer than kGemmMinRows rows: decode) all rows in one task; the range [0, extent) is cut into pieces
+//             of at most cap_of(group) units, aligned to `align` units.
+//   GEMM path (kGemmMinRows rows or more) the rows are cut first, into blocks of at least kGemmTaskRows rows, so each
+//             task streams whole activation rows (long sequential runs the prefetchers follow) against the group's W
+//             tile, which it keeps in L2; the range is cut only when the rows cannot be (or to fit cap_of in L2).
 template <typename CapOf>
 std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&& cap_of) {
   std::vector<Task> tasks;
@@ -116,12 +127,19 @@ std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&&
     for (int64_t g = 0; g < a.n_segments; ++g) {
       const SgmvSegment& s = a.segments[g];
       if (!has_work(s)) continue;
-      const int64_t pieces = std::max(split, ceil_div(extent, std::max<int64_t>(1, cap_of(s))));
+      int64_t row_blocks = 1;
+      if (s.rows >= kGemmMinRows) {
+        const int64_t most = std::max<int64_t>(1, s.rows / kGemmTaskRows);
+        row_blocks = std::min(split, most);
+        if (row_blocks < most) can_split_more = true;
+      }
+      const int64_t row_step = s.rows >= kGemmMinRows ? ceil_div(s.rows, row_blocks) : kRowsPerTask;
+      const int64_t pieces = std::max(ceil_div(split, row_blocks), ceil_div(extent, std::max<int64_t>(1, cap_of(s))));
       const int64_t step = round_up(ceil_div(extent, pieces), align);
       if (step > align) can_split_more = true;
-      for (int64_t j0 = 0; j0 < s.rows; j0 += kRowsPerTask) {
+      for (int64_t j0 = 0; j0 < s.rows; j0 += row_step) {
         for (int64_t b0 = 0; b0 < extent; b0 += step)
-          tasks.push_back({g, j0, std::min(s.rows, j0 + kRowsPerTask), b0, std::min(extent, b0 + step)});
+          tasks.push_back({g, j0, std::min(s.rows, j0 + row_step), b0, std::min(extent, b0 + step)});
       }
     }
     if (static_cast<int64_t>(tasks.size()) >= kTargetTasks || !can_split_more) return tasks;

@@ -9,9 +9,9 @@ namespace avx2 {
 
 // Shrink: 2 rows x 4 W rows (8 accumulators); a lone row runs 4 chunk dot products at once.
 constexpr int kShrinkChunks1 = 4;
-constexpr int kShrinkRows = 2, kShrinkK = 4;
+constexpr int kShrinkRows = 3, kShrinkK = 4;
 // Expand: 2 rows x 4 vectors (32 columns); a lone row: 4 W rows x 8 vectors at a time.
-constexpr int kExpandRows = 2, kExpandCols = 4, kExpandK1 = 4, kExpandCols1 = 8;
+constexpr int kExpandRows = 4, kExpandCols = 3, kExpandK1 = 4, kExpandCols1 = 8;
 
 #include "sgmv_body.inl"
 

@@ -47,30 +47,27 @@ static inline void shrink_block(const float* const* xr, const float* const* wr, 
     for (int k = 0; k < KB; ++k) out[i * ostride + k] = v_hsum(acc[i][k]);
 }
 
-// Rows [j, j + RB) of the tile against every W row, KB W rows at a time (then one at a time), every chunk of the
-// tile's range in turn: the W rows of a k block are streamed contiguously across the chunk range.
+// Rows [j, j + RB) of the tile against every W row: the register-blocked GEMM of a multi-row group. Chunks are
+// the outer loop, so the RB x-row pieces of a chunk (RB x 1 KB) stay in L1 while the W rows of that chunk stream past
+// them KB at a time (from L2: the task's W tile is sized for it), and each x row is read from memory once, in order.
 template <int RB, int KB>
 static inline void shrink_rows(const ShrinkTile& t, int64_t j) {
   const float* xr[RB];
   for (int i = 0; i < RB; ++i) xr[i] = t.x + t.rows.at(j + i) * t.h;
-  int64_t k = 0;
-  for (; k + KB <= t.r; k += KB) {
-    for (int64_t c = t.c0; c < t.c1; ++c) {
-      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
-      const float* xc[RB];
+  for (int64_t c = t.c0; c < t.c1; ++c) {
+    const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+    const float* xc[RB];
+    for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
+    float* out = t.part + (c * t.n_rows + j) * t.r;
+    int64_t k = 0;
+    for (; k + KB <= t.r; k += KB) {
       const float* wc[KB];
-      for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
       for (int q = 0; q < KB; ++q) wc[q] = t.w + (k + q) * t.h + e0;
-      shrink_block<RB, KB>(xc, wc, len, t.part + (c * t.n_rows + j) * t.r + k, t.r);
+      shrink_block<RB, KB>(xc, wc, len, out + k, t.r);
     }
-  }
-  for (; k < t.r; ++k) {
-    for (int64_t c = t.c0; c < t.c1; ++c) {
-      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
-      const float* xc[RB];
-      for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
+    for (; k < t.r; ++k) {
       const float* wc[1] = {t.w + k * t.h + e0};
-      shrink_block<RB, 1>(xc, wc, len, t.part + (c * t.n_rows + j) * t.r + k, t.r);
+      shrink_block<RB, 1>(xc, wc, len, out + k, t.r);
     }
   }
 }
@@ -148,10 +145,20 @@ static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
   }
 }
 
+// Rows [j, j + n) for 1 < n < RB (what a group leaves after its full blocks of RB rows): one block of n rows.
+template <int RB>
+static inline void shrink_rows_rest(const ShrinkTile& t, int64_t j, int64_t n) {
+  if constexpr (RB > 2) {
+    if (n == RB - 1) return shrink_rows<RB - 1, kShrinkK>(t, j);
+    return shrink_rows_rest<RB - 1>(t, j, n);
+  }
+}
+
 static void shrink_tile(const ShrinkTile& t) {
   int64_t j = t.j0;
   for (; j + kShrinkRows <= t.j1; j += kShrinkRows) shrink_rows<kShrinkRows, kShrinkK>(t, j);
-  for (; j < t.j1; ++j) shrink_row1(t, j);
+  if (t.j1 - j > 1) shrink_rows_rest<kShrinkRows>(t, j, t.j1 - j);
+  else if (j < t.j1) shrink_row1(t, j);
 }
 
 // ---------------------------------------------------------------- expand
@@ -166,14 +173,15 @@ static inline void expand_block(const ExpandTile& t, const float* const* vr, flo
     for (int q = 0; q < CB; ++q) acc[i][q] = v_set1(0.0f);
   const float* w = t.w + col;
   for (int64_t k = 0; k < t.r; ++k, w += t.h) {
-    V vb[RB];
+    // The CB vectors of W first, then one broadcast of v at a time: RB x CB + CB + 1 registers.
+    V wv[CB];
 #pragma GCC unroll 8
-    for (int i = 0; i < RB; ++i) vb[i] = v_set1(vr[i][k]);
+    for (int q = 0; q < CB; ++q) wv[q] = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
 #pragma GCC unroll 8
-    for (int q = 0; q < CB; ++q) {
-      const V wv = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
+    for (int i = 0; i < RB; ++i) {
+      const V vb = v_set1(vr[i][k]);
 #pragma GCC unroll 8
-      for (int i = 0; i < RB; ++i) acc[i][q] = v_fmadd(vb[i], wv, acc[i][q]);
+      for (int q = 0; q < CB; ++q) acc[i][q] = v_fmadd(vb, wv[q], acc[i][q]);
     }
   }
   const V scale = v_set1(t.scale);
@@ -258,8 +266,18 @@ static inline void expand_row1(const ExpandTile& t, int64_t j) {
   }
 }
 
+// Rows [j, j + n) for 1 < n < RB: one block of n rows.
+template <int RB>
+static inline void expand_rows_rest(const ExpandTile& t, int64_t j, int64_t n) {
+  if constexpr (RB > 2) {
+    if (n == RB - 1) return expand_rows<RB - 1, kExpandCols>(t, j);
+    return expand_rows_rest<RB - 1>(t, j, n);
+  }
+}
+
 static void expand_tile(const ExpandTile& t) {
   int64_t j = t.j0;
   for (; j + kExpandRows <= t.j1; j += kExpandRows) expand_rows<kExpandRows, kExpandCols>(t, j);
-  for (; j < t.j1; ++j) expand_row1(t, j);
+  if (t.j1 - j > 1) expand_rows_rest<kExpandRows>(t, j, t.j1 - j);
+  else if (j < t.j1) expand_row1(t, j);
 }
