@@ -30,8 +30,8 @@ constexpr int64_t kRowsPerTask = 256;                     // rows of one row-pat
 // Groups of at least kGemmMinRows rows run as a row-blocked GEMM (see plan), with blocks of at least kGemmTaskRows.
 // DEV KNOBS (temporary)
 static int64_t knob(const char* name, int64_t def) { const char* v = std::getenv(name); return v ? std::atoll(v) : def; }
-static const int64_t kGemmMinRows = knob("SGMV_MINROWS", 4);
-static const int64_t kGemmTaskRows = knob("SGMV_TASKROWS", 16);
+#define kGemmMinRows knob("SGMV_MINROWS", 4)
+#define kGemmTaskRows knob("SGMV_TASKROWS", 16)
 constexpr int64_t kReduceRowsPerTask = 64;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
 // more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
@@ -43,7 +43,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Enough tasks to balance a pool when groups differ in size (fixed, like every split here: the partition depends on
 // the shapes only).
-static const int64_t kTargetTasks = knob("SGMV_TARGET", 32);
+#define kTargetTasks knob("SGMV_TARGET", 32)
 
 SgmvRows rows_of(const SgmvArgs& a, const SgmvSegment& s) {
   return a.row_ids ? SgmvRows{a.row_ids + s.row_begin, 0} : SgmvRows{nullptr, s.row_begin};
