@@ -1,17 +1,20 @@
 // SGMV / BGMV (Punica's LoRA kernels): the double-accumulating references, the task schedule and the scalar path.
 // SIMD tile bodies are in sgmv_avx2.cc / sgmv_avx512.cc (loops in sgmv_body.inl).
 //
-// Schedule (the point of these kernels: decode-size groups are pure bandwidth streams over W):
+// Schedule. Decode-size groups are pure bandwidth streams over W; groups of many rows are GEMMs
+// ([rows x h]·[h x r] and [rows x r]·[r x h]) that must stream each activation row once and reuse W from cache:
 //   expand  tasks over (group, rows block, output-column tile). Each task writes a disjoint tile of y, reading the
 //           rows of W [r, h_out] contiguously; a tile (r x columns) is sized to stay in L2 while the task walks its
 //           rows in register blocks, so W is read from memory once per task, not once per row.
 //   shrink  split-K: tasks over (group, rows block, range of K-chunks of kSgmvChunk). Each task writes f32 partials
 //           (one per row, k and chunk) to scratch; a second pass sums every output's partials in chunk order and
 //           adds the sum to y. Chunk ranges are sized so a task's W tile stays in L2 across its row blocks.
+// A group of one to three rows (the row path) keeps its rows in one task and is split along K / the columns only;
+// a group of kGemmMinRows rows or more (the GEMM path) is split into blocks of whole rows first (see plan), so its
+// tasks read x and y in long sequential runs rather than in pieces a chunk or a tile wide.
 // The partition depends on the shapes only, and the arithmetic not even on that (see SgmvArgs), so results are
 // bitwise identical for any thread count and for any grouping of the same rows.
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "../core/cpu_features.h"
@@ -27,11 +30,10 @@ constexpr int64_t kShrinkTileBytes = int64_t(256) << 10;  // W bytes a shrink ta
 constexpr int64_t kExpandTileBytes = int64_t(128) << 10;  // W bytes an expand task keeps hot (r x its columns)
 constexpr int64_t kColumnAlign = 64;                      // expand tiles start at multiples of this many columns
 constexpr int64_t kRowsPerTask = 256;                     // rows of one row-path group per task
-// Groups of at least kGemmMinRows rows run as a row-blocked GEMM (see plan), with blocks of at least kGemmTaskRows.
-// DEV KNOBS (temporary)
-static int64_t knob(const char* name, int64_t def) { const char* v = std::getenv(name); return v ? std::atoll(v) : def; }
-#define kGemmMinRows knob("SGMV_MINROWS", 4)
-#define kGemmTaskRows knob("SGMV_TASKROWS", 16)
+// Groups of at least kGemmMinRows rows run as a row-blocked GEMM, handed out in blocks of at least kGemmTaskRows rows
+// (so a task's W tile, read from L2 once per register block of rows, serves at least that many rows).
+constexpr int64_t kGemmMinRows = 4;
+constexpr int64_t kGemmTaskRows = 16;
 constexpr int64_t kReduceRowsPerTask = 64;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
 // more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
@@ -43,7 +45,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Enough tasks to balance a pool when groups differ in size (fixed, like every split here: the partition depends on
 // the shapes only).
-#define kTargetTasks knob("SGMV_TARGET", 32)
+constexpr int64_t kTargetTasks = 32;
 
 SgmvRows rows_of(const SgmvArgs& a, const SgmvSegment& s) {
   return a.row_ids ? SgmvRows{a.row_ids + s.row_begin, 0} : SgmvRows{nullptr, s.row_begin};
