@@ -197,6 +197,7 @@ describe('sgmvShrink / sgmvExpand on ragged shapes', () => {
           expectNormwise(runShrink(c, adapters, x, yShrink0, true), wantShrink, `${c.label} shrink reference`);
           expectNormwise(runExpand(c, adapters, v, yExpand0, true), wantExpand, `${c.label} expand reference`);
           forEachIsa((isa) => {
+            scrambleShrinkScratch();
             expectNormwise(runShrink(c, adapters, x, yShrink0, false), wantShrink, `${c.label} shrink ${isa}`);
             expectNormwise(runExpand(c, adapters, v, yExpand0, false), wantExpand, `${c.label} expand ${isa}`);
           });
@@ -246,6 +247,23 @@ describe('sgmvShrink / sgmvExpand on ragged shapes', () => {
 
 // ---------------------------------------------------------------- blocked GEMM path (many-row segments)
 
+/**
+ * The fast shrink keeps its partials in a scratch buffer that lives across calls: fills it with unrelated values
+ * (a 64-row, rank-64 shrink over 8 K-chunks: 32K partials), so a partial a kernel fails to write shows up as a wrong
+ * result instead of silently reusing what an earlier call (another ISA on the same shapes) left there.
+ */
+let scrambleArgs: { y: Tensor; x: Tensor; w: Tensor; indptr: Tensor } | null = null;
+function scrambleShrinkScratch(): void {
+  scrambleArgs ??= {
+    y: Tensor.zeros([64, 64], 'f32', cpu()),
+    x: tensorF32(randomFloats(64 * 2048, 99), [64, 2048]),
+    w: tensorF32(randomFloats(64 * 2048, 98), [1, 64, 2048]),
+    indptr: i32([0, 64]),
+  };
+  const { y, x, w, indptr } = scrambleArgs;
+  sgmvShrink(y, x, [w], indptr, 0);
+}
+
 describe('sgmv blocked GEMM path (segments of many rows) against the reference', () => {
   // Segments of 0, 1 and 3 rows take the row path; 17, 64 and more rows the register-blocked GEMM path, with every
   // remainder of the row blocking (17 and 64 leave different numbers of rows after full blocks on each ISA) and
@@ -292,8 +310,12 @@ describe('sgmv blocked GEMM path (segments of many rows) against the reference',
       expectNormwise(refShrink, wantShrink, `${c.label} shrink reference`);
       expectNormwise(refExpand, wantExpand, `${c.label} expand reference`);
       forEachIsa((isa) => {
-        const [s1, e1] = withThreads(1, () => [runShrink(c, adapters, x, y0s, false), runExpand(c, adapters, v, y0e, false)]);
-        const [s2, e2] = withThreads(2, () => [runShrink(c, adapters, x, y0s, false), runExpand(c, adapters, v, y0e, false)]);
+        const fast = (): [Float32Array, Float32Array] => {
+          scrambleShrinkScratch();
+          return [runShrink(c, adapters, x, y0s, false), runExpand(c, adapters, v, y0e, false)];
+        };
+        const [s1, e1] = withThreads(1, fast);
+        const [s2, e2] = withThreads(2, fast);
         expectNormwise(s2, wantShrink, `${c.label} shrink ${isa}`);
         expectNormwise(e2, wantExpand, `${c.label} expand ${isa}`);
         // Fast against the scalar reference directly (both are close to float64, so to each other).
@@ -326,6 +348,7 @@ describe('sgmv blocked GEMM path (segments of many rows) against the reference',
       const y0e = randomFloats(rows * h, 4);
       const run = (sizes: number[]): [Float32Array, Float32Array] => {
         const indptr = indptrOf(sizes);
+        scrambleShrinkScratch();
         const ys = tensorF32(y0s, [rows, r]);
         sgmvShrink(ys, tensorF32(xData, [rows, h]), sizes.map(() => w.aT), i32(indptr), 2);
         const ye = tensorF32(y0e, [rows, h]);
