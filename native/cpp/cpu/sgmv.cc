@@ -7,8 +7,9 @@
 //           rows of W [r, h_out] contiguously; a tile (r x columns) is sized to stay in L2 while the task walks its
 //           rows in register blocks, so W is read from memory once per task, not once per row.
 //   shrink  split-K: tasks over (group, rows block, range of K-chunks of kSgmvChunk). Each task writes f32 partials
-//           (one per row, k and chunk) to scratch; a second pass sums every output's partials in chunk order and
-//           adds the sum to y. Chunk ranges are sized so a task's W tile stays in L2 across its row blocks.
+//           (one per row, k and chunk) to scratch; every output's partials are summed in chunk order and the sum
+//           added to y, by the task itself when it covers every chunk of its rows, else by a second pass. Chunk
+//           ranges are sized so a task's W tile stays in L2 across its row blocks.
 // A group of one to three rows (the row path) keeps its rows in one task and is split along K / the columns only;
 // a group of kGemmMinRows rows or more (the GEMM path) is split into blocks of whole rows first (see plan), so its
 // tasks read x and y in long sequential runs rather than in pieces a chunk or a tile wide.
@@ -222,6 +223,28 @@ void sgmv_shrink(const SgmvArgs& a) {
   }
   std::vector<float>& part = partial_scratch();
   if (part.size() < static_cast<size_t>(offset.back())) part.resize(static_cast<size_t>(offset.back()));
+  // A group whose tasks each cover every chunk of their rows (not split along K) is reduced by those tasks, right
+  // after they write the partials (still in cache); the others by a second pass once every partial is written.
+  std::vector<char> split_k(static_cast<size_t>(a.n_segments), 0);
+  for (const Task& task : tasks) {
+    if (task.b0 != 0 || task.b1 != chunks) split_k[static_cast<size_t>(task.g)] = 1;
+  }
+  // y += ((p_0 + p_1) + p_2) + ..., per output of rows [j0, j1) of group g, in chunk order.
+  auto reduce_rows = [&](int64_t g, int64_t j0, int64_t j1) {
+    const SgmvSegment& s = a.segments[g];
+    const SgmvRows rows = rows_of(a, s);
+    const float* p = part.data() + offset[static_cast<size_t>(g)];
+    const int64_t stride = s.rows * s.r;  // between chunks
+    for (int64_t j = j0; j < j1; ++j) {
+      float* yr = a.y + rows.at(j) * a.r_max;
+      for (int64_t k = 0; k < s.r; ++k) {
+        const float* pk = p + j * s.r + k;
+        float sum = pk[0];
+        for (int64_t c = 1; c < chunks; ++c) sum += pk[c * stride];
+        yr[k] += sum;
+      }
+    }
+  };
   const Isa isa = active_isa();
   const bool small = traffic_bytes(a) < kInlineBytes;
   global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
@@ -240,29 +263,19 @@ void sgmv_shrink(const SgmvArgs& a) {
     t.c1 = task.b1;
     t.part = part.data() + offset[static_cast<size_t>(task.g)];
     run_shrink_tile(isa, t);
+    if (!split_k[static_cast<size_t>(task.g)]) reduce_rows(task.g, task.j0, task.j1);
   });
-  // Reduction: y += ((p_0 + p_1) + p_2) + ..., per output, in chunk order.
   std::vector<Task> reduce;
+  int64_t reduce_partials = 0;
   for (int64_t g = 0; g < a.n_segments; ++g) {
     const SgmvSegment& s = a.segments[g];
-    if (!has_work(s)) continue;
+    if (!has_work(s) || !split_k[static_cast<size_t>(g)]) continue;
+    reduce_partials += s.rows * s.r * chunks;
     for (int64_t j0 = 0; j0 < s.rows; j0 += kReduceRowsPerTask) reduce.push_back({g, j0, std::min(s.rows, j0 + kReduceRowsPerTask), 0, 0});
   }
-  global_pool().parallel_for_or_inline(static_cast<int64_t>(reduce.size()), small || offset.back() < kInlinePartials, [&](int64_t i) {
+  global_pool().parallel_for_or_inline(static_cast<int64_t>(reduce.size()), small || reduce_partials < kInlinePartials, [&](int64_t i) {
     const Task& task = reduce[static_cast<size_t>(i)];
-    const SgmvSegment& s = a.segments[task.g];
-    const SgmvRows rows = rows_of(a, s);
-    const float* p = part.data() + offset[static_cast<size_t>(task.g)];
-    const int64_t stride = s.rows * s.r;  // between chunks
-    for (int64_t j = task.j0; j < task.j1; ++j) {
-      float* yr = a.y + rows.at(j) * a.r_max;
-      for (int64_t k = 0; k < s.r; ++k) {
-        const float* pk = p + j * s.r + k;
-        float sum = pk[0];
-        for (int64_t c = 1; c < chunks; ++c) sum += pk[c * stride];
-        yr[k] += sum;
-      }
-    }
+    reduce_rows(task.g, task.j0, task.j1);
   });
 }
 
