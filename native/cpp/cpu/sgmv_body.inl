@@ -131,17 +131,16 @@ static void shrink_tile(const ShrinkTile& t) {
 
 // ---------------------------------------------------------------- expand
 
-// RB rows x CB vectors of columns starting at col; W row k of those columns at w + k * wstride (the last vector
-// masked to `tail` lanes when tail > 0).
+// RB rows x CB vectors of columns starting at col (the last vector masked to `tail` lanes when tail > 0).
 template <int RB, int CB>
-static inline void expand_block(const ExpandTile& t, const float* w, int64_t wstride, const float* const* vr, float* const* yr, int64_t col,
-                                int64_t tail) {
+static inline void expand_block(const ExpandTile& t, const float* const* vr, float* const* yr, int64_t col, int64_t tail) {
   V acc[RB][CB];
 #pragma GCC unroll 8
   for (int i = 0; i < RB; ++i)
 #pragma GCC unroll 8
     for (int q = 0; q < CB; ++q) acc[i][q] = v_set1(0.0f);
-  for (int64_t k = 0; k < t.r; ++k, w += wstride) {
+  const float* w = t.w + col;
+  for (int64_t k = 0; k < t.r; ++k, w += t.h) {
     // The CB vectors of W first, then one broadcast of v at a time: RB x CB + CB + 1 registers.
     V wv[CB];
 #pragma GCC unroll 8
@@ -165,14 +164,10 @@ static inline void expand_block(const ExpandTile& t, const float* w, int64_t wst
   }
 }
 
-// The GEMM path's column blocks: kExpandCols vectors wide.
-constexpr int64_t kExpandPanel = kExpandCols * kLanes;
-
-// Rows [j, j + RB) of the tile: the register-blocked GEMM, block by block of kExpandCols vectors (a last, narrower
-// block vector by vector), each block's W columns read along all r rows.
+// Rows [j, j + RB) of the tile: the register-blocked GEMM, CB vectors of columns at a time (what is left vector by
+// vector), each block's W columns read along all r rows.
 template <int RB, int CB>
 static inline void expand_rows(const ExpandTile& t, int64_t j) {
-  static_assert(CB * kLanes == kExpandPanel, "a full block is one panel");
   const float* vr[RB];
   float* yr[RB];
   for (int i = 0; i < RB; ++i) {
@@ -180,18 +175,10 @@ static inline void expand_rows(const ExpandTile& t, int64_t j) {
     vr[i] = t.v + row * t.r_max;
     yr[i] = t.y + row * t.h;
   }
-  for (int64_t col = t.col0; col < t.col1; col += kExpandPanel) {
-    const int64_t width = std::min(kExpandPanel, t.col1 - col);
-    const float* w = t.w + col;
-    const int64_t ws = t.h;
-    if (width == kExpandPanel) {
-      expand_block<RB, CB>(t, w, ws, vr, yr, col, 0);
-      continue;
-    }
-    int64_t c = 0;
-    for (; c + kLanes <= width; c += kLanes) expand_block<RB, 1>(t, w + c, ws, vr, yr, col + c, 0);
-    if (c < width) expand_block<RB, 1>(t, w + c, ws, vr, yr, col + c, width - c);
-  }
+  int64_t col = t.col0;
+  for (; col + CB * kLanes <= t.col1; col += CB * kLanes) expand_block<RB, CB>(t, vr, yr, col, 0);
+  for (; col + kLanes <= t.col1; col += kLanes) expand_block<RB, 1>(t, vr, yr, col, 0);
+  if (col < t.col1) expand_block<RB, 1>(t, vr, yr, col, t.col1 - col);
 }
 
 // A lone row (decode): k is taken kExpandK1 rows at a time (that many W rows streamed together, which the memory
