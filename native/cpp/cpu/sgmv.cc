@@ -37,10 +37,8 @@ constexpr int64_t kGemmMinRows = 4;
 constexpr int64_t kGemmTaskRows = 16;
 constexpr int64_t kReduceRowsPerTask = 64;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
-// more than the work (a pool hand-off costs several µs, tens on a busy host, while one core streams 512 KB from DRAM
-// in about 25 µs and a second core adds well under 2x to that). Like every schedule choice here it leaves the
-// arithmetic unchanged.
-constexpr int64_t kInlineBytes = int64_t(512) << 10;
+// more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
+constexpr int64_t kInlineBytes = int64_t(192) << 10;
 constexpr int64_t kInlinePartials = int64_t(32) << 10;  // shrink reductions over fewer partials run inline
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
