@@ -43,9 +43,17 @@ describe('punica kernel figures', () => {
       'sgmv_vs_bmm_b8_identical',
       'sgmv_vs_gather_bmm_b8_distinct',
       'sgmv_vs_gather_bmm_b8_distinct_best',
+      'sgmv_vs_gemm_b8_identical',
+      'sgmv_vs_gemm_b8_identical_best',
+      'sgmv_vs_gemm_identical_min',
       'sgmv_vs_loop_b8_distinct',
       'sgmv_vs_loop_b8_distinct_best',
     ]);
+    // Identical rows also time our plain GEMM at the same shape; the other workloads do not.
+    for (const r of fig8) {
+      if (r.workload === 'identical') expect(r.gemm_us as number, `identical b${r.batch} gemm_us`).toBeGreaterThan(0);
+      else expect(r.gemm_us, `${r.workload} b${r.batch} gemm_us`).toBeNull();
+    }
     for (const [k, v] of Object.entries(f.ratios)) expect(Number.isFinite(v) && v > 0, `${k} = ${v}`).toBe(true);
     // Correctness was checked before timing: every method within 1e-4 of float64.
     const verification = f.params.verification as Record<string, Record<string, number>>;

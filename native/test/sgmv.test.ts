@@ -197,6 +197,7 @@ describe('sgmvShrink / sgmvExpand on ragged shapes', () => {
           expectNormwise(runShrink(c, adapters, x, yShrink0, true), wantShrink, `${c.label} shrink reference`);
           expectNormwise(runExpand(c, adapters, v, yExpand0, true), wantExpand, `${c.label} expand reference`);
           forEachIsa((isa) => {
+            scrambleShrinkScratch();
             expectNormwise(runShrink(c, adapters, x, yShrink0, false), wantShrink, `${c.label} shrink ${isa}`);
             expectNormwise(runExpand(c, adapters, v, yExpand0, false), wantExpand, `${c.label} expand ${isa}`);
           });
@@ -239,6 +240,149 @@ describe('sgmvShrink / sgmvExpand on ragged shapes', () => {
         const ye = Tensor.zeros([rows, hOut], 'f32', cpu());
         sgmvExpand(ye, tensorF32(v, [rows, r]), [tensorF32(b, [L, r, hOut])], i32([0, rows]), layer, { reference });
         expectNormwise(f32(ye), expandF64(new Float32Array(rows * hOut), v, hOut, r, perB, layer), `expand ${isa} ref=${reference}`);
+      }
+    });
+  });
+});
+
+// ---------------------------------------------------------------- blocked GEMM path (many-row segments)
+
+/**
+ * The fast shrink keeps its partials in a scratch buffer that lives across calls: fills it with unrelated values
+ * (a 64-row, rank-64 shrink over 8 K-chunks: 32K partials), so a partial a kernel fails to write shows up as a wrong
+ * result instead of silently reusing what an earlier call (another ISA on the same shapes) left there.
+ */
+let scrambleArgs: { y: Tensor; x: Tensor; w: Tensor; indptr: Tensor } | null = null;
+function scrambleShrinkScratch(): void {
+  scrambleArgs ??= {
+    y: Tensor.zeros([64, 64], 'f32', cpu()),
+    x: tensorF32(randomFloats(64 * 2048, 99), [64, 2048]),
+    w: tensorF32(randomFloats(64 * 2048, 98), [1, 64, 2048]),
+    indptr: i32([0, 64]),
+  };
+  const { y, x, w, indptr } = scrambleArgs;
+  sgmvShrink(y, x, [w], indptr, 0);
+}
+
+describe('sgmv blocked GEMM path (segments of many rows) against the reference', () => {
+  // Segments of 0, 1 and 3 rows take the row path; 17, 64 and more rows the register-blocked GEMM path, with every
+  // remainder of the row blocking (17 and 64 leave different numbers of rows after full blocks on each ISA) and
+  // ranks that are not multiples of the W-row blocking. h = 1100 has a ragged last K-chunk and column vector.
+  const lengths = [0, 1, 3, 17, 0, 64, 5, 33, 2, 70];
+  const ranks = [16, 13, 6, 32, 1];
+
+  function caseOf(hIn: number, hOut: number, seed: number) {
+    const adapters = ranks.map((r, i) => makeAdapter(r, hIn, hOut, seed + 10 * i));
+    const rows = lengths.reduce((p, q) => p + q, 0);
+    const segAdapter = lengths.map((_, i) => (i === 6 ? null : i % adapters.length));
+    const c: Case = {
+      label: `gemm-path hIn=${hIn} hOut=${hOut}`,
+      rows,
+      hIn,
+      hOut,
+      rMax: 33,
+      layer: seed % L,
+      indptr: indptrOf(lengths),
+      segAdapter,
+      scales: lengths.map((_, i) => 0.5 + 0.25 * i),
+    };
+    return { adapters, c };
+  }
+
+  it('fast paths match the scalar reference and float64 on ragged segments (0, 1, 3, 17, 64 rows ...), every ISA, 1 and 2 threads', () => {
+    let seed = 4000;
+    for (const [hIn, hOut] of [
+      [1100, 1100],
+      [256, 72],
+      [40, 520],
+    ] as const) {
+      const { adapters, c } = caseOf(hIn, hOut, seed);
+      const xData = randomFloats(c.rows * hIn, seed++);
+      const vData = randomFloats(c.rows * c.rMax, seed++);
+      const y0s = randomFloats(c.rows * c.rMax, seed++);
+      const y0e = randomFloats(c.rows * hOut, seed++);
+      const x = tensorF32(xData, [c.rows, hIn]);
+      const v = tensorF32(vData, [c.rows, c.rMax]);
+      const wantShrink = shrinkF64(y0s, xData, hIn, c.rMax, perRowOf(c, adapters, 'a', false), c.layer);
+      const wantExpand = expandF64(y0e, vData, hOut, c.rMax, perRowOf(c, adapters, 'b', true), c.layer);
+      const refShrink = runShrink(c, adapters, x, y0s, true);
+      const refExpand = runExpand(c, adapters, v, y0e, true);
+      expectNormwise(refShrink, wantShrink, `${c.label} shrink reference`);
+      expectNormwise(refExpand, wantExpand, `${c.label} expand reference`);
+      forEachIsa((isa) => {
+        const fast = (): [Float32Array, Float32Array] => {
+          scrambleShrinkScratch();
+          return [runShrink(c, adapters, x, y0s, false), runExpand(c, adapters, v, y0e, false)];
+        };
+        const [s1, e1] = withThreads(1, fast);
+        const [s2, e2] = withThreads(2, fast);
+        expectNormwise(s2, wantShrink, `${c.label} shrink ${isa}`);
+        expectNormwise(e2, wantExpand, `${c.label} expand ${isa}`);
+        // Fast against the scalar reference directly (both are close to float64, so to each other).
+        expectNormwise(s2, Float64Array.from(refShrink), `${c.label} shrink ${isa} vs reference`, 2 * TOL);
+        expectNormwise(e2, Float64Array.from(refExpand), `${c.label} expand ${isa} vs reference`, 2 * TOL);
+        expectBitwiseEqual(s1, s2, `${c.label} shrink ${isa} 1 vs 2 threads`);
+        expectBitwiseEqual(e1, e2, `${c.label} expand ${isa} 1 vs 2 threads`);
+        // Columns past a segment's rank and rows without a weight keep their bits.
+        for (let s = 0; s < lengths.length; s++) {
+          const ai = c.segAdapter[s];
+          const r = ai === null || ai === undefined ? 0 : adapters[ai]!.r;
+          for (let row = c.indptr[s]!; row < c.indptr[s + 1]!; row++) {
+            const from = row * c.rMax;
+            expectBitwiseEqual(s2.subarray(from + r, from + c.rMax), y0s.subarray(from + r, from + c.rMax), `${c.label} ${isa} row ${row} past rank ${r}`);
+            if (r === 0) expectBitwiseEqual(e2.subarray(row * hOut, (row + 1) * hOut), y0e.subarray(row * hOut, (row + 1) * hOut), `${c.label} ${isa} row ${row} no weight`);
+          }
+        }
+      });
+    }
+  });
+
+  it('a row gives the same bits in a segment of 1, 3, 17 or 64 rows (row path and GEMM path agree), every ISA', () => {
+    const h = 1100;
+    for (const r of [16, 13]) {
+      const w = makeAdapter(r, h, h, 4100 + r);
+      const rows = 64;
+      const xData = randomFloats(rows * h, 1);
+      const vData = randomFloats(rows * r, 2);
+      const y0s = randomFloats(rows * r, 3);
+      const y0e = randomFloats(rows * h, 4);
+      const run = (sizes: number[]): [Float32Array, Float32Array] => {
+        const indptr = indptrOf(sizes);
+        scrambleShrinkScratch();
+        const ys = tensorF32(y0s, [rows, r]);
+        sgmvShrink(ys, tensorF32(xData, [rows, h]), sizes.map(() => w.aT), i32(indptr), 2);
+        const ye = tensorF32(y0e, [rows, h]);
+        sgmvExpand(ye, tensorF32(vData, [rows, r]), sizes.map(() => w.bT), i32(indptr), 2, { scales: sizes.map(() => 1.5) });
+        return [f32(ys), f32(ye)];
+      };
+      forEachIsa((isa) => {
+        const [s1, e1] = run(Array.from({ length: rows }, () => 1));
+        for (const sizes of [[64], [17, 17, 17, 13], [3, 61], [1, 2, 3, 17, 41]]) {
+          const [s, e] = run(sizes);
+          expectBitwiseEqual(s, s1, `r=${r} ${isa} shrink segments ${sizes.join(',')} vs one-row segments`);
+          expectBitwiseEqual(e, e1, `r=${r} ${isa} expand segments ${sizes.join(',')} vs one-row segments`);
+        }
+      });
+    }
+  });
+
+  it('empty shapes: h_in = 0, a weightless segment between empty ones and zero rows leave y as it was, every ISA', () => {
+    const w = makeAdapter(16, 64, 64, 4200);
+    forEachIsa((isa) => {
+      for (const reference of [false, true]) {
+        const opts = { reference };
+        const y0 = randomFloats(20 * 16, 1);
+        const ys = tensorF32(y0, [20, 16]);
+        sgmvShrink(ys, Tensor.zeros([20, 0], 'f32', cpu()), [Tensor.zeros([1, 16, 0], 'f32', cpu())], i32([0, 20]), 0, opts);
+        expectBitwiseEqual(f32(ys), y0, `${isa} hIn = 0 ref=${reference}`);
+        const ye0 = randomFloats(20 * 64, 2);
+        const ye = tensorF32(ye0, [20, 64]);
+        sgmvExpand(ye, tensorF32(randomFloats(20 * 16, 3), [20, 16]), [w.bT, null, w.bT], i32([0, 0, 20, 20]), 0, opts);
+        expectBitwiseEqual(f32(ye), ye0, `${isa} weightless 20-row segment ref=${reference}`);
+        const yz = Tensor.zeros([0, 16], 'f32', cpu());
+        sgmvShrink(yz, Tensor.zeros([0, 64], 'f32', cpu()), [w.aT, w.aT], i32([0, 0, 0]), 0, opts);
+        expect(yz.shape).toEqual([0, 16]);
+        sgmvExpand(Tensor.zeros([0, 64], 'f32', cpu()), Tensor.zeros([0, 16], 'f32', cpu()), [w.bT], i32([0, 0]), 0, opts);
       }
     });
   });

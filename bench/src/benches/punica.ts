@@ -7,6 +7,8 @@
  *   - Fig. 9: SGMV over ranks 8, 16, 32, 64.
  *   - Fig. 7: achieved GFLOP/s of SGMV against its arithmetic intensity (f32 bytes, roofline.ts of
  *     @tessera/sgmv-kernel), under the measured triad bandwidth line and the FMA peak.
+ *   - On Identical (one segment of every row) also our plain GEMM at the same shape, x·Aᵀ then (x·Aᵀ)·B into
+ *     preallocated outputs: the same flops and bytes as SGMV, so GEMM us / SGMV us compares their efficiency.
  * Adapters come from a pool several times the last-level cache, and every call takes the next adapters in the
  * pool, so each call streams its weights from DRAM, as on the paper's GPU after its 256 MiB L2 flush: reuse
  * of one adapter is at least (pool / working set) calls apart. A sample times a burst of back-to-back calls (a
@@ -14,7 +16,7 @@
  * so no call pays for another's dirty lines. Each method's numbers are checked against the
  * float64 reference (and each other) before anything is timed.
  */
-import { type Tensor as TensorT, Tensor, readSumProbe } from '@tessera/native';
+import { type Tensor as TensorT, Tensor, gemm, readSumProbe } from '@tessera/native';
 import { addLora, referenceAddLora, rowIndexFromSegments } from '@tessera/sgmv-kernel';
 import {
   type GatheredLoraWeights,
@@ -101,8 +103,9 @@ export const PUNICA_KERNEL_QUICK: PunicaKernelConfig = {
 const TOL = 1e-4;
 
 const METHODS = ['sgmv', 'loop', 'gather_bmm', 'gather', 'bmm'] as const;
-type Method = (typeof METHODS)[number];
-const METHOD_LABEL: Record<Method, string> = { sgmv: 'SGMV', loop: 'Loop', gather_bmm: 'Gather-BMM', gather: 'Gather', bmm: 'BMM' };
+/** 'gemm' (Identical only): the two plain GEMMs of one segment, x·Aᵀ into v then y += v·B. */
+type Method = (typeof METHODS)[number] | 'gemm';
+const METHOD_LABEL: Record<(typeof METHODS)[number], string> = { sgmv: 'SGMV', loop: 'Loop', gather_bmm: 'Gather-BMM', gather: 'Gather', bmm: 'BMM' };
 
 /** Median and fastest per-call time of `reps` single calls (ms), and the interquartile spread relative to the median. */
 interface PointTiming {
@@ -126,6 +129,9 @@ class AdapterPool {
   readonly table: LoraWeightTable;
   readonly a: TensorT[];
   readonly b: TensorT[];
+  /** The same adapters as [r, h] matrices, for the plain GEMMs. */
+  readonly a2: TensorT[];
+  readonly b2: TensorT[];
   readonly size: number;
   private cursor = 0;
 
@@ -154,6 +160,8 @@ class AdapterPool {
     const views = tableViews(this.table);
     this.a = views.a;
     this.b = views.b;
+    this.a2 = this.a.map((t) => t.reshape([rank, h]));
+    this.b2 = this.b.map((t) => t.reshape([rank, h]));
   }
 
   next(n: number): number[] {
@@ -167,7 +175,7 @@ class AdapterPool {
   }
 
   dispose(): void {
-    for (const t of [...this.a, ...this.b, this.table.a, this.table.b]) t.dispose();
+    for (const t of [...this.a2, ...this.b2, ...this.a, ...this.b, this.table.a, this.table.b]) t.dispose();
   }
 }
 
@@ -228,6 +236,15 @@ class Point {
       case 'bmm':
         // Data-independent: the stacks stay as the last gather left them.
         return () => bmm(this.y3, this.x3, this.stacks, { scratch: this.v3 });
+      case 'gemm': {
+        if (this.segments !== 1) throw new Error('punica: the GEMM comparison needs one segment');
+        const al = this.pool.a2[ids[0]!]!;
+        const bl = this.pool.b2[ids[0]!]!;
+        return () => {
+          gemm(this.x, al, { transB: true, out: this.v });
+          gemm(this.v, bl, { beta: 1, out: this.y });
+        };
+      }
     }
   }
 
@@ -246,14 +263,16 @@ class Point {
     );
     const errors: Record<string, number> = {};
     const outputs: Record<string, Float32Array> = {};
-    for (const method of ['sgmv', 'loop', 'gather_bmm'] as const) {
+    const checked: Method[] = ['sgmv', 'loop', 'gather_bmm'];
+    if (this.segments === 1) checked.push('gemm');
+    for (const method of checked) {
       this.y.write(new Float32Array(this.rows * this.h));
       this.call(method, ids)();
       outputs[method] = this.y.toArray() as Float32Array;
       errors[method] = maxRelErr(outputs[method], want);
     }
     const bad = Object.entries(errors).filter(([, e]) => !(e <= TOL));
-    const vsSgmv = Math.max(maxRelErr(outputs.loop!, outputs.sgmv!), maxRelErr(outputs.gather_bmm!, outputs.sgmv!));
+    const vsSgmv = Math.max(...checked.filter((m) => m !== 'sgmv').map((m) => maxRelErr(outputs[m]!, outputs.sgmv!)));
     if (bad.length || !(vsSgmv <= TOL)) {
       throw new Error(`punica: ${label}: results disagree (normwise vs float64: ${JSON.stringify(errors)}, baselines vs SGMV ${vsSgmv.toExponential(2)}; tolerance ${TOL})`);
     }
@@ -329,9 +348,12 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
             try {
               if (bs === Math.max(...cfg.batches) || bs === Math.min(...cfg.batches)) verification[`${workload} b${bs}`] = point.verify(`fig 8 ${workload} batch ${bs}`);
               ctx.log(`punica: fig 8: ${workload} batch ${bs} (${point.segments} segments)`);
-              const t = await point.time(METHODS, cfg.reps, cfg.warmup, flush, settleMs, burst);
+              // On Identical our plain GEMM at the same shape runs beside the others (same flops, same bytes).
+              const withGemm = workload === 'identical' && point.segments === 1;
+              const t = await point.time(withGemm ? [...METHODS, 'gemm'] : METHODS, cfg.reps, cfg.warmup, flush, settleMs, burst);
               const cost = addLoraCost({ segments: point.sizes, hIn: h, hOut: h, rank: cfg.rank, elementBytes: 4 });
               const sgmvS = t.sgmv.medianMs / 1000;
+              const tg = withGemm ? t.gemm : undefined;
               const row: Row = {
                 figure: 'fig8',
                 workload,
@@ -353,6 +375,10 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
                 loop_min_us: us(t.loop.minMs),
                 gather_bmm_min_us: us(t.gather_bmm.minMs),
                 sgmv_bandwidth_frac_best: cost.bytes / (t.sgmv.minMs / 1000) / 1e9 / roof.triadGBs,
+                gemm_us: tg ? us(tg.medianMs) : null,
+                gemm_min_us: tg ? us(tg.minMs) : null,
+                gemm_gflops: tg ? cost.flops / (tg.medianMs / 1000) / 1e9 : null,
+                sgmv_vs_gemm: tg ? tg.medianMs / t.sgmv.medianMs : null,
                 max_spread: Math.max(...METHODS.map((m) => t[m].spread)),
               };
               rows.push(row);
@@ -429,6 +455,14 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
     ratios[`sgmv_distinct_vs_identical_${suffix}`] = (distinctTop.sgmv_us as number) / (identicalTop.sgmv_us as number);
   }
   if (identicalTop) ratios[`sgmv_vs_bmm_${suffix}_identical`] = (identicalTop.bmm_us as number) / (identicalTop.sgmv_us as number);
+  // SGMV's efficiency over our GEMM's at the same shape (target >= 1): GEMM time / SGMV time, at the top batch and
+  // the worst over every Identical batch; *_best from each method's fastest call.
+  if (identicalTop && typeof identicalTop.gemm_us === 'number') {
+    ratios[`sgmv_vs_gemm_${suffix}_identical`] = identicalTop.sgmv_vs_gemm as number;
+    ratios[`sgmv_vs_gemm_${suffix}_identical_best`] = (identicalTop.gemm_min_us as number) / (identicalTop.sgmv_min_us as number);
+  }
+  const identicalRows = fig8.filter((r) => r.workload === 'identical' && typeof r.sgmv_vs_gemm === 'number');
+  if (identicalRows.length > 0) ratios.sgmv_vs_gemm_identical_min = Math.min(...identicalRows.map((r) => r.sgmv_vs_gemm as number));
 
   const pct = (v: unknown) => `${((v as number) * 100).toFixed(0)}%`;
   const x = (v: unknown) => `${(v as number).toFixed(1)}x`;
@@ -442,8 +476,10 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
       { key: 'gather_bmm_us', header: 'Gather-BMM us' },
       { key: 'gather_us', header: 'Gather us' },
       { key: 'bmm_us', header: 'BMM us' },
+      { key: 'gemm_us', header: 'GEMM us' },
       { key: 'sgmv_vs_gather_bmm', header: 'G-BMM/SGMV', format: x },
       { key: 'sgmv_vs_loop', header: 'Loop/SGMV', format: x },
+      { key: 'sgmv_vs_gemm', header: 'GEMM/SGMV', format: (v) => (typeof v === 'number' ? x(v) : '-') },
       { key: 'intensity_f32', header: 'AI f/B' },
       { key: 'sgmv_gflops', header: 'SGMV GF/s' },
       { key: 'sgmv_gbs', header: 'SGMV GB/s' },
@@ -457,6 +493,8 @@ export async function punicaKernelFigures(ctx: BenchContext, config?: PunicaKern
       `Machine (${roof.source}): triad ${roof.triadGBs.toFixed(1)} GB/s, peak ${roof.peakGflops.toFixed(0)} GFLOP/s. ` +
         'AI and GB/s count f32 bytes of x, y, v and each segment\'s A and B once (sgmv-kernel roofline.ts).',
       'Gather and BMM are the two halves of Gather-BMM; BMM is data-independent (its stacks are gathered beforehand).',
+      'GEMM (Identical only): our plain GEMM at the same shape, gemm(x, A, transB) into v then gemm(v, B, beta 1) into y; ' +
+        'GEMM/SGMV >= 1 means SGMV is at least as efficient as our GEMM (target of issue 18).',
       'best: % triad of the fastest SGMV call (rows also hold each method\'s fastest call, *_min_us; ratios *_best use them).',
     ],
   };

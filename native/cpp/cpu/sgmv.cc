@@ -1,13 +1,18 @@
 // SGMV / BGMV (Punica's LoRA kernels): the double-accumulating references, the task schedule and the scalar path.
 // SIMD tile bodies are in sgmv_avx2.cc / sgmv_avx512.cc (loops in sgmv_body.inl).
 //
-// Schedule (the point of these kernels: decode-size groups are pure bandwidth streams over W):
+// Schedule. Decode-size groups are pure bandwidth streams over W; groups of many rows are GEMMs
+// ([rows x h]·[h x r] and [rows x r]·[r x h]) that must stream each activation row once and reuse W from cache:
 //   expand  tasks over (group, rows block, output-column tile). Each task writes a disjoint tile of y, reading the
 //           rows of W [r, h_out] contiguously; a tile (r x columns) is sized to stay in L2 while the task walks its
 //           rows in register blocks, so W is read from memory once per task, not once per row.
 //   shrink  split-K: tasks over (group, rows block, range of K-chunks of kSgmvChunk). Each task writes f32 partials
-//           (one per row, k and chunk) to scratch; a second pass sums every output's partials in chunk order and
-//           adds the sum to y. Chunk ranges are sized so a task's W tile stays in L2 across its row blocks.
+//           (one per row, k and chunk) to scratch; every output's partials are summed in chunk order and the sum
+//           added to y, by the task itself when it covers every chunk of its rows, else by a second pass. Chunk
+//           ranges are sized so a task's W tile stays in L2 across its row blocks.
+// A group of one to three rows (the row path) keeps its rows in one task and is split along K / the columns only;
+// a group of kGemmMinRows rows or more (the GEMM path) is split into blocks of whole rows first (see plan), so its
+// tasks read x and y in long sequential runs rather than in pieces a chunk or a tile wide.
 // The partition depends on the shapes only, and the arithmetic not even on that (see SgmvArgs), so results are
 // bitwise identical for any thread count and for any grouping of the same rows.
 #include <algorithm>
@@ -25,7 +30,11 @@ namespace {
 constexpr int64_t kShrinkTileBytes = int64_t(256) << 10;  // W bytes a shrink task keeps hot (r x its chunks)
 constexpr int64_t kExpandTileBytes = int64_t(128) << 10;  // W bytes an expand task keeps hot (r x its columns)
 constexpr int64_t kColumnAlign = 64;                      // expand tiles start at multiples of this many columns
-constexpr int64_t kRowsPerTask = 256;                     // rows of one group per task (prefill-size groups)
+constexpr int64_t kRowsPerTask = 256;                     // rows of one row-path group per task
+// Groups of at least kGemmMinRows rows run as a row-blocked GEMM, handed out in blocks of at least kGemmTaskRows rows
+// (so a task's W tile, read from L2 once per register block of rows, serves at least that many rows).
+constexpr int64_t kGemmMinRows = 4;
+constexpr int64_t kGemmTaskRows = 16;
 constexpr int64_t kReduceRowsPerTask = 64;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
 // more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
@@ -104,8 +113,13 @@ struct Task {
   int64_t g, j0, j1, b0, b1;
 };
 
-// Splits every group's rows into blocks of kRowsPerTask and its range [0, extent) into at least `split` pieces of
-// at most `cap_of(group)` units each, aligned to `align` units; returns the tasks.
+// Splits every group into at least `split` pieces (tasks), doubling `split` until there are kTargetTasks tasks or no
+// group can be split further. The two kinds of group split differently:
+//   row path  (fewer than kGemmMinRows rows: decode) all rows in one task; the range [0, extent) is cut into pieces
+//             of at most cap_of(group) units, aligned to `align` units.
+//   GEMM path (kGemmMinRows rows or more) the rows are cut first, into blocks of at least kGemmTaskRows rows, so each
+//             task streams whole activation rows (long sequential runs the prefetchers follow) against the group's W
+//             tile, which it keeps in L2; the range is cut only when the rows cannot be (or to fit cap_of in L2).
 template <typename CapOf>
 std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&& cap_of) {
   std::vector<Task> tasks;
@@ -116,12 +130,19 @@ std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&&
     for (int64_t g = 0; g < a.n_segments; ++g) {
       const SgmvSegment& s = a.segments[g];
       if (!has_work(s)) continue;
-      const int64_t pieces = std::max(split, ceil_div(extent, std::max<int64_t>(1, cap_of(s))));
+      int64_t row_blocks = 1;
+      if (s.rows >= kGemmMinRows) {
+        const int64_t most = std::max<int64_t>(1, s.rows / kGemmTaskRows);
+        row_blocks = std::min(split, most);
+        if (row_blocks < most) can_split_more = true;
+      }
+      const int64_t row_step = s.rows >= kGemmMinRows ? ceil_div(s.rows, row_blocks) : kRowsPerTask;
+      const int64_t pieces = std::max(ceil_div(split, row_blocks), ceil_div(extent, std::max<int64_t>(1, cap_of(s))));
       const int64_t step = round_up(ceil_div(extent, pieces), align);
       if (step > align) can_split_more = true;
-      for (int64_t j0 = 0; j0 < s.rows; j0 += kRowsPerTask) {
+      for (int64_t j0 = 0; j0 < s.rows; j0 += row_step) {
         for (int64_t b0 = 0; b0 < extent; b0 += step)
-          tasks.push_back({g, j0, std::min(s.rows, j0 + kRowsPerTask), b0, std::min(extent, b0 + step)});
+          tasks.push_back({g, j0, std::min(s.rows, j0 + row_step), b0, std::min(extent, b0 + step)});
       }
     }
     if (static_cast<int64_t>(tasks.size()) >= kTargetTasks || !can_split_more) return tasks;
@@ -200,6 +221,28 @@ void sgmv_shrink(const SgmvArgs& a) {
   }
   std::vector<float>& part = partial_scratch();
   if (part.size() < static_cast<size_t>(offset.back())) part.resize(static_cast<size_t>(offset.back()));
+  // A group whose tasks each cover every chunk of their rows (not split along K) is reduced by those tasks, right
+  // after they write the partials (still in cache); the others by a second pass once every partial is written.
+  std::vector<char> split_k(static_cast<size_t>(a.n_segments), 0);
+  for (const Task& task : tasks) {
+    if (task.b0 != 0 || task.b1 != chunks) split_k[static_cast<size_t>(task.g)] = 1;
+  }
+  // y += ((p_0 + p_1) + p_2) + ..., per output of rows [j0, j1) of group g, in chunk order.
+  auto reduce_rows = [&](int64_t g, int64_t j0, int64_t j1) {
+    const SgmvSegment& s = a.segments[g];
+    const SgmvRows rows = rows_of(a, s);
+    const float* p = part.data() + offset[static_cast<size_t>(g)];
+    const int64_t stride = s.rows * s.r;  // between chunks
+    for (int64_t j = j0; j < j1; ++j) {
+      float* yr = a.y + rows.at(j) * a.r_max;
+      for (int64_t k = 0; k < s.r; ++k) {
+        const float* pk = p + j * s.r + k;
+        float sum = pk[0];
+        for (int64_t c = 1; c < chunks; ++c) sum += pk[c * stride];
+        yr[k] += sum;
+      }
+    }
+  };
   const Isa isa = active_isa();
   const bool small = traffic_bytes(a) < kInlineBytes;
   global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
@@ -218,29 +261,19 @@ void sgmv_shrink(const SgmvArgs& a) {
     t.c1 = task.b1;
     t.part = part.data() + offset[static_cast<size_t>(task.g)];
     run_shrink_tile(isa, t);
+    if (!split_k[static_cast<size_t>(task.g)]) reduce_rows(task.g, task.j0, task.j1);
   });
-  // Reduction: y += ((p_0 + p_1) + p_2) + ..., per output, in chunk order.
   std::vector<Task> reduce;
+  int64_t reduce_partials = 0;
   for (int64_t g = 0; g < a.n_segments; ++g) {
     const SgmvSegment& s = a.segments[g];
-    if (!has_work(s)) continue;
+    if (!has_work(s) || !split_k[static_cast<size_t>(g)]) continue;
+    reduce_partials += s.rows * s.r * chunks;
     for (int64_t j0 = 0; j0 < s.rows; j0 += kReduceRowsPerTask) reduce.push_back({g, j0, std::min(s.rows, j0 + kReduceRowsPerTask), 0, 0});
   }
-  global_pool().parallel_for_or_inline(static_cast<int64_t>(reduce.size()), small || offset.back() < kInlinePartials, [&](int64_t i) {
+  global_pool().parallel_for_or_inline(static_cast<int64_t>(reduce.size()), small || reduce_partials < kInlinePartials, [&](int64_t i) {
     const Task& task = reduce[static_cast<size_t>(i)];
-    const SgmvSegment& s = a.segments[task.g];
-    const SgmvRows rows = rows_of(a, s);
-    const float* p = part.data() + offset[static_cast<size_t>(task.g)];
-    const int64_t stride = s.rows * s.r;  // between chunks
-    for (int64_t j = task.j0; j < task.j1; ++j) {
-      float* yr = a.y + rows.at(j) * a.r_max;
-      for (int64_t k = 0; k < s.r; ++k) {
-        const float* pk = p + j * s.r + k;
-        float sum = pk[0];
-        for (int64_t c = 1; c < chunks; ++c) sum += pk[c * stride];
-        yr[k] += sum;
-      }
-    }
+    reduce_rows(task.g, task.j0, task.j1);
   });
 }
 

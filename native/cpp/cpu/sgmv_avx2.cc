@@ -7,11 +7,13 @@
 namespace tessera::cpu {
 namespace avx2 {
 
-// Shrink: 2 rows x 4 W rows (8 accumulators); a lone row runs 4 chunk dot products at once.
-constexpr int kShrinkChunks1 = 4;
-constexpr int kShrinkRows = 2, kShrinkK = 4;
-// Expand: 2 rows x 4 vectors (32 columns); a lone row: 4 W rows x 8 vectors at a time.
-constexpr int kExpandRows = 2, kExpandCols = 4, kExpandK1 = 4, kExpandCols1 = 8;
+// Shrink: a lone row streams 8 W rows at once (8 accumulators); blocks of 3 rows x 4 W rows (12 accumulators, the
+// 3 x vectors and one W vector: all 16 registers).
+constexpr int kShrinkK1 = 8;
+constexpr int kShrinkRows = 3, kShrinkK = 4;
+// Expand: blocks of 4 rows x 3 vectors (24 columns; 12 accumulators, 3 W vectors and one broadcast); a lone row:
+// 4 W rows x 8 vectors at a time.
+constexpr int kExpandRows = 4, kExpandCols = 3, kExpandK1 = 4, kExpandCols1 = 8;
 
 #include "sgmv_body.inl"
 

@@ -7,11 +7,12 @@
 namespace tessera::cpu {
 namespace avx512 {
 
-// Shrink: 4 rows x 4 W rows (16 accumulators); a lone row runs 8 chunk dot products at once (8 FMA chains).
-constexpr int kShrinkChunks1 = 8;
-constexpr int kShrinkRows = 4, kShrinkK = 4;
-// Expand: 4 rows x 4 vectors (64 columns); a lone row: 4 W rows x 8 vectors at a time.
-constexpr int kExpandRows = 4, kExpandCols = 4, kExpandK1 = 4, kExpandCols1 = 8;
+// Shrink: a lone row streams 8 W rows at once; blocks of 6 rows x 4 W rows (24 accumulators, 6 x vectors, one W).
+constexpr int kShrinkK1 = 8;
+constexpr int kShrinkRows = 6, kShrinkK = 4;
+// Expand: blocks of 6 rows x 4 vectors (64 columns; 24 accumulators, 4 W vectors, one broadcast); a lone row: 4 W
+// rows x 8 vectors at a time.
+constexpr int kExpandRows = 6, kExpandCols = 4, kExpandK1 = 4, kExpandCols1 = 8;
 
 // GCC 12 warns inside its own _mm512_reduce_add_ps (an intentionally undefined upper half): a false positive.
 #pragma GCC diagnostic push

@@ -1,11 +1,20 @@
 // SGMV tile bodies shared by sgmv_avx2.cc and sgmv_avx512.cc. The including file defines, in its ISA namespace, the
 // vec_*.h primitives (V, kLanes, v_load, v_load_tail, v_store, v_store_tail, v_set1, v_fmadd, v_hsum) and the
-// register blocking: kShrinkRows x kShrinkK dot products at once (kShrinkK1 when one row is left), and kExpandRows
-// rows x kExpandCols vectors of output columns (kExpandCols1 for a single row). Only static functions and templates
-// live here (nothing with external linkage may be compiled with AVX flags).
+// register blocking: kShrinkRows x kShrinkK dot products at once (1 x kShrinkK1 for a lone row), and kExpandRows
+// rows x kExpandCols vectors of output columns (kExpandCols1 vectors, kExpandK1 W rows at a time, for a lone row).
+// Only static functions and templates live here (nothing with external linkage may be compiled with AVX flags).
 //
+// Two paths per kernel:
+//   row path   a lone row (decode; also the last row a group leaves after its full row blocks): a pure stream over
+//              W, several W rows at a time (that many concurrent sequential streams, which the memory system serves
+//              far better than one long one).
+//   GEMM path  blocks of kShrinkRows / kExpandRows rows (fewer for what a group leaves), register-blocked against W,
+//              so W is read once per block of rows; sgmv.cc hands a group of many rows out in blocks of whole rows.
 // Blocking changes which outputs share loads of x, v and W, never an output's arithmetic: a shrink partial is the
 // lane-wise FMA chain over its chunk then v_hsum, an expand output the FMA chain over k then y = fma(scale, acc, y).
+// So a row gives the same bits on either path, in any group.
+
+static_assert(kShrinkK == 4 && kShrinkK1 >= 4 && kShrinkK1 % 4 == 0, "shrink_rows and shrink_row1 split r by 4");
 
 // ---------------------------------------------------------------- shrink
 
@@ -47,111 +56,77 @@ static inline void shrink_block(const float* const* xr, const float* const* wr, 
     for (int k = 0; k < KB; ++k) out[i * ostride + k] = v_hsum(acc[i][k]);
 }
 
-// Rows [j, j + RB) of the tile against every W row, KB W rows at a time (then one at a time), every chunk of the
-// tile's range in turn: the W rows of a k block are streamed contiguously across the chunk range.
+// Rows [j, j + RB) of the tile against every W row: the register-blocked GEMM. Chunks are the outer loop, so the RB
+// x-row pieces of a chunk (RB x 1 KB) stay in L1 while the chunk's W rows pass them KB at a time, and each x row is
+// read from memory once, front to back.
 template <int RB, int KB>
 static inline void shrink_rows(const ShrinkTile& t, int64_t j) {
   const float* xr[RB];
   for (int i = 0; i < RB; ++i) xr[i] = t.x + t.rows.at(j + i) * t.h;
-  int64_t k = 0;
-  for (; k + KB <= t.r; k += KB) {
-    for (int64_t c = t.c0; c < t.c1; ++c) {
-      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
-      const float* xc[RB];
-      const float* wc[KB];
-      for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
+  for (int64_t c = t.c0; c < t.c1; ++c) {
+    const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+    const float* xc[RB];
+    for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
+    float* out = t.part + (c * t.n_rows + j) * t.r;
+    const float* wc[KB];
+    int64_t k = 0;
+    for (; k + KB <= t.r; k += KB) {
       for (int q = 0; q < KB; ++q) wc[q] = t.w + (k + q) * t.h + e0;
-      shrink_block<RB, KB>(xc, wc, len, t.part + (c * t.n_rows + j) * t.r + k, t.r);
+      shrink_block<RB, KB>(xc, wc, len, out + k, t.r);
+    }
+    // The last r % KB W rows as one block (a rank below KB, e.g. 3, still gets RB x r independent chains).
+    for (int q = 0; k + q < t.r; ++q) wc[q] = t.w + (k + q) * t.h + e0;
+    switch (t.r - k) {
+      case 0: break;
+      case 1: shrink_block<RB, 1>(xc, wc, len, out + k, t.r); break;
+      case 2: shrink_block<RB, 2>(xc, wc, len, out + k, t.r); break;
+      default: shrink_block<RB, 3>(xc, wc, len, out + k, t.r); break;
     }
   }
-  for (; k < t.r; ++k) {
-    for (int64_t c = t.c0; c < t.c1; ++c) {
-      const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
-      const float* xc[RB];
-      for (int i = 0; i < RB; ++i) xc[i] = xr[i] + e0;
-      const float* wc[1] = {t.w + k * t.h + e0};
-      shrink_block<RB, 1>(xc, wc, len, t.part + (c * t.n_rows + j) * t.r + k, t.r);
-    }
+}
+
+// Row path: W rows k..k+KB-1 streamed together along the tile's chunks, each chunk a 1 x KB block (x's chunk is
+// reloaded from L1 for every block of W rows).
+template <int KB>
+static inline void shrink_row1_k(const ShrinkTile& t, const float* xr, float* out_row, int64_t k) {
+  const int64_t ostride = t.n_rows * t.r;  // between chunks in part
+  for (int64_t c = t.c0; c < t.c1; ++c) {
+    const int64_t e0 = c * kSgmvChunk, len = std::min<int64_t>(kSgmvChunk, t.h - e0);
+    const float* xc[1] = {xr + e0};
+    const float* wc[KB];
+    for (int q = 0; q < KB; ++q) wc[q] = t.w + (k + q) * t.h + e0;
+    shrink_block<1, KB>(xc, wc, len, out_row + c * ostride + k, 1);
   }
 }
 
-// NC independent dot products over full chunks: out[q] = dot(xs[q][0:kSgmvChunk], ws[q][0:kSgmvChunk]).
-template <int NC>
-static inline void shrink_chunks(const float* const* xs, const float* const* ws, float* const* out) {
-  V acc[NC];
-#pragma GCC unroll 8
-  for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
-  for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
-#pragma GCC unroll 8
-    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(xs[q] + e), v_load(ws[q] + e), acc[q]);
-  }
-#pragma GCC unroll 8
-  for (int q = 0; q < NC; ++q) *out[q] = v_hsum(acc[q]);
-}
-
-// shrink_chunks over NC consecutive chunks: x and W advance by kSgmvChunk between them, out by ostride.
-template <int NC>
-static inline void shrink_chunk_run(const float* x, const float* w, float* out, int64_t ostride) {
-  V acc[NC];
-#pragma GCC unroll 8
-  for (int q = 0; q < NC; ++q) acc[q] = v_set1(0.0f);
-  for (int64_t e = 0; e < kSgmvChunk; e += kLanes) {
-#pragma GCC unroll 8
-    for (int q = 0; q < NC; ++q) acc[q] = v_fmadd(v_load(x + q * kSgmvChunk + e), v_load(w + q * kSgmvChunk + e), acc[q]);
-  }
-#pragma GCC unroll 8
-  for (int q = 0; q < NC; ++q) out[q * ostride] = v_hsum(acc[q]);
-}
-
-// A lone row (decode): the (k, chunk) dot products in k-major order, so each W row is streamed contiguously, taken
-// kShrinkChunks1 at a time as independent FMA chains (whatever the chunk count, e.g. hIn = 256 has one per W row).
 static inline void shrink_row1(const ShrinkTile& t, int64_t j) {
   const float* xr = t.x + t.rows.at(j) * t.h;
-  const int64_t full_end = std::min(t.c1, t.h / kSgmvChunk);  // chunks before this one are full
-  const int64_t ostride = t.n_rows * t.r;                     // between chunks in part
   float* out_row = t.part + j * t.r;
-  const float* xs[kShrinkChunks1];
-  const float* ws[kShrinkChunks1];
-  float* outs[kShrinkChunks1];
-  int n = 0;
-  if (t.c0 < full_end) {
-    for (int64_t k = 0; k < t.r; ++k) {
-      int64_t c = t.c0;
-      // Runs of kShrinkChunks1 consecutive chunks of one W row: two base pointers (the general form below needs
-      // 3 x kShrinkChunks1 pointers, more than there are registers).
-      for (; c + kShrinkChunks1 <= full_end; c += kShrinkChunks1)
-        shrink_chunk_run<kShrinkChunks1>(xr + c * kSgmvChunk, t.w + k * t.h + c * kSgmvChunk, out_row + c * ostride + k, ostride);
-      for (; c < full_end; ++c) {
-        xs[n] = xr + c * kSgmvChunk;
-        ws[n] = t.w + k * t.h + c * kSgmvChunk;
-        outs[n] = out_row + c * ostride + k;
-        if (++n == kShrinkChunks1) {
-          shrink_chunks<kShrinkChunks1>(xs, ws, outs);
-          n = 0;
-        }
-      }
-    }
-    for (int q = 0; q < n; ++q) shrink_chunks<1>(xs + q, ws + q, outs + q);
+  int64_t k = 0;
+  for (; k + kShrinkK1 <= t.r; k += kShrinkK1) shrink_row1_k<kShrinkK1>(t, xr, out_row, k);
+  for (; k + 4 <= t.r; k += 4) shrink_row1_k<4>(t, xr, out_row, k);
+  switch (t.r - k) {
+    case 3: shrink_row1_k<3>(t, xr, out_row, k); break;
+    case 2: shrink_row1_k<2>(t, xr, out_row, k); break;
+    case 1: shrink_row1_k<1>(t, xr, out_row, k); break;
+    default: break;
   }
-  for (int64_t c = std::max(t.c0, full_end); c < t.c1; ++c) {  // the ragged last chunk, 4 W rows at a time
-    const int64_t e0 = c * kSgmvChunk, len = t.h - e0;
-    const float* xc[1] = {xr + e0};
-    int64_t k = 0;
-    for (; k + 4 <= t.r; k += 4) {
-      const float* wc[4] = {t.w + k * t.h + e0, t.w + (k + 1) * t.h + e0, t.w + (k + 2) * t.h + e0, t.w + (k + 3) * t.h + e0};
-      shrink_block<1, 4>(xc, wc, len, out_row + c * ostride + k, 1);
-    }
-    for (; k < t.r; ++k) {
-      const float* wc[1] = {t.w + k * t.h + e0};
-      shrink_block<1, 1>(xc, wc, len, out_row + c * ostride + k, 1);
-    }
+}
+
+// Rows [j, j + n) for 1 < n < RB (what a group leaves after its full blocks of RB rows): one block of n rows.
+template <int RB>
+static inline void shrink_rows_rest(const ShrinkTile& t, int64_t j, int64_t n) {
+  if constexpr (RB > 2) {
+    if (n == RB - 1) return shrink_rows<RB - 1, kShrinkK>(t, j);
+    return shrink_rows_rest<RB - 1>(t, j, n);
   }
 }
 
 static void shrink_tile(const ShrinkTile& t) {
   int64_t j = t.j0;
   for (; j + kShrinkRows <= t.j1; j += kShrinkRows) shrink_rows<kShrinkRows, kShrinkK>(t, j);
-  for (; j < t.j1; ++j) shrink_row1(t, j);
+  if (t.j1 - j > 1) shrink_rows_rest<kShrinkRows>(t, j, t.j1 - j);
+  else if (j < t.j1) shrink_row1(t, j);
 }
 
 // ---------------------------------------------------------------- expand
@@ -166,14 +141,15 @@ static inline void expand_block(const ExpandTile& t, const float* const* vr, flo
     for (int q = 0; q < CB; ++q) acc[i][q] = v_set1(0.0f);
   const float* w = t.w + col;
   for (int64_t k = 0; k < t.r; ++k, w += t.h) {
-    V vb[RB];
+    // The CB vectors of W first, then one broadcast of v at a time: RB x CB + CB + 1 registers.
+    V wv[CB];
 #pragma GCC unroll 8
-    for (int i = 0; i < RB; ++i) vb[i] = v_set1(vr[i][k]);
+    for (int q = 0; q < CB; ++q) wv[q] = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
 #pragma GCC unroll 8
-    for (int q = 0; q < CB; ++q) {
-      const V wv = (tail > 0 && q == CB - 1) ? v_load_tail(w + q * kLanes, tail) : v_load(w + q * kLanes);
+    for (int i = 0; i < RB; ++i) {
+      const V vb = v_set1(vr[i][k]);
 #pragma GCC unroll 8
-      for (int i = 0; i < RB; ++i) acc[i][q] = v_fmadd(vb[i], wv, acc[i][q]);
+      for (int q = 0; q < CB; ++q) acc[i][q] = v_fmadd(vb, wv[q], acc[i][q]);
     }
   }
   const V scale = v_set1(t.scale);
@@ -188,6 +164,8 @@ static inline void expand_block(const ExpandTile& t, const float* const* vr, flo
   }
 }
 
+// Rows [j, j + RB) of the tile: the register-blocked GEMM, CB vectors of columns at a time (what is left vector by
+// vector), each block's W columns read along all r rows.
 template <int RB, int CB>
 static inline void expand_rows(const ExpandTile& t, int64_t j) {
   const float* vr[RB];
@@ -258,8 +236,18 @@ static inline void expand_row1(const ExpandTile& t, int64_t j) {
   }
 }
 
+// Rows [j, j + n) for 1 < n < RB: one block of n rows.
+template <int RB>
+static inline void expand_rows_rest(const ExpandTile& t, int64_t j, int64_t n) {
+  if constexpr (RB > 2) {
+    if (n == RB - 1) return expand_rows<RB - 1, kExpandCols>(t, j);
+    return expand_rows_rest<RB - 1>(t, j, n);
+  }
+}
+
 static void expand_tile(const ExpandTile& t) {
   int64_t j = t.j0;
   for (; j + kExpandRows <= t.j1; j += kExpandRows) expand_rows<kExpandRows, kExpandCols>(t, j);
-  for (; j < t.j1; ++j) expand_row1(t, j);
+  if (t.j1 - j > 1) expand_rows_rest<kExpandRows>(t, j, t.j1 - j);
+  else if (j < t.j1) expand_row1(t, j);
 }
