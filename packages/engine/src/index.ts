@@ -101,6 +101,7 @@ export {
   type ModelFamily,
   type ModelSize,
   type WeightDtype,
+  buildByteLevelBpeTokenizer,
   decoderPreset,
   encoderPreset,
   generateLoraAdapter,
@@ -108,6 +109,7 @@ export {
   parameterCount,
   presetConfig,
   weightBytes,
+  writeTokenizerFiles,
 } from './gen/index.js';
 
 // onnx
