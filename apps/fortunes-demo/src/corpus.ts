@@ -121,7 +121,7 @@ export function writeCorpus(out: string, options: { seed: number; heldOutFractio
   const allTrain: string[] = [];
   const allHeld: string[] = [];
   for (const [name, quotes] of categories) {
-    const split = splitCategory(name, quotes, { seed: options.seed, heldOutFraction: options.heldOutFraction });
+    const split = splitCategory(name, quotes, { seed: options.seed, ...(options.heldOutFraction !== undefined ? { heldOutFraction: options.heldOutFraction } : {}) });
     const train = join(out, `${name}.train.jsonl`);
     const heldOut = join(out, `${name}.heldout.jsonl`);
     writeFileSync(train, jsonl(split.train));

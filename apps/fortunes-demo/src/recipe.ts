@@ -67,22 +67,22 @@ export const DEFAULT_RECIPE: Omit<RecipeOptions, 'out' | 'work' | 'report'> = {
   seed: 20_261_126,
   heldOutFraction: 0.1,
   vocabSize: 2048,
-  hiddenSize: 192,
+  hiddenSize: 128,
   numLayers: 4,
-  numHeads: 6,
-  intermediateSize: 512,
+  numHeads: 4,
+  intermediateSize: 384,
   maxPositions: 256,
   seqLen: 128,
   batch: 16,
-  pretrainSteps: 600,
+  pretrainSteps: 800,
   pretrainLr: 3e-3,
   loraCategories: DEFAULT_LORA_CATEGORIES,
   loraRank: 8,
   loraAlpha: 16,
   loraLr: 2e-3,
   loraEpochs: 2,
-  loraMinSteps: 20,
-  loraMaxSteps: 50,
+  loraMinSteps: 15,
+  loraMaxSteps: 30,
 };
 
 type Log = (line: string) => void;
@@ -112,8 +112,8 @@ export function convertToBf16(path: string): void {
     for (const name of file.names()) {
       const info = file.info(name);
       const data = file.readHost(name);
-      if (info.dtype === 'F32') entries.push([name, { dtype: 'bf16', shape: info.shape, data: toHalfBits(data as Float32Array, 'bf16') }]);
-      else entries.push([name, { dtype: info.dtype.toLowerCase() as SafetensorsEntry['dtype'], shape: info.shape, data } as SafetensorsEntry]);
+      if (info.dtype === 'f32') entries.push([name, { dtype: 'bf16', shape: info.shape, data: toHalfBits(data as Float32Array, 'bf16') }]);
+      else entries.push([name, { dtype: info.dtype, shape: info.shape, data } as SafetensorsEntry]);
     }
   } finally {
     file.close();
