@@ -4,7 +4,7 @@
  * (the engine's trainer) → bf16 → one LoRA per chosen category on the bf16 base → bf16 adapters → the perplexity
  * report. Every random choice is seeded; the same options give the same files on the same machine.
  */
-import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { toHalfBits } from '@tessera/native';
@@ -74,7 +74,7 @@ export const DEFAULT_RECIPE: Omit<RecipeOptions, 'out' | 'work' | 'report'> = {
   maxPositions: 256,
   seqLen: 128,
   batch: 16,
-  pretrainSteps: 800,
+  pretrainSteps: 500,
   pretrainLr: 3e-3,
   loraCategories: DEFAULT_LORA_CATEGORIES,
   loraRank: 8,
@@ -82,7 +82,7 @@ export const DEFAULT_RECIPE: Omit<RecipeOptions, 'out' | 'work' | 'report'> = {
   loraLr: 2e-3,
   loraEpochs: 2,
   loraMinSteps: 15,
-  loraMaxSteps: 30,
+  loraMaxSteps: 25,
 };
 
 type Log = (line: string) => void;
@@ -178,13 +178,29 @@ export function buildDemo(options: RecipeOptions, log: Log = (l) => process.stdo
   say(`pretrain: ${o.pretrainSteps} steps × ${o.batch} blocks of ${o.seqLen} tokens (${((o.pretrainSteps * o.batch * o.seqLen) / pretrainTokens).toFixed(2)} epochs of ${fmt(pretrainTokens)} tokens), lr ${o.pretrainLr}`);
   const pretrainedDir = join(o.work, 'pretrained');
   rmSync(pretrainedDir, { recursive: true, force: true });
+  // Checkpoints every 50 steps: a run that is killed (a shared machine's OOM killer) resumes where it stopped,
+  // bit for bit, when it is started again with the same settings.
+  const ckptDir = join(o.work, 'checkpoints');
+  const { out: _o, work: _w, report: _r, loraCategories: _l, ...stampFields } = o;
+  const recipeStamp = `${JSON.stringify(stampFields)}\n`;
+  const stampPath = join(ckptDir, 'recipe.json');
+  let resumeFrom: string | undefined;
+  if (existsSync(stampPath) && readFileSync(stampPath, 'utf8') === recipeStamp) {
+    const steps = readdirSync(ckptDir).map((f) => /^checkpoint-(\d+)\.safetensors$/.exec(f)?.[1]).filter((x): x is string => x !== undefined).map(Number);
+    if (steps.length > 0) resumeFrom = join(ckptDir, `checkpoint-${Math.max(...steps)}.safetensors`);
+  } else {
+    rmSync(ckptDir, { recursive: true, force: true });
+    mkdirSync(ckptDir, { recursive: true });
+    writeFileSync(stampPath, recipeStamp);
+  }
+  if (resumeFrom) say(`pretrain: resuming from ${resumeFrom}`);
   const ptStart = Date.now();
   let ptTokens = 0;
   const ptLog = progressLogger('pretrain', say, 10);
   const pre = train({
     model: f32Dir, data: corpus.allTrain, evalData: corpus.allHeldOut, out: pretrainedDir, trainable: { kind: 'full' },
     steps: o.pretrainSteps, batchSize: o.batch, maxLength: o.seqLen, lr: o.pretrainLr, warmupSteps: Math.min(50, Math.ceil(o.pretrainSteps / 10)),
-    minLrRatio: 0.1, weightDecay: 0.01, seed: o.seed,
+    minLrRatio: 0.1, weightDecay: 0.01, seed: o.seed, checkpointEvery: 50, checkpointDir: ckptDir, ...(resumeFrom ? { resumeFrom } : {}),
     onProgress: (p) => { ptTokens += p.inputTokens; ptLog(p); },
   });
   pre.dispose();
