@@ -93,12 +93,14 @@ function fmt(n: number): string {
 
 function progressLogger(label: string, log: Log, every: number): (p: TrainProgress) => void {
   let tokens = 0;
+  let first = -1; // a resumed run starts past step 1
   return (p) => {
     tokens += p.inputTokens;
-    if (p.step % every !== 0 && p.step !== p.steps && p.step !== 1) return;
+    if (first < 0) first = p.step - 1;
+    if (p.step % every !== 0 && p.step !== p.steps && p.step !== first + 1) return;
     const secs = p.elapsedMs / 1000;
     const rate = tokens / Math.max(secs, 1e-3);
-    const eta = ((p.steps - p.step) * secs) / p.step;
+    const eta = ((p.steps - p.step) * secs) / (p.step - first);
     log(`${label} step ${p.step}/${p.steps}  loss ${p.loss.toFixed(4)}  lr ${p.lr.toExponential(2)}  ${fmt(Math.round(rate))} tokens/s  ${secs.toFixed(0)}s  ETA ${eta.toFixed(0)}s${p.evalLoss !== undefined ? `  eval ${p.evalLoss.toFixed(4)}` : ''}`);
   };
 }
