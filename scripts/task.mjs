@@ -64,6 +64,19 @@ function docsInBrowser() {
   run(process.execPath, [join(root, 'docs', 'test', 'browser.mjs')]);
 }
 
+/**
+ * The flags that point the Punica server at the committed fortunes demo, unless the command line or the
+ * environment already chose a model (--model, --demo, PUNICA_MODEL, PUNICA_DEMO). Without the committed files
+ * (a partial checkout) nothing is added and the server generates its random-weight demo as before.
+ */
+function fortunesDemoArgs(args) {
+  const chosen = args.some((a) => /^--(model|demo|demo-dir|adapters)(=|$)/.test(a)) || process.env.PUNICA_MODEL || process.env.PUNICA_DEMO;
+  const dir = join(root, 'apps', 'fortunes-demo', 'model');
+  if (chosen || !existsSync(join(dir, 'fortunes-llama', 'model.safetensors'))) return [];
+  console.log(`[tessera] serving the fortunes demo in ${dir} (see apps/fortunes-demo/README.md)`);
+  return ['--model', join(dir, 'fortunes-llama'), '--adapters', join(dir, 'adapters')];
+}
+
 switch (task) {
   case 'test':
     console.log('[tessera] typecheck');
@@ -79,9 +92,10 @@ switch (task) {
     docsInBrowser();
     break;
   case 'start':
-    // The main job: the Punica reference server. With no --model it generates (once) a tiny Llama-style model
-    // and eight LoRA adapters under .tessera/demo and serves them, OpenAI-compatible, on 127.0.0.1:8000.
-    p('--filter', '@tessera/punica', 'start', ...rest);
+    // The main job: the Punica reference server, OpenAI-compatible, on 127.0.0.1:8000. With no --model / --demo it
+    // serves the fortunes demo (apps/fortunes-demo/model): a small Llama-style model pretrained with the engine's
+    // trainer on Debian's fortunes, and one LoRA per category, each one a `model` name in the API.
+    p('--filter', '@tessera/punica', 'start', ...fortunesDemoArgs(rest), ...rest);
     break;
   case 'bench':
     p('--filter', '@tessera/bench', 'bench', ...rest);

@@ -25,6 +25,7 @@ export default defineConfig({
         text: 'Guide',
         items: [
           { text: 'Getting started', link: '/guide/getting-started' },
+          { text: 'The fortunes demo (a model that speaks)', link: '/guide/fortunes-demo' },
           { text: 'Benchmarks', link: '/guide/benchmarks' },
           { text: 'Benchmark results', link: '/guide/results' },
           { text: 'Contributing', link: '/guide/contributing' },

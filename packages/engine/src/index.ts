@@ -102,6 +102,7 @@ export {
   type ModelFamily,
   type ModelSize,
   type WeightDtype,
+  buildByteLevelBpeTokenizer,
   decoderPreset,
   encoderPreset,
   generateLoraAdapter,
@@ -109,6 +110,7 @@ export {
   parameterCount,
   presetConfig,
   weightBytes,
+  writeTokenizerFiles,
 } from './gen/index.js';
 
 // onnx
