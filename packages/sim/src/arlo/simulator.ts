@@ -27,6 +27,7 @@ import {
   HeadroomScaler,
   LengthEstimator,
   MultiLevelDispatcher,
+  NoServingInstanceError,
   ReplacementRun,
   RuntimeScheduler,
   SCHEMES,
@@ -210,6 +211,8 @@ export interface ArloSimulationResult {
   allocations: AllocationRecord[];
   /** Instances swapped to another runtime over the run. */
   swaps: number;
+  /** Placements retried because no active instance could take the request at that moment (see `place`). */
+  waitedPlacements: number;
   timeline: ArloTimelineSample[];
   /** Virtual time when the last request finished. */
   endMs: number;
@@ -242,6 +245,8 @@ interface Executor {
 }
 
 const STREAM_JITTER = 11;
+/** Virtual ms between placement attempts of a request no active instance can take. */
+const RETRY_MS = 1;
 const PRIOR_SAMPLE = 20_000;
 
 /** Runs one scheme over a trace on `instances` simulated instances (see the module comment). */
@@ -502,10 +507,21 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   // ── Arrivals ───────────────────────────────────────────────────────────────────────────────────────────────
   let intervalArrivals = 0;
   let intervalLatencies: number[] = [];
-  const arrive = (k: number): void => {
+  // A request that no active instance can take (every instance of the runtimes long enough for it is draining or
+  // loading: a scale-in or a replacement moved the last one) waits for one, as it would in a real queue: it is
+  // placed again every RETRY_MS of virtual time, and its latency still counts from its arrival.
+  let waitedPlacements = 0;
+  const place = (k: number): void => {
     const len = trace.length[k]!;
-    estimator.observe(len);
-    const view = dispatcher.dispatch(len);
+    let view: ReturnType<typeof dispatcher.dispatch>;
+    try {
+      view = dispatcher.dispatch(len);
+    } catch (err) {
+      if (!(err instanceof NoServingInstanceError)) throw err;
+      waitedPlacements++;
+      queue.after(RETRY_MS, () => place(k));
+      return;
+    }
     const exec = byId.get(view.id)!;
     runtimeOf[k] = view.runtime;
     instanceOf[k] = exec.index;
@@ -515,6 +531,10 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     intervalArrivals++;
     exec.fifo.push(k);
     if (!exec.busy) startNext(exec);
+  };
+  const arrive = (k: number): void => {
+    estimator.observe(trace.length[k]!);
+    place(k);
     if (k + 1 < n) queue.schedule(trace.arrivalMs[k + 1]!, () => arrive(k + 1));
   };
   if (n > 0) queue.schedule(trace.arrivalMs[0]!, () => arrive(0));
@@ -616,6 +636,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     })),
     allocations,
     swaps,
+    waitedPlacements,
     timeline,
     endMs,
     events: queue.eventsRun,
