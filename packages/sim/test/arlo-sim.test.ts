@@ -141,6 +141,18 @@ describe('runArloSimulation', () => {
     expect(st.scaling!.maxInstances).toBeGreaterThan(3);
   });
 
+  it('never scales in the last instance of the longest runtime (Fig. 8 at full size once drained it and stranded long requests)', async () => {
+    // The bench's Fig. 8 setting at full length: 30 minutes of bursty BERT-Large load from 5 instances. The scalers
+    // pick the least busy instance, often the idle long one; without the guard this run threw NoServingInstanceError.
+    const trace = generateArloTrace({ kind: 'bursty', ratePerSec: 600, durationMs: 1_800_000, seed: 2024, burst: { meanSojournMs: 60_000 } });
+    const r = await runArloSimulation({ scheme: 'arlo', instances: 5, trace, profile: 'bert-large', periodMs: 120_000, dynamicPenalty: 'gpu', autoscale: {} });
+    expect(r.completed).toBe(r.requests);
+    expect(r.waitedPlacements).toBe(0);
+    expect(r.scaling!.events.filter((e) => e.action === 'in').length).toBeGreaterThan(0);
+    const longest = r.runtimeLengths.length - 1;
+    for (const sample of r.timeline) expect(sample.active[longest]!).toBeGreaterThanOrEqual(1);
+  }, 60_000);
+
   it('scales in at light load, releasing an instance only after its last request', async () => {
     const light = generateArloTrace({ kind: 'stable', ratePerSec: 150, durationMs: 40_000, seed: 22 });
     const r = await runArloSimulation({
