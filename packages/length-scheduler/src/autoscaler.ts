@@ -116,9 +116,19 @@ export class TargetTrackingScaler {
     this.lastInCheck = now;
     if (!(Number.isFinite(tail) && tail < this.inAt * this.sloMs) || count <= this.minInstances) return null;
     const victim = leastBusy(instances);
-    if (victim === undefined) return null;
+    if (victim === undefined || lastOfLongest(victim, instances, this.longestRuntime)) return null;
     return { action: 'in', instanceId: victim.id, reason: `p${Math.round(this.quantile * 100)} ${tail.toFixed(1)} ms < ${this.inAt} x SLO ${this.sloMs} ms` };
   }
+}
+
+/**
+ * Whether `victim` is the only one of `instances` on the longest runtime. A scale-in never releases it: that runtime
+ * is the one every request can fall back to (the allocation keeps N_I >= 1 for the same reason), and the least busy
+ * instance at light load is often that idle long one. A full-size Fig. 8 simulation once released it and stranded
+ * every long request.
+ */
+function lastOfLongest(victim: InstanceView, instances: readonly InstanceView[], longestRuntime: number): boolean {
+  return victim.runtime === longestRuntime && !instances.some((v) => v !== victim && v.runtime === longestRuntime);
 }
 
 /** The instance with the lowest congestion (outstanding / capacity); ties to the first given. */
@@ -183,6 +193,7 @@ export class HeadroomScaler {
       if (victim === undefined) return null;
       this.lastAction = now;
       this.lowSince = now;
+      if (lastOfLongest(victim, instances, this.longestRuntime)) return null;
       return { action: 'in', instanceId: victim.id, reason: `utilisation below ${this.scaleInBelow} for ${this.holdMs} ms` };
     }
     return null;

@@ -91,3 +91,28 @@ describe('HeadroomScaler (baselines)', () => {
     expect(leastBusy([])).toBeUndefined();
   });
 });
+
+describe('scale-in keeps the longest runtime', () => {
+  const at = (id: string, runtime: number, outstanding: number): InstanceView => ({ id, runtime, outstanding, capacity: 10, state: 'active' });
+
+  it('target tracking: the idle last instance of the longest runtime is not released', () => {
+    const clock = manualClock();
+    const s = new TargetTrackingScaler({ sloMs: 100, longestRuntime: 2, clock, scaleInEveryMs: 1000 });
+    for (let k = 0; k < 100; k++) s.record(10);
+    clock.t = 1000;
+    expect(s.tick([at('short', 0, 3), at('long', 2, 0)])).toBeNull();
+    // With a second long instance, the idle one goes.
+    clock.t = 2000;
+    expect(s.tick([at('short', 0, 3), at('long', 2, 0), at('long-2', 2, 1)])).toMatchObject({ action: 'in', instanceId: 'long' });
+  });
+
+  it('headroom: the same', () => {
+    const clock = manualClock();
+    const s = new HeadroomScaler({ longestRuntime: 1, clock, holdMs: 1000, cooldownMs: 0 });
+    expect(s.tick(0.05, [at('short', 0, 2), at('long', 1, 0)])).toBeNull();
+    clock.t = 1000;
+    expect(s.tick(0.05, [at('short', 0, 2), at('long', 1, 0)])).toBeNull();
+    clock.t = 2000;
+    expect(s.tick(0.05, [at('short', 0, 2), at('long', 1, 0), at('long-2', 1, 1)])).toMatchObject({ action: 'in', instanceId: 'long' });
+  });
+});

@@ -473,15 +473,6 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
       skippedIn++;
       return;
     }
-    // Never the last active instance of the longest runtime: it is the only one every request can fall back to
-    // (the allocation keeps N_I >= 1 for the same reason), and the scalers pick the least busy instance, which at
-    // light load is often that idle long one.
-    const victim = dispatcher.instance(decision.instanceId);
-    const longestRuntime = lengths.length - 1;
-    if (victim.state === 'active' && victim.runtime === longestRuntime && dispatcher.activeCounts()[longestRuntime]! <= 1) {
-      skippedIn++;
-      return;
-    }
     const exec = byId.get(decision.instanceId)!;
     exec.retiring = true;
     exec.retireReason = decision.reason;
