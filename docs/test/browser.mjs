@@ -96,6 +96,7 @@ export async function checkSite({ dist, outDir, executablePath = chromiumPath(),
         await page.close();
         continue;
       }
+      await settled(page);
       const found = await page.evaluate(() => ({
         ids: [...document.querySelectorAll('[id]')].map((e) => e.id),
         links: [...document.querySelectorAll('a[href]')].map((a) => a.href),
@@ -150,6 +151,25 @@ export async function checkSite({ dist, outDir, executablePath = chromiumPath(),
   } finally {
     await browser.close();
     server.close();
+  }
+}
+
+/**
+ * Waits until the page's DOM stops changing. `networkidle` comes before the client has finished hydrating a large
+ * page (the API pages run to 0.9 MB), and a count taken then misses half the headings' ids: the CI run on a slower
+ * host reported 131 anchors of /api/@tessera/pet-ops as missing that the settled page has.
+ */
+async function settled(page, { intervalMs = 250, stableFor = 3, timeoutMs = 20_000 } = {}) {
+  // Vue sets __vue_app__ on the container once the app has mounted (hydration done).
+  const size = () => page.evaluate(() => `${document.readyState}${document.querySelector('#app')?.__vue_app__ ? '' : ' hydrating'} ${document.querySelectorAll('[id]').length} ${document.querySelectorAll('a[href]').length}`);
+  const deadline = Date.now() + timeoutMs;
+  let last = await size();
+  let same = 0;
+  while (same < stableFor && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, intervalMs));
+    const now = await size();
+    same = now === last && /^complete \d/.test(now) ? same + 1 : 0;
+    last = now;
   }
 }
 
