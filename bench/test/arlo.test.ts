@@ -61,6 +61,13 @@ describe('arlo bench (toy sizes)', () => {
     for (const row of [...runs, ...testbed]) expect(row.allocation).toBe(row.sim_allocation);
     for (const row of runs) expect(row.fidelity_mean).toBeCloseTo(Math.abs((row.sim_mean_ms as number) - (row.mean_ms as number)) / (row.mean_ms as number), 12);
     expect(testbed[0]!.allocation).toBe('2');
+    // One profile before the first run and one after each (alone and at once); the slowdown is their ratio, never below 1.
+    const cals = (out.params?.testbed as { calibrations: { table: unknown[]; pairedTable: unknown[]; pairedSlowdown: number }[] }).calibrations;
+    expect(cals).toHaveLength(1 + runs.length);
+    for (const c of cals) {
+      expect(c.pairedTable).toHaveLength(c.table.length);
+      expect(c.pairedSlowdown).toBeGreaterThanOrEqual(1);
+    }
     for (const key of ['real_mean_vs_st', 'sim_fidelity_mean']) {
       expect(Number.isFinite(out.ratios[key]), key).toBe(true);
       expect(out.ratios[key]!).toBeGreaterThan(0);

@@ -7,14 +7,17 @@
  *   - ILB: polymorphing (the runtime lengths) + the allocation program, each request on its ideal runtime;
  *   - Arlo: polymorphing + the allocation program + Algorithm 1 (demotion to a longer runtime under congestion).
  *
- * Before each repeat, both instances are profiled at once (apps/arlo's profileInstance, length-scheduler's
- * profiler; their means averaged) and the message round trip to a worker is timed (the per-request overhead):
- * the free CPU of a shared machine drifts, so each repeat gets its own profile. From it, @tessera/sim's
- * runArloSimulation predicts each scheme on the same trace, with the same profiles and the same prior, and so the
- * same allocation. Each scheme's allocation comes from `ArloService.solve(prior)`, carried out by the service's
- * replacement (instances retargeted) before the trace starts. Schemes alternate within each repeat; the reported
- * measured figures are medians over the repeats. A latency is counted from the request's scheduled arrival (the
- * open-loop generator's lateness is latency too), to its logits back on the main thread.
+ * Before the first run and after each, each instance is profiled alone and then both at once (apps/arlo's
+ * profileInstance, length-scheduler's profiler), and the message round trip to a worker is timed (the per-request
+ * overhead). The free CPU of a shared machine drifts, so each run is predicted from the mean of the profiles taken
+ * just before and just after it. The two instances share the machine's cores and memory bus, so one may run slower
+ * while the other runs too; the ratio of the two profiles is the simulator's `concurrencySlowdown`. From the solo
+ * profile and that factor, @tessera/sim's runArloSimulation predicts each scheme on the same trace, with the same
+ * prior and the same SLO. Each scheme's allocation comes from `ArloService.solve(prior)` on the profile before the
+ * run, carried out by the service's replacement (instances retargeted) before the trace starts. Schemes alternate
+ * within each repeat; the reported measured figures are medians over the repeats. A latency is counted from the
+ * request's scheduled arrival (the open-loop generator's lateness is latency too), to its logits back on the
+ * main thread.
  */
 import { ArloService, ensureDemo, profileInstance, type ProfilePoint, type Runtime, startInstances, type ThreadRuntime } from '@tessera/arlo';
 import { makeRuntimeProfile, priorFromLengths, type SchemeName, schedulingPolicy } from '@tessera/length-scheduler';
@@ -87,7 +90,9 @@ export interface TestbedRun {
   /** Runtime length each request ran at. */
   paddedTo: Int32Array;
   allocation: number[];
-  /** The simulator's prediction of this run (same trace, this repeat's profile). */
+  /** The SLO it was allocated under (from the profile before it). */
+  sloMs: number;
+  /** The simulator's prediction of this run (same trace, the profiles before and after it averaged). */
   simulated: ArloSimulationResult;
 }
 
@@ -97,7 +102,7 @@ function requestIds(k: number, length: number, vocabSize: number): number[] {
 }
 
 /** Replays the trace open-loop into the service: request k is sent at t0 + arrivalMs[k], whatever is outstanding. */
-async function replay(service: ArloService, trace: ArloTrace, vocabSize: number): Promise<Omit<TestbedRun, 'scheme' | 'repeat' | 'allocation' | 'simulated'>> {
+async function replay(service: ArloService, trace: ArloTrace, vocabSize: number): Promise<Omit<TestbedRun, 'scheme' | 'repeat' | 'sloMs' | 'allocation' | 'simulated'>> {
   const n = trace.arrivalMs.length;
   const out = { latencyMs: new Float64Array(n), queueMs: new Float64Array(n), execMs: new Float64Array(n), paddedTo: new Int32Array(n) };
   const ids = Array.from({ length: n }, (_, k) => requestIds(k, trace.length[k]!, vocabSize));
@@ -156,32 +161,61 @@ const TARGETS = { realVsSt: 1, fidelity: 0.15 };
 
 /** What the profile of one repeat gave: per length mean / p50 / p99, the round trip, the SLO and the jitter σ. */
 export interface Calibration {
+  /** Each instance alone (the two instances' means averaged). */
   table: ProfilePoint[];
+  /** Both instances at once. */
+  pairedTable: ProfilePoint[];
+  /** Service-time factor while both run (median over lengths of paired / alone, at least 1). */
+  pairedSlowdown: number;
   overheadMs: number;
   sloMs: number;
   jitterSigma: number;
 }
 
-/**
- * Profiles both instances at once (apps/arlo's profileInstance): the service time of one while the other runs too
- * (they share the cores and the memory bus with each other and with this thread), which is what serving sees;
- * alone, one runs faster. Their means are averaged.
- */
-async function calibrate(real: readonly ThreadRuntime[], lengths: readonly number[], sizes: TestbedSizes, vocabSize: number): Promise<Calibration> {
-  const tables = await Promise.all(real.map(async (r) => (await profileInstance(r, { lengths, sloMs: 1e9, reps: sizes.profileReps })).table));
-  const table: ProfilePoint[] = tables[0]!.map((p, i) => ({
+/** Per length: the means and p50s of several profiles averaged, the worst p99. */
+function averageTables(tables: readonly ProfilePoint[][]): ProfilePoint[] {
+  return tables[0]!.map((p, i) => ({
     length: p.length,
     batch: p.batch,
     meanMs: mean(tables.map((t) => t[i]!.meanMs)),
     p50Ms: mean(tables.map((t) => t[i]!.p50Ms)),
     p99Ms: Math.max(...tables.map((t) => t[i]!.p99Ms)),
   }));
+}
+
+/**
+ * Profiles each instance alone (one after the other), then both at once (apps/arlo's profileInstance). At once,
+ * they share the cores and the memory bus with each other and with this thread, and each runs slower: an earlier
+ * version profiled only at once and its simulator over-predicted the measured mean 2.4× on idle cores, because at
+ * this load an instance mostly runs alone.
+ */
+async function calibrate(real: readonly ThreadRuntime[], lengths: readonly number[], sizes: TestbedSizes, vocabSize: number): Promise<Calibration> {
+  const profile = async (r: ThreadRuntime) => (await profileInstance(r, { lengths, sloMs: 1e9, reps: sizes.profileReps })).table;
+  const solo: ProfilePoint[][] = [];
+  for (const r of real) solo.push(await profile(r));
+  const table = averageTables(solo);
+  const pairedTable = averageTables(await Promise.all(real.map(profile)));
+  const pairedSlowdown = Math.max(1, median(table.map((p, i) => pairedTable[i]!.meanMs / p.meanMs)));
   const overheadMs = await measureOverheadMs(real[0]!, lengths[0]!, vocabSize);
   return {
     table,
+    pairedTable,
+    pairedSlowdown,
     overheadMs,
     sloMs: Math.round(sizes.sloFactor * table[table.length - 1]!.meanMs),
     jitterSigma: median(table.map((p) => lognormalSigma(p.meanMs, p.p50Ms))),
+  };
+}
+
+/** The mean of two profiles (tables, slowdown, round trip, jitter); the SLO stays the first one's. */
+function blend(a: Calibration, b: Calibration): Calibration {
+  return {
+    table: averageTables([a.table, b.table]),
+    pairedTable: averageTables([a.pairedTable, b.pairedTable]),
+    pairedSlowdown: (a.pairedSlowdown + b.pairedSlowdown) / 2,
+    overheadMs: (a.overheadMs + b.overheadMs) / 2,
+    sloMs: a.sloMs,
+    jitterSigma: (a.jitterSigma + b.jitterSigma) / 2,
   };
 }
 
@@ -206,57 +240,65 @@ export async function runTestbed(sizes: TestbedSizes, ctx: BenchContext): Promis
     // Each scheme's prior is the simulator's own (same sample, same seed), so both solve the same program.
     const priorSample = Array.from(twitterLengthSample(PRIOR_SAMPLE, (trace.seed + 1) >>> 0, trace.lengthOptions));
     const runs: TestbedRun[] = [];
-    const calibrations: Calibration[] = [];
+    // Profiles bracket every run: one before the first and one after each. The free CPU of a shared host drifts
+    // (the mini encoder's 128-token time moved from 138 to 102 ms within one minute on an idle 2-vCPU VM), so the
+    // simulator is given the mean of the profiles just before and just after the run it predicts. The service
+    // allocates from the one before (the only one it can know), and the SLO comes from it for both.
+    const profileNow = async (what: string): Promise<Calibration> => {
+      ctx.log(`arlo: testbed, profiling ${lengths.join(', ')} (${sizes.profileReps} runs each, each instance alone and both at once) ${what}`);
+      return calibrate(real, lengths, sizes, vocabSize);
+    };
+    const calibrations: Calibration[] = [await profileNow('before the first run')];
     for (let repeat = 0; repeat < sizes.repeats; repeat++) {
-      // Each repeat profiles again just before its runs: on a shared machine the free CPU drifts, and a profile
-      // taken minutes earlier describes another machine.
-      ctx.log(`arlo: testbed, repeat ${repeat + 1}/${sizes.repeats}: profiling ${lengths.join(', ')} (${sizes.profileReps} runs each)`);
-      const cal = await calibrate(real, lengths, sizes, vocabSize);
-      calibrations.push(cal);
-      const meanMsOf = (length: number) => cal.table.find((p) => p.length === length)!.meanMs;
-      const simProfile = measuredLatencyProfile(
-        `native-${sizes.model}`,
-        cal.table.map((p) => ({ length: p.length, batch: 1, ms: p.meanMs })),
-        { sloMs: cal.sloMs, maxLength: longest },
-      );
-      // Schemes alternate within the repeat; each is predicted by the simulator from this repeat's profile.
       for (const scheme of TESTBED_SCHEMES) {
+        const before = calibrations.at(-1)!;
+        const meanMsOf = (length: number) => before.table.find((p) => p.length === length)!.meanMs;
         const policy = schedulingPolicy(scheme, lengths);
-        const profiles = policy.lengths.map((l) => makeRuntimeProfile({ maxLength: l, serviceMs: meanMsOf(l), overheadMs: cal.overheadMs, sloMs: cal.sloMs }));
-        const prior = priorFromLengths(policy.lengths, priorSample, trace.ratePerSec, cal.sloMs);
-        const simulated = await runArloSimulation({
-          scheme,
-          instances: 2,
-          trace,
-          profile: simProfile,
-          sloMs: cal.sloMs,
-          runtimes: lengths,
-          overheadMs: cal.overheadMs,
-          dynamicPenalty: 'none',
-          jitterSigma: cal.jitterSigma,
-          periodMs: 10 * sizes.durationMs, // the initial allocation only, as the real runs
-          swapMs: 0,
-        });
+        const profiles = policy.lengths.map((l) => makeRuntimeProfile({ maxLength: l, serviceMs: meanMsOf(l), overheadMs: before.overheadMs, sloMs: before.sloMs }));
+        const prior = priorFromLengths(policy.lengths, priorSample, trace.ratePerSec, before.sloMs);
         // Every scheme starts from both instances at the longest length (valid for each); its allocation moves them.
         await Promise.all(real.map((r) => r.retarget(longest)));
         const service = new ArloService({
           lengths: policy.lengths,
           profiles,
           instances: real.map((r) => new LentRuntime(r)),
-          sloMs: cal.sloMs,
+          sloMs: before.sloMs,
           priorQ: prior,
           policy: policy.dispatch,
           solver: policy.solver(),
           periodMs: 10 * sizes.durationMs,
         });
+        let decision: Awaited<ReturnType<ArloService['solve']>>;
+        let measured: Awaited<ReturnType<typeof replay>>;
         try {
-          const decision = await service.solve(prior);
+          decision = await service.solve(prior);
           ctx.log(`arlo: testbed, ${LABEL[scheme]} (repeat ${repeat + 1}/${sizes.repeats}): allocation [${decision.result.instances.join(', ')}], ${trace.arrivalMs.length} requests`);
-          const measured = await replay(service, trace, vocabSize);
-          runs.push({ scheme, repeat, allocation: [...decision.result.instances], simulated, ...measured });
+          measured = await replay(service, trace, vocabSize);
         } finally {
           await service.close();
         }
+        const after = await profileNow(`after ${LABEL[scheme]} (repeat ${repeat + 1})`);
+        calibrations.push(after);
+        const cal = blend(before, after);
+        const simulated = await runArloSimulation({
+          scheme,
+          instances: 2,
+          trace,
+          profile: measuredLatencyProfile(
+            `native-${sizes.model}`,
+            cal.table.map((p) => ({ length: p.length, batch: 1, ms: p.meanMs })),
+            { sloMs: before.sloMs, maxLength: longest },
+          ),
+          sloMs: before.sloMs,
+          runtimes: lengths,
+          overheadMs: cal.overheadMs,
+          dynamicPenalty: 'none',
+          jitterSigma: cal.jitterSigma,
+          concurrencySlowdown: [1, cal.pairedSlowdown],
+          periodMs: 10 * sizes.durationMs, // the initial allocation only, as the real runs
+          swapMs: 0,
+        });
+        runs.push({ scheme, repeat, sloMs: before.sloMs, allocation: [...decision.result.instances], simulated, ...measured });
       }
     }
     return summarize({ sizes, trace, runs, calibrations });
@@ -275,7 +317,7 @@ interface SummaryInput {
   sizes: TestbedSizes;
   trace: ArloTrace;
   runs: TestbedRun[];
-  /** One per repeat, in order. */
+  /** The profiles in the order taken: one before the first run, then one after each run. */
   calibrations: Calibration[];
 }
 
@@ -293,7 +335,7 @@ export function summarize({ sizes, trace, runs, calibrations }: SummaryInput): T
       scheme: run.scheme,
       repeat: run.repeat,
       requests: lat.length,
-      slo_ms: calibrations[run.repeat]?.sloMs ?? null,
+      slo_ms: run.sloMs,
       mean_ms: measuredMean,
       p50_ms: percentile(lat, 50),
       p98_ms: percentile(lat, 98),
@@ -368,7 +410,7 @@ export function summarize({ sizes, trace, runs, calibrations }: SummaryInput): T
     rows: summary,
     notes: [
       `Real mini testbed (Figs. 6–7 analogue): two native runtime workers (one thread each) on the ${sizes.model} encoder, runtimes ${sizes.lengths.join(', ')}; ${trace.arrivalMs.length} requests, Poisson at ${sizes.ratePerSec} req/s for ${sizes.durationMs / 1000} s (Twitter length mix scaled to ${sizes.lengths.at(-1)}, seed ${sizes.seed}); medians of ${sizes.repeats} alternating repeat(s).`,
-      `Profiled before each repeat (both instances at once, ${sizes.profileReps} runs each; range over repeats): ${profileText}; ${calText}. Fidelity is each repeat's prediction against its own run, median over repeats.`,
+      `Profiled before the first run and after each (each instance alone, ${sizes.profileReps} runs each; range over the ${calibrations.length} profiles): ${profileText}; both at once, each ${range(calibrations.map((c) => c.pairedSlowdown))}× slower (the simulator's concurrencySlowdown); ${calText}. Each run is predicted from the mean of the profiles before and after it; fidelity is that prediction against the run, median over repeats.`,
       `Arlo mean / ST mean (measured): ${fmt(ratios.real_mean_vs_st)} (target < ${TARGETS.realVsSt}: ${verdict(ratios.real_mean_vs_st === undefined ? undefined : ratios.real_mean_vs_st < TARGETS.realVsSt)}).`,
       `Simulator vs measured Arlo mean: ${fmt(ratios.sim_fidelity_mean)} (target ≤ ${TARGETS.fidelity}: ${verdict(ratios.sim_fidelity_mean === undefined ? undefined : ratios.sim_fidelity_mean <= TARGETS.fidelity)}). The paper: 4.3 % and 2.6 %; here the load generator, Node's event loop and other jobs share the cores with the two workers.`,
     ],

@@ -5,7 +5,7 @@
  * mean latency with the GPU penalty; padding waste ST > Arlo > DT = 0). No assertion depends on machine speed.
  */
 import { describe, expect, it } from 'vitest';
-import { type ArloSimulationOptions, SimArgumentError, generateArloTrace, paperLatencyProfile, runArloSimulation } from '../src/index.js';
+import { type ArloSimulationOptions, SimArgumentError, generateArloTrace, measuredLatencyProfile, paperLatencyProfile, runArloSimulation } from '../src/index.js';
 
 const trace = generateArloTrace({ kind: 'bursty', ratePerSec: 900, durationMs: 20_000, seed: 11 });
 const base: ArloSimulationOptions = { scheme: 'arlo', instances: 10, trace, periodMs: 5_000 };
@@ -172,6 +172,30 @@ describe('runArloSimulation', () => {
       const index = Number(e.instanceId.slice(1));
       for (let k = 0; k < r.requests; k++) if (log.instance[k] === index) expect(log.finishMs[k]!).toBeLessThanOrEqual(e.atMs);
     }
+  });
+
+  it('instances on shared cores slow each other down, re-timed as processor sharing (concurrencySlowdown)', async () => {
+    // Two instances, one runtime, 10 ms per request alone; request 0 at t = 0, request 1 at t = 5 (the other
+    // instance), request 2 at t = 40 (alone again).
+    const hand = {
+      ...generateArloTrace({ kind: 'stable', ratePerSec: 10, durationMs: 100, seed: 1, lengths: { scaleTo: 16 } }),
+      arrivalMs: Float64Array.of(0, 5, 40),
+      length: Int32Array.of(4, 4, 4),
+    };
+    const profile = measuredLatencyProfile('flat', [{ length: 8, batch: 1, ms: 10 }, { length: 16, batch: 1, ms: 10 }], { sloMs: 1000, maxLength: 16 });
+    const opts: ArloSimulationOptions = { scheme: 'st', instances: 2, trace: hand, profile, runtimes: [16], overheadMs: 0, jitterSigma: 0, recordRequests: true };
+    const alone = await runArloSimulation(opts);
+    expect(Array.from(alone.requestLog!.finishMs)).toEqual([10, 15, 50]);
+    const shared = await runArloSimulation({ ...opts, concurrencySlowdown: [1, 2] });
+    // Request 0: 5 ms alone, then its last 5 ms at half speed → t = 15. Request 1: 5 ms of its work by t = 15
+    // (half speed), the other 5 alone → t = 20. Request 2 runs alone.
+    expect(Array.from(shared.requestLog!.finishMs)).toEqual([15, 20, 50]);
+    expect(Array.from(shared.requestLog!.serviceMs)).toEqual([15, 15, 10]);
+    expect(shared.requestLog!.instance[0]).not.toBe(shared.requestLog!.instance[1]);
+    // A factor of 1 for two is the independent model.
+    expect(Array.from((await runArloSimulation({ ...opts, concurrencySlowdown: [1, 1] })).requestLog!.finishMs)).toEqual([10, 15, 50]);
+    await expect(runArloSimulation({ ...opts, concurrencySlowdown: [2] })).rejects.toThrow(/start with 1/);
+    await expect(runArloSimulation({ ...opts, concurrencySlowdown: [1, 0.5] })).rejects.toThrow(SimArgumentError);
   });
 
   it('rejects bad options with typed errors', async () => {

@@ -6,7 +6,8 @@
  * request. Only the instances are modelled: each is a single-server FIFO executor (batch 1, as Arlo's runtimes)
  * whose service time comes from a latency profile at the request's padded length, plus the paper's fixed 0.8 ms
  * per-request overhead, times an optional lognormal jitter; DT's dynamic-shape runtime runs the request's own length
- * times an injectable dynamic-shape penalty.
+ * times an injectable dynamic-shape penalty. Instances that share a CPU's cores (the real testbed) can slow each
+ * other down by a measured factor per number running at once (`concurrencySlowdown`, processor sharing).
  *
  * Events: ARRIVAL (observe, dispatch, enqueue), DONE (record, complete, next in FIFO, finish a drain), SWAP_DONE
  * (re-activate, next batch), SCALE_TICK and PROVISIONED (optional auto-scaling with the scheme's own scaler),
@@ -70,6 +71,13 @@ export interface ArloSimulationOptions {
   jitterSigma?: number;
   /** Seed of the service jitter (default the trace's seed). */
   seed?: number;
+  /**
+   * Instances that share one machine's cores and memory bus (a CPU testbed) slow each other down: element k − 1 is
+   * the service-time factor while k instances execute at once (element 0 must be 1; past the end, the last holds).
+   * Running requests then progress as under processor sharing: when an instance starts or finishes, every running
+   * request's remaining solo time is re-timed at the new factor. Default: none, the instances are independent (GPUs).
+   */
+  concurrencySlowdown?: readonly number[];
   /** Allocation period (default 120 000 ms). */
   periodMs?: number;
   /** Time one instance takes to swap runtimes (default 1 000 ms, §6.6). */
@@ -242,6 +250,10 @@ interface Executor {
   retireReason: string;
   head: number;
   busy: boolean;
+  /** Under `concurrencySlowdown`: the request executing (−1 none), its remaining solo time, and a token that voids stale DONE events. */
+  job: number;
+  remainingMs: number;
+  generation: number;
 }
 
 const STREAM_JITTER = 11;
@@ -267,6 +279,10 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   if (!(jitterSigma >= 0)) throw new SimArgumentError(`jitterSigma must be >= 0, got ${jitterSigma}`);
   if (!(swapMs >= 0)) throw new SimArgumentError(`swapMs must be >= 0, got ${swapMs}`);
   if (!(sampleEveryMs > 0)) throw new SimArgumentError(`sampleEveryMs must be > 0, got ${sampleEveryMs}`);
+  const slowdown = options.concurrencySlowdown;
+  if (slowdown !== undefined && (slowdown.length === 0 || slowdown[0] !== 1 || slowdown.some((f) => !(Number.isFinite(f) && f >= 1)))) {
+    throw new SimArgumentError(`concurrencySlowdown must start with 1 and hold factors >= 1, got [${slowdown.join(', ')}]`);
+  }
   const penalty = resolveDynamicPenalty(options.dynamicPenalty ?? 'gpu');
   const polyLengths = typeof options.runtimes === 'object' ? [...options.runtimes] : uniformLengths(profile.maxLength, options.runtimes ?? 8);
   checkRuntimeLengths(polyLengths);
@@ -324,7 +340,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     let k = 0;
     initial.result.instances.forEach((count, runtime) => {
       for (let c = 0; c < count; c++, k++) {
-        const exec: Executor = { id: `i${k}`, index: k, fifo: [], retiring: false, retireReason: '', head: 0, busy: false };
+        const exec: Executor = { id: `i${k}`, index: k, fifo: [], retiring: false, retireReason: '', head: 0, busy: false, job: -1, remainingMs: 0, generation: 0 };
         executors.push(exec);
         byId.set(exec.id, exec);
         dispatcher.add(exec.id, runtime);
@@ -403,6 +419,26 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   };
 
   // ── Executors ──────────────────────────────────────────────────────────────────────────────────────────────
+  // With shared cores, the executing requests progress together (processor sharing): `settle` charges the time
+  // since the last change at the factor that held, `retime` schedules each one's DONE at the factor that holds now.
+  const running = new Set<Executor>();
+  let settledAt = 0;
+  const factor = (k: number): number => (slowdown === undefined || k === 0 ? 1 : slowdown[Math.min(k, slowdown.length) - 1]!);
+  const settle = (): void => {
+    const elapsed = clock.now() - settledAt;
+    const f = factor(running.size);
+    for (const exec of running) exec.remainingMs = Math.max(0, exec.remainingMs - elapsed / f);
+    settledAt = clock.now();
+  };
+  const retime = (): void => {
+    const f = factor(running.size);
+    for (const exec of running) {
+      const generation = ++exec.generation;
+      queue.after(exec.remainingMs * f, () => {
+        if (exec.generation === generation) finish(exec, exec.job);
+      });
+    }
+  };
   const startNext = (exec: Executor): void => {
     if (exec.head === exec.fifo.length) {
       exec.fifo.length = 0;
@@ -418,6 +454,14 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
     if (!exec.busy) changeBusy(1);
     exec.busy = true;
     startMs[k] = clock.now();
+    if (slowdown !== undefined) {
+      settle();
+      exec.job = k;
+      exec.remainingMs = service;
+      running.add(exec);
+      retime();
+      return;
+    }
     serviceMs[k] = service;
     busyMs += service;
     queue.after(service, () => finish(exec, k));
@@ -425,6 +469,15 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   const finish = (exec: Executor, k: number): void => {
     if (!Number.isNaN(finishMs[k]!)) throw new ArloSimulationInvariantError(`request ${k} finished twice`);
     finishMs[k] = clock.now();
+    if (slowdown !== undefined) {
+      // The service time is what it took beside the others.
+      serviceMs[k] = finishMs[k]! - startMs[k]!;
+      busyMs += serviceMs[k]!;
+      settle();
+      running.delete(exec);
+      exec.job = -1;
+      retime();
+    }
     completed++;
     intervalLatencies.push(finishMs[k]! - trace.arrivalMs[k]!);
     tracker?.record(finishMs[k]! - trace.arrivalMs[k]!);
@@ -458,7 +511,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   const scale = (decision: ScaleDecision): void => {
     if (decision.action === 'out') {
       queue.after(auto?.provisionMs ?? 5000, () => {
-        const exec: Executor = { id: `i${executors.length}`, index: executors.length, fifo: [], retiring: false, retireReason: '', head: 0, busy: false };
+        const exec: Executor = { id: `i${executors.length}`, index: executors.length, fifo: [], retiring: false, retireReason: '', head: 0, busy: false, job: -1, remainingMs: 0, generation: 0 };
         executors.push(exec);
         byId.set(exec.id, exec);
         dispatcher.add(exec.id, decision.runtime);
