@@ -164,6 +164,16 @@ describe('gemm against the double-precision reference', () => {
     });
   });
 
+  it('transA with B as stored and n >= 64 (op(A) transposed into rows first): ragged, wide, one row', () => {
+    // The backward's dW += dyᵀ x takes this path; below 64 columns op(A) is gathered tile by tile instead.
+    const cases: [number, number, number][] = [[45, 300, 1030], [1, 64, 7], [7, 63, 33], [130, 64, 2], [600, 96, 40]];
+    cases.forEach(([m, n, k], i) => {
+      for (const dtype of ['f32', 'bf16'] as const) {
+        checkProblem({ m, n, k, transA: true, transB: false }, { ...variants[i % variants.length]!, dtype }, 1600 + i);
+      }
+    });
+  });
+
   it('several k blocks: the first block applies beta and bias, later ones accumulate', () => {
     // Plans with C stored as is reduce k in blocks of about 512; plans that store C transposed (transB) use
     // blocks of up to 4096, hence the long k.

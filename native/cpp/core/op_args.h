@@ -94,8 +94,8 @@ struct SgmvArgs {
 // Prefill attention backward over the forward's layout (PrefillAttentionArgs): given dout = dL/d(out), writes dq
 // [batch, seq, n_heads, d] and dk, dv [batch, seq, n_kv_heads, d] (overwritten, not accumulated). The softmax
 // probabilities are recomputed from q and k. A padding key (key_mask 0) gets dk = dv = 0; a query with no visible
-// key gets dq = 0. dk / dv of a kv head sum over the query heads of its GQA group and the queries in a fixed order
-// (query position, then head), so the result does not depend on the thread count.
+// key gets dq = 0. dk / dv of a kv head sum over the query heads of its GQA group and the queries in an order fixed
+// by the shapes alone, so the result does not depend on the thread count.
 // row_lse / row_delta: scratch of batch * seq * n_heads floats each, used by the CUDA fast kernel (device memory);
 // the CPU allocates its own and ignores them.
 struct PrefillAttentionBwdArgs {

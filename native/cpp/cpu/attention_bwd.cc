@@ -1,17 +1,13 @@
-// Attention prefill backward (f32): the double-precision reference and the fast path (scalar f32, laid out for the
-// compiler to vectorise the d-length dot products and updates).
+// Attention prefill backward (f32): the double-precision reference and the fast path (blocks of queries through the
+// CPU GEMM, with the softmax and its backward between the products).
 //
 // With s_ij = scale q_i·k_j over the visible keys, P = softmax_j(s), D_i = sum_j P_ij (dO_i·v_j):
 //   dq_i = scale sum_j P_ij (dO_i·v_j - D_i) k_j,   dk_j = scale sum_i P_ij (dO_i·v_j - D_i) q_i,   dv_j = sum_i P_ij dO_i
 // (the sums over i run over every query head of the kv head's GQA group).
 //
-// Fast path, two passes with no shared writes:
-//   1. one task per (sequence, query head, block of queries): per query row, the scores, its log-sum-exp and D_i,
-//      then dq_i with keys in order. lse and D are kept per row.
-//   2. one task per (sequence, kv head, block of kKeys keys): for each query position in order, each head of the group
-//      in order, and each key of the block, P_ij = exp(s_ij - lse_i) is recomputed with pass 1's arithmetic and
-//      dk_j / dv_j accumulate in f32.
-// Every output is written by one task in an order fixed by the shapes: bitwise identical for any thread count.
+// Fast path: one task per (sequence, kv head), every product a GEMM on the CPU GEMM (see attention_prefill_bwd).
+// dk / dv of a kv head sum over its group's query heads in order, then over blocks of queries in order, with the
+// GEMM's fixed reduction order inside a block: bitwise identical for any thread count (nested GEMMs run inline).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -23,23 +19,8 @@ namespace tessera::cpu {
 
 namespace {
 
-constexpr int64_t kQueries = 16;  // query rows per pass-1 task
-constexpr int64_t kKeys = 16;     // keys per pass-2 task
-
-// Dot product in f32 with eight partial sums combined in a fixed tree, then the tail in order.
-inline float dot_f(const float* a, const float* b, int64_t d) {
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t c = 0;
-  for (; c + 8 <= d; c += 8)
-    for (int t = 0; t < 8; ++t) s[t] += a[c + t] * b[c + t];
-  float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-  for (; c < d; ++c) r += a[c] * b[c];
-  return r;
-}
-
-inline void axpy_f(float alpha, const float* x, float* y, int64_t d) {
-  for (int64_t c = 0; c < d; ++c) y[c] += alpha * x[c];
-}
+// Query rows per block: P and dS of a block ([rows, seq] each) stay in L2 up to seq ≈ 1,000.
+constexpr int64_t kQueryBlock = 64;
 
 struct Layout {
   int64_t S, H, KVH, D, group;
@@ -128,85 +109,87 @@ void attention_prefill_bwd(const PrefillAttentionBwdArgs& a) {
     std::fill(a.dv, a.dv + B * S * KVH * D, 0.0f);
     return;
   }
-  const Layout L{S, H, KVH, D, H / KVH};
-  const int64_t group = L.group;
-  std::vector<float> lse(static_cast<size_t>(B * S * H)), delta(lse.size());
-  const auto visible = [&](int64_t b, int64_t j) { return a.key_mask == nullptr || a.key_mask[b * S + j] != 0; };
-
-  // Pass 1: dq, and each row's lse and D.
-  const int64_t qblocks = (S + kQueries - 1) / kQueries;
-  global_pool().parallel_for(B * H * qblocks, [&](int64_t task) {
-    const int64_t qb = task % qblocks, h = (task / qblocks) % H, b = task / (qblocks * H), g = h / group;
-    std::vector<float> s(static_cast<size_t>(S)), dp(static_cast<size_t>(S));
-    for (int64_t i = qb * kQueries; i < std::min(S, (qb + 1) * kQueries); ++i) {
-      const int64_t row = (b * S + i) * H + h;
-      const float* q = a.q + row * D;
-      const float* dout = a.dout + row * D;
-      float* dq = a.dq + row * D;
-      std::fill(dq, dq + D, 0.0f);
-      const int64_t nk = a.causal ? i + 1 : S;
-      float m = -INFINITY;
-      bool any = false;
-      for (int64_t j = 0; j < nk; ++j) {
-        if (!visible(b, j)) continue;
-        s[j] = dot_f(q, L.kv(a.k, b, j, g), D) * a.scale;
-        dp[j] = dot_f(dout, L.kv(a.v, b, j, g), D);
-        m = any ? std::max(m, s[j]) : s[j];
-        any = true;
-      }
-      if (!any) {
-        lse[row] = -INFINITY;
-        delta[row] = 0.0f;
-        continue;
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < nk; ++j)
-        if (visible(b, j)) sum += std::exp(s[j] - m);
-      const float l = static_cast<float>(static_cast<double>(m) + std::log(sum));
-      double dsum = 0;
-      for (int64_t j = 0; j < nk; ++j) {
-        if (!visible(b, j)) continue;
-        s[j] = std::exp(s[j] - l);  // P_ij
-        dsum += static_cast<double>(s[j]) * dp[j];
-      }
-      const float dl = static_cast<float>(dsum);
-      lse[row] = l;
-      delta[row] = dl;
-      for (int64_t j = 0; j < nk; ++j) {
-        if (!visible(b, j)) continue;
-        axpy_f(s[j] * (dp[j] - dl) * a.scale, L.kv(a.k, b, j, g), dq, D);
-      }
+  const int64_t group = H / KVH;
+  const int64_t ldq = H * D, ldkv = KVH * D;
+  // One task per (sequence, kv head): it owns dk / dv of that head and dq of its group's query heads, so nothing
+  // is shared. Per query head of the group (in order) and block of queries (in order), all products are GEMMs:
+  //   S = scale Q Kᵀ, P = softmax(S) over the visible keys, dP = dO Vᵀ, D_i = Σ_j P_ij dP_ij,
+  //   dS = scale P ∘ (dP − D), dQ = dS K, dV += Pᵀ dO, dK += dSᵀ Q.
+  // A causal block of queries [i0, i1) reads keys [0, i1) only; masked entries of P and dS are 0.
+  global_pool().parallel_for(B * KVH, [&](int64_t task) {
+    const int64_t b = task / KVH, g = task % KVH;
+    const float* kg = a.k + (b * S * KVH + g) * D;
+    const float* vg = a.v + (b * S * KVH + g) * D;
+    float* dkg = a.dk + (b * S * KVH + g) * D;
+    float* dvg = a.dv + (b * S * KVH + g) * D;
+    for (int64_t j = 0; j < S; ++j) {
+      std::fill(dkg + j * ldkv, dkg + j * ldkv + D, 0.0f);
+      std::fill(dvg + j * ldkv, dvg + j * ldkv + D, 0.0f);
     }
-  });
-
-  // Pass 2: dk, dv per block of keys of one kv head.
-  const int64_t kblocks = (S + kKeys - 1) / kKeys;
-  global_pool().parallel_for(B * KVH * kblocks, [&](int64_t task) {
-    const int64_t kb = task % kblocks, g = (task / kblocks) % KVH, b = task / (kblocks * KVH);
-    const int64_t j0 = kb * kKeys, j1 = std::min(S, j0 + kKeys), nj = j1 - j0;
-    std::vector<float> dk(static_cast<size_t>(nj * D), 0.0f), dv(static_cast<size_t>(nj * D), 0.0f);
-    bool vis[kKeys];
-    for (int64_t j = j0; j < j1; ++j) vis[j - j0] = visible(b, j);
-    for (int64_t i = a.causal ? j0 : 0; i < S; ++i) {
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const int64_t row = (b * S + i) * H + h;
-        if (lse[row] == -INFINITY) continue;
-        const float* q = a.q + row * D;
-        const float* dout = a.dout + row * D;
-        const int64_t jend = a.causal ? std::min(j1, i + 1) : j1;
-        for (int64_t j = j0; j < jend; ++j) {
-          if (!vis[j - j0]) continue;
-          const float p = std::exp(dot_f(q, L.kv(a.k, b, j, g), D) * a.scale - lse[row]);
-          const float ds = p * (dot_f(dout, L.kv(a.v, b, j, g), D) - delta[row]) * a.scale;
-          axpy_f(p, dout, dv.data() + (j - j0) * D, D);
-          axpy_f(ds, q, dk.data() + (j - j0) * D, D);
+    std::vector<float> p(static_cast<size_t>(kQueryBlock * S)), dp(p.size());
+    std::vector<char> vis(static_cast<size_t>(S));
+    for (int64_t j = 0; j < S; ++j) vis[j] = a.key_mask == nullptr || a.key_mask[b * S + j] != 0;
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const float* qh = a.q + (b * S * H + h) * D;
+      const float* doh = a.dout + (b * S * H + h) * D;
+      float* dqh = a.dq + (b * S * H + h) * D;
+      for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
+        const int64_t nq = std::min(kQueryBlock, S - i0);
+        const int64_t nk = a.causal ? i0 + nq : S;  // keys any query of the block may see
+        GemmArgs sc;  // P <- scale Q Kᵀ (scores, then probabilities in place)
+        sc.m = nq; sc.n = nk; sc.k = D;
+        sc.a = qh + i0 * ldq; sc.lda = ldq;
+        sc.b = kg; sc.ldb = ldkv; sc.trans_b = true;
+        sc.c = p.data(); sc.ldc = nk; sc.alpha = a.scale;
+        gemm(sc);
+        GemmArgs od = sc;  // dP <- dO Vᵀ
+        od.a = doh + i0 * ldq; od.b = vg; od.c = dp.data(); od.alpha = 1.0f;
+        gemm(od);
+        for (int64_t r = 0; r < nq; ++r) {
+          float* pr = p.data() + r * nk;
+          float* dpr = dp.data() + r * nk;
+          const int64_t end = a.causal ? i0 + r + 1 : nk;
+          float m = -INFINITY;
+          for (int64_t j = 0; j < end; ++j)
+            if (vis[j]) m = std::max(m, pr[j]);
+          if (m == -INFINITY) {  // no visible key: P = dS = 0
+            std::fill(pr, pr + nk, 0.0f);
+            std::fill(dpr, dpr + nk, 0.0f);
+            continue;
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < end; ++j) {
+            const float e = vis[j] ? std::exp(pr[j] - m) : 0.0f;
+            pr[j] = e;
+            sum += e;
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          double delta = 0;
+          for (int64_t j = 0; j < end; ++j) {
+            pr[j] *= inv;
+            delta += static_cast<double>(pr[j]) * dpr[j];
+          }
+          const float dl = static_cast<float>(delta);
+          for (int64_t j = 0; j < end; ++j) dpr[j] = pr[j] * (dpr[j] - dl) * a.scale;  // now dS
+          std::fill(pr + end, pr + nk, 0.0f);
+          std::fill(dpr + end, dpr + nk, 0.0f);
         }
+        GemmArgs dqa;  // dQ <- dS K
+        dqa.m = nq; dqa.n = D; dqa.k = nk;
+        dqa.a = dp.data(); dqa.lda = nk;
+        dqa.b = kg; dqa.ldb = ldkv;
+        dqa.c = dqh + i0 * ldq; dqa.ldc = ldq;
+        gemm(dqa);
+        GemmArgs dva;  // dV += Pᵀ dO
+        dva.m = nk; dva.n = D; dva.k = nq;
+        dva.a = p.data(); dva.lda = nk; dva.trans_a = true;
+        dva.b = doh + i0 * ldq; dva.ldb = ldq;
+        dva.c = dvg; dva.ldc = ldkv; dva.beta = 1.0f;
+        gemm(dva);
+        GemmArgs dka = dva;  // dK += dSᵀ Q
+        dka.a = dp.data(); dka.b = qh + i0 * ldq; dka.c = dkg;
+        gemm(dka);
       }
-    }
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t off = ((b * S + j) * KVH + g) * D;
-      std::copy(dk.begin() + (j - j0) * D, dk.begin() + (j - j0 + 1) * D, a.dk + off);
-      std::copy(dv.begin() + (j - j0) * D, dv.begin() + (j - j0 + 1) * D, a.dv + off);
     }
   });
 }
