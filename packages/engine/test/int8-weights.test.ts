@@ -18,9 +18,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { loadLoraAdapter } from '../src/formats/peft.js';
 import { generateBatch } from '../src/generate.js';
 import { generateLoraAdapter, generateModel } from '../src/gen/index.js';
-import { LoraDelta } from '../src/hooks/lora-delta.js';
+import { LoraDelta, mergeLoraIntoWeights } from '../src/hooks/lora-delta.js';
 import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
-import type { DecoderModel } from '../src/models/decoder.js';
+import { DecoderModel } from '../src/models/decoder.js';
 import { loadDecoder, loadEncoder } from '../src/models/load.js';
 import { decoderInt8WeightNames } from '../src/models/quantized.js';
 
@@ -159,6 +159,40 @@ describe("weights: 'int8' with LoRA and the refusals", () => {
     } finally {
       f32.dispose();
       int8.dispose();
+    }
+  });
+
+  it('merges a LoRA into the int8 base by dequantizing the targeted weights (the merge equals the hooked delta)', () => {
+    const f32 = loadDecoder(dir);
+    const int8 = loadDecoder(dir, { weights: 'int8' });
+    const merged = loadDecoder(dir, { weights: 'int8' });
+    const adapter = loadLoraAdapter(join(root, 'lora'), { base: config });
+    const lora = new LoraDelta(new Map([['a', adapter]]));
+    try {
+      const q = 'model.layers.0.self_attn.q_proj.weight';
+      expect(isQ8Weight(merged.weights.get(q))).toBe(true);
+      mergeLoraIntoWeights(merged.weights, adapter);
+      // Targeted weights are f32 now; the rest stay Q8_0.
+      expect(merged.weights.get(q).dtype).toBe('f32');
+      expect(isQ8Weight(merged.weights.get('model.layers.0.mlp.up_proj.weight'))).toBe(true);
+      const mergedModel = new DecoderModel(config, merged.weights);
+      const tokens = [config.bosTokenId, 5, 9, 200, 17, 3, 88, 41];
+      const hooked = allLogits(int8, tokens, [lora], 'a'), viaMerge = allLogits(mergedModel, tokens);
+      const base = allLogits(int8, tokens), base32 = allLogits(f32, tokens);
+      let err = 0, effect = 0, int8Err = 0;
+      for (let i = 0; i < hooked.length; i++) {
+        err = Math.max(err, Math.abs(hooked[i]! - viaMerge[i]!));
+        effect = Math.max(effect, Math.abs(hooked[i]! - base[i]!));
+        int8Err = Math.max(int8Err, Math.abs(base[i]! - base32[i]!));
+      }
+      expect(effect).toBeGreaterThan(0.05);
+      // The merged weights multiply f32 activations, the hooked int8 path quantizes them per block of 32: the two
+      // differ by the int8 error, and by far less than the adapter's effect (a garbage merge would not).
+      expect(err).toBeLessThan(2 * int8Err);
+      expect(err).toBeLessThan(0.1 * effect);
+    } finally {
+      lora.dispose();
+      for (const m of [f32, int8, merged]) m.dispose();
     }
   });
 

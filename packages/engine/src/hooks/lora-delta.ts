@@ -4,7 +4,7 @@
  * one pair per (segment, module); `@tessera/sgmv-kernel` replaces it with one SGMV launch per site.
  * Trained biases (PEFT `bias: "all" | "lora_only"`) apply as (b_adapter − b_base) added to the segment's rows.
  */
-import { InvalidArgumentError, type Tensor, add, cast, gemm, scale } from '@tessera/native';
+import { InvalidArgumentError, type Tensor, add, cast, gemm, isQ8Weight, q8Dequantize, scale } from '@tessera/native';
 import { UnsupportedAdapterError } from '../errors.js';
 import { hookSiteOfModule } from '../models/names.js';
 import type { LinearSiteCall, ModelDelta, NormSiteCall } from './sites.js';
@@ -149,7 +149,8 @@ function refuseUnreachableModules(adapter: LoraWeights): void {
 
 /**
  * Merges a LoRA adapter into the base weights in place: W += scale · B A for every module it targets (W becomes
- * f32 if it was stored in half precision); trained biases and `modules_to_save` tensors replace the base ones.
+ * f32 if it was stored in half precision or as Q8_0 int8, which is dequantized first: re-quantizing would round
+ * the small LoRA update away); trained biases and `modules_to_save` tensors replace the base ones.
  * PEFT's `merge_and_unload`.
  */
 export function mergeLoraIntoWeights(weights: ModelWeights, adapter: LoraWeights): void {
@@ -158,7 +159,11 @@ export function mergeLoraIntoWeights(weights: ModelWeights, adapter: LoraWeights
     const w = weights.tensors.get(name);
     if (!w) throw new InvalidArgumentError(`mergeLoraIntoWeights: adapter ${adapter.name} targets ${module}, which has no weight ${name}`);
     let target = w;
-    if (w.dtype !== 'f32') {
+    if (isQ8Weight(w)) {
+      target = q8Dequantize(w);
+      weights.tensors.set(name, target);
+      w.dispose();
+    } else if (w.dtype !== 'f32') {
       target = cast(w, 'f32');
       weights.tensors.set(name, target);
       w.dispose();
