@@ -30,3 +30,4 @@ export {
   InvalidAdapterNameError,
   UnknownAdapterError,
 } from './errors.js';
+export * from './layerwise/index.js';

@@ -71,7 +71,9 @@ describe('README', () => {
     const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
     const self = readFileSync(new URL(import.meta.url), 'utf8');
     const region = /\/\/ #region readme-example\n([\s\S]*?)\/\/ #endregion readme-example/.exec(self)![1];
-    expect(blocks).toEqual([region]);
+    const layerwise = readFileSync(new URL('./readme-layerwise.test.ts', import.meta.url), 'utf8');
+    const layerwiseRegion = /\/\/ #region readme-layerwise\n([\s\S]*?)\/\/ #endregion readme-layerwise/.exec(layerwise)![1];
+    expect(blocks).toEqual([region, layerwiseRegion]);
   });
 
   it('prints what its comments say, and frees everything', () => {
