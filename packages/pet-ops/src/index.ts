@@ -4,7 +4,8 @@
  *   types.ts      the contracts: PET types, parameter files, the shared model, loaded tasks, the operator interface
  *   errors.ts     PetOpsError and its subclasses (each with its kind and code)
  *   registry.ts   PetRegistry: PET type → operator; defaultPetRegistry() holds all seven types
- *   operators/    one operator per PET type: layout, validation, load (device tensors → PetOps), analytic cost
+ *   operators/    one operator per PET type: layout, validation, load (device tensors → PetOps), analytic cost;
+ *                 adapter-stack.ts: HMI's batched adapter over vBERT's flat per-tenant layout (same kernel)
  *   formats/      PET parameter files (safetensors + tessera-pet metadata), in memory and on disk
  *   gen/          seeded synthetic tasks (generatePetParams, generatePetTasks)
  *   reference/    the merged per-task model, a float64 BERT forward and a host interpreter of PetOps (test oracles)
@@ -249,3 +250,10 @@ export {
   PLAN_STRATEGIES,
   PetsHostMetrics,
 } from './host/metrics.js';
+export {
+  AdapterStackBuffer,
+  type AdapterStackApplyOptions,
+  type AdapterStackSegment,
+  type AdapterStackShape,
+  adapterStackNumel,
+} from './operators/adapter-stack.js';
