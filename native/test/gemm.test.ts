@@ -174,6 +174,11 @@ describe('gemm against the double-precision reference', () => {
     });
   });
 
+  it('transB f32 with m >= 128 (op(A) packed over the pool): ragged n, long k, transA too', () => {
+    const cases: [number, number, number, boolean][] = [[128, 77, 130, false], [300, 16, 600, false], [257, 200, 33, true], [129, 1, 5, false], [640, 70, 555, false]];
+    cases.forEach(([m, n, k, transA], i) => checkProblem({ m, n, k, transA, transB: true }, { ...variants[i % variants.length]!, withBias: true }, 1700 + i));
+  });
+
   it('several k blocks: the first block applies beta and bias, later ones accumulate', () => {
     // Plans with C stored as is reduce k in blocks of about 512; plans that store C transposed (transB) use
     // blocks of up to 4096, hence the long k.
