@@ -20,7 +20,16 @@ namespace {
 
 struct PlotIndexHandle {
   std::unique_ptr<cpu::PlotTable> table;
+  int64_t reported_bytes = 0;  // told to V8, so GC pressure reflects the slots (as NativeTensor does for storage)
 };
+
+// Brings what V8 was told in line with the slots now held (after a create, a growth, a clear or a dispose). As for
+// tensors, the finalizer path does not adjust: only explicit calls do.
+void sync_external(Napi::Env env, PlotIndexHandle& h) {
+  const int64_t now = h.table ? h.table->byte_size() : 0;
+  if (now != h.reported_bytes) Napi::MemoryManagement::AdjustExternalMemory(env, now - h.reported_bytes);
+  h.reported_bytes = now;
+}
 
 constexpr napi_type_tag kPlotIndexTag = {0x7e55e4a9c1d24b6bULL, 0x9a0f3c58d2e17b40ULL};
 
@@ -28,6 +37,7 @@ Napi::Value wrap_table(Napi::Env env, std::unique_ptr<cpu::PlotTable> table) {
   auto* h = new PlotIndexHandle{std::move(table)};
   Napi::External<PlotIndexHandle> ext = Napi::External<PlotIndexHandle>::New(env, h, [](Napi::Env, PlotIndexHandle* p) { delete p; });
   ext.TypeTag(&kPlotIndexTag);
+  sync_external(env, *h);
   return ext;
 }
 
@@ -105,19 +115,24 @@ TESSERA_REGISTER_OPS(plot) {
 
   // plotIndexDispose(h): frees the table now (later calls with h throw Disposed; disposing twice is a no-op).
   export_fn(env, exports, "plotIndexDispose", [](const Napi::CallbackInfo& info) -> Napi::Value {
-    handle_arg(info[0], "plotIndexDispose", "index").table.reset();
+    PlotIndexHandle& h = handle_arg(info[0], "plotIndexDispose", "index");
+    h.table.reset();
+    sync_external(info.Env(), h);
     return info.Env().Undefined();
   });
 
   // plotIndexSet(h, key, row) -> previous row or 0.
   export_fn(env, exports, "plotIndexSet", [](const Napi::CallbackInfo& info) -> Napi::Value {
     const std::string op = "plotIndexSet";
+    PlotIndexHandle& h = handle_arg(info[0], op, "index");
     cpu::PlotTable& t = table_arg(info[0], op);
     const uint64_t key = key_arg(info[1], op);
     const double row = info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : -1;
     if (!(row >= 1 && row <= 2147483647.0) || row != static_cast<double>(static_cast<int32_t>(row)))
       fail(ErrorCode::InvalidArgument, op + ": row must be an integer in [1, 2^31) (row 0 is the reserved zero row)");
-    return Napi::Number::New(info.Env(), t.set(key, static_cast<int32_t>(row)));
+    const int32_t previous = t.set(key, static_cast<int32_t>(row));
+    sync_external(info.Env(), h);
+    return Napi::Number::New(info.Env(), previous);
   });
 
   // plotIndexGet(h, key) -> row or 0.
@@ -171,6 +186,7 @@ TESSERA_REGISTER_OPS(plot) {
   });
   export_fn(env, exports, "plotIndexClear", [](const Napi::CallbackInfo& info) -> Napi::Value {
     table_arg(info[0], "plotIndexClear").clear();
+    sync_external(info.Env(), handle_arg(info[0], "plotIndexClear", "index"));
     return info.Env().Undefined();
   });
 
