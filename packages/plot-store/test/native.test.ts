@@ -13,8 +13,13 @@ import {
   lookupRows,
   MISSING_ROW,
   NativePlotIndex,
+  nativeChain,
   OpenAddressingPlotIndex,
   packKey,
+  PlotVersionTree,
+  rootKeys,
+  selectByCoverage,
+  TrigramCounts,
   PlotStoreArgumentError,
   ReservedKeyError,
   ReservedRowError,
@@ -249,5 +254,48 @@ describe('lookupRows / lookupAggregate against a TS A2 + A3', () => {
     const typeEmb = Tensor.zeros([1, 4], 'f32', getCpuBackend());
     expect(() => lookupAggregate(w.refs as unknown as NativePlotIndex[], batch, { values, posEmb, typeEmb })).toThrow(PlotStoreArgumentError);
     expect(() => lookupRows(w.natives, batch.keys, { backoff: 'both' as KeyMode })).toThrow(PlotStoreArgumentError);
+  });
+});
+
+describe('NativePlotIndex in the version tree, and nativeChain', () => {
+  it('a tree on native indexes answers as one on the reference index; the fused lookup over nativeChain agrees', () => {
+    const codec = new TrigramKeyCodec({ vocabSize: 60 });
+    const lower = (keys: BigUint64Array, salt: number) => Float32Array.from({ length: keys.length * 12 }, (_, i) => Math.sin(i + salt));
+    const natives: NativePlotIndex[] = [];
+    const trees = [
+      new PlotVersionTree({ codec, values: new HeapPlotValueStore({ hidden: 4 }) }),
+      new PlotVersionTree({
+        codec,
+        values: new HeapPlotValueStore({ hidden: 4 }),
+        createIndex: (n) => {
+          const index = new NativePlotIndex({ expectedKeys: n });
+          natives.push(index);
+          return index;
+        },
+      }),
+    ];
+    const general = new TrigramCounts().addBatch(codec.keys([[5, 6, 7, 8], [9, 6, 7], [10, 11, 12, 13, 14]]));
+    const root = rootKeys(codec, general);
+    const bio = new TrigramCounts().addBatch(codec.keys([[40, 41, 42], [40, 41, 42, 43], [5, 40, 41, 42], [6, 7, 44]]));
+    const selection = selectByCoverage(bio, 0.8);
+    const ids = trees.map((tree) => {
+      tree.createRoot({ keys: root, values: lower(root, 0) });
+      const { id } = tree.createBranch({ domain: 'bio', selection, values: lower(selection.keys, 1) });
+      const drop = selection.keys.slice(0, 2);
+      const extra = codec.keys([[50, 51, 52]]).keys.slice(0, 3);
+      return tree.derive(id, { remove: drop, upsert: { keys: extra, values: lower(extra, 2) } }).id;
+    });
+    expect(ids[0]).toBe(ids[1]);
+    const batch = codec.keys([[40, 41, 42, 6, 7], [50, 51, 52, 53], [5], [59, 58, 57, 6, 7, 8]]);
+    for (const version of [...trees[0]!.chain(ids[0]!), ids[0]!]) {
+      const want = trees[0]!.lookupRows(version, batch.keys);
+      expect(want.some((r) => r !== 0)).toBe(true);
+      expect(trees[1]!.lookupRows(version, batch.keys)).toEqual(want);
+      const chain = nativeChain(trees[0]!, version);
+      expect(chain.length).toBe(trees[0]!.chain(version).length);
+      expect(lookupRows(chain, batch.keys, { backoff: 'encoder' })).toEqual(want);
+      for (const index of chain) index.dispose();
+    }
+    expect(natives.length).toBeGreaterThan(0);
   });
 });

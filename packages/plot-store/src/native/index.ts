@@ -4,3 +4,4 @@
  */
 export { NativePlotIndex } from './native-plot-index.js';
 export { type LookupAggregateOptions, type PlotAggregateParams, lookupAggregate, lookupRows } from './lookup-aggregate.js';
+export { nativeChain } from './tree-chain.js';
