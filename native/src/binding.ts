@@ -7,6 +7,9 @@ export type DType = 'f32' | 'f16' | 'bf16' | 'i32' | 'i64' | 'u8';
 export type DeviceKind = 'cpu' | 'cuda';
 export type Isa = 'scalar' | 'avx2' | 'avx512';
 
+/** An opaque native PLOT index (an External owning its table). */
+export type PlotIndexHandle = { readonly __plotIndex: unique symbol };
+
 export interface NativeTensor {
   readonly dtype: DType;
   readonly shape: number[];
@@ -149,4 +152,32 @@ export interface NativeBinding {
   q8Dequantize?(src: NativeTensor, dst: NativeTensor): void;
   q8Gemm?(x: NativeTensor, w: NativeTensor, y: NativeTensor, opts: RefOption & { bias: NativeTensor | null; kernel: string }): void;
   q8Kernels?(): { available: string[]; auto: string };
+
+  // ---- PLOT index and fused lookup (CPU; ops/plot.ts): an index is an opaque handle owning native memory
+  plotIndexCreate?(expectedKeys: number): PlotIndexHandle;
+  plotIndexClone?(h: PlotIndexHandle): PlotIndexHandle;
+  plotIndexDispose?(h: PlotIndexHandle): void;
+  plotIndexSet?(h: PlotIndexHandle, key: bigint, row: number): number;
+  plotIndexGet?(h: PlotIndexHandle, key: bigint): number;
+  plotIndexDelete?(h: PlotIndexHandle, key: bigint): number;
+  plotIndexGetBatch?(h: PlotIndexHandle, keys: BigUint64Array, out: Int32Array): void;
+  plotIndexSize?(h: PlotIndexHandle): number;
+  plotIndexCapacity?(h: PlotIndexHandle): number;
+  plotIndexByteLength?(h: PlotIndexHandle): number;
+  plotIndexClear?(h: PlotIndexHandle): void;
+  plotIndexEntries?(h: PlotIndexHandle): { keys: BigUint64Array; rows: Int32Array };
+  plotLookupRows?(chain: PlotIndexHandle[], keys: BigUint64Array, out: Int32Array, opts: { backoff: string }): void;
+  plotLookupAggregate?(
+    chain: PlotIndexHandle[],
+    keys: BigUint64Array,
+    lengths: Int32Array,
+    types: Int32Array | null,
+    values: NativeTensor,
+    posEmb: NativeTensor,
+    typeEmb: NativeTensor,
+    gamma: NativeTensor | null,
+    beta: NativeTensor | null,
+    out: NativeTensor,
+    opts: RefOption & { eps: number; backoff: string },
+  ): void;
 }

@@ -16,6 +16,7 @@ export type {
   Isa,
   NativeBinding,
   NativeTensor,
+  PlotIndexHandle,
 } from './binding.js';
 export * from './errors.js';
 export { type Backend, type DeviceRequest, addonDirectory, cpuAddonPath, getBackend, getCpuBackend, loadBackend, parseDeviceRequest } from './loader.js';

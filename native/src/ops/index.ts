@@ -11,3 +11,4 @@ export * from './backward.js';
 export * from './optim.js';
 export * from './probe.js';
 export * from './q8.js';
+export * from './plot.js';

@@ -4,3 +4,4 @@
  * implement the same `PlotIndex` / `PlotValueStore` interfaces.
  */
 export * from './policy/index.js';
+export * from './native/index.js';

@@ -9,6 +9,7 @@ import {
   HeapPlotValueStore,
   MAX_VOCAB_SIZE,
   MISSING_ROW,
+  NativePlotIndex,
   OpenAddressingPlotIndex,
   packKey,
   type PlotIndex,
@@ -20,11 +21,12 @@ import {
 } from '../src/index.js';
 
 /**
- * Every PlotIndex implementation runs the same contract; the native index joins this list when it lands.
- * (`capacity` is the reference's own; a native index reports its bytes through `byteLength`.)
+ * Every PlotIndex implementation runs the same contract (test/native.test.ts also holds the native index to the
+ * reference's exact slot layout). (`capacity` is checked on the reference; both report their bytes in `byteLength`.)
  */
 const INDEXES: [string, (expectedKeys?: number) => PlotIndex][] = [
   ['OpenAddressingPlotIndex', (n) => new OpenAddressingPlotIndex(n === undefined ? {} : { expectedKeys: n })],
+  ['NativePlotIndex', (n) => new NativePlotIndex(n === undefined ? {} : { expectedKeys: n })],
 ];
 /** Every PlotValueStore implementation runs the same contract; the mmap value file joins this list when it lands. */
 const STORES: [string, (o: { hidden: number; slots?: number; initialRows?: number }) => PlotValueStore][] = [['HeapPlotValueStore', (o) => new HeapPlotValueStore(o)]];
