@@ -65,7 +65,7 @@ describe('PLOT value file round trip', () => {
       it(`${mode}: ${name}: every row, a shuffled gather and row 0 equal the heap store`, () => {
         const path = fresh();
         const heap = build(path, slots, hidden, [...chunks], 100 + n);
-        const total = chunks.reduce((a, b) => a + b, 0);
+        const total = chunks.reduce((a: number, b: number) => a + b, 0);
         expect(statSync(path).size).toBe(PLOT_FILE_HEADER_BYTES + (total + 1) * slots * hidden * 2);
         const file = PlotValueFile.open(path, { mode });
         const store: ReadonlyPlotValueStore = file;
