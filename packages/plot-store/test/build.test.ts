@@ -212,6 +212,18 @@ describe('buildPlotTable', () => {
     expect(readFileSync(path)).toEqual(readFileSync(reference));
   });
 
+  it('killed after the rename but before the manifest said complete: the finished file is verified and kept', async () => {
+    await whole;
+    const manifestPath = `${reference}.build.json`;
+    const manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
+    writeFileSync(manifestPath, JSON.stringify({ ...manifest, complete: false }));
+    const before = readFileSync(reference);
+    const result = await buildPlotTable({ ...base, out: reference });
+    expect(result).toMatchObject({ complete: true, computedChunks: 0, skippedChunks: Math.ceil(keys.length / chunkKeys) });
+    expect(JSON.parse(readFileSync(manifestPath, 'utf8')).complete).toBe(true);
+    expect(readFileSync(reference)).toEqual(before);
+  });
+
   it('an unreadable manifest → PlotFileStateError', async () => {
     const path = out();
     writeFileSync(`${path}.build.json`, '{ not json');

@@ -93,6 +93,16 @@ describe('PLOT value file round trip', () => {
     }
   }
 
+  it('the reader is a ReadonlyPlotValueStore, not a PlotValueStore; every PlotValueStore is a ReadonlyPlotValueStore', () => {
+    const path = fresh();
+    build(path, 3, 2, [1], 3);
+    const file = PlotValueFile.open(path);
+    const heap: ReadonlyPlotValueStore = new HeapPlotValueStore({ hidden: 2 });
+    // @ts-expect-error: a file's rows are immutable, so it has no append (nor retain / release)
+    expect(file.append).toBeUndefined();
+    expect(heap.read(0)).toEqual(file.read(0));
+  });
+
   it('writeRows fills rows in any order; fp32 input is rounded to fp16 as the heap store rounds it', () => {
     const path = fresh();
     const hidden = 5;
