@@ -5,5 +5,5 @@ import { packageBuild } from '../../tsup.shared.ts';
 export default packageBuild({
   index: 'src/index.ts',
   file: 'src/file/index.ts',
-  build: 'src/build/index.ts',
+  build: 'src/builder/index.ts',
 });

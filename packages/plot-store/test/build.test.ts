@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { mulberry32 } from '@tessera/core';
 import { type EncoderModel, generateModel, loadEncoder } from '@tessera/engine';
 import { afterAll, describe, expect, it } from 'vitest';
-import { buildPlotTable, computePlotValues, formatProgress, type PlotBuildProgress, type PlotGate } from '../src/build/index.js';
+import { buildPlotTable, computePlotValues, formatProgress, type PlotBuildProgress, type PlotGate } from '../src/builder/index.js';
 import { PlotFileStateError, PlotValueFile } from '../src/file/index.js';
 import { decodeF16, f16BitsToF32, PAD, packKey, PlotStoreArgumentError, ReservedKeyError, rootKeys, TrigramCounts, TrigramKeyCodec } from '../src/index.js';
 
