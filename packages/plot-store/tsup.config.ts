@@ -1,3 +1,9 @@
 import { packageBuild } from '../../tsup.shared.ts';
 
-export default packageBuild(['src/index.ts']);
+// `.` is the pure policy half and `./file` the value file (Node's fs only): no run-time path to native or the
+// engine. `./build` runs the engine's lower layers to compute values.
+export default packageBuild({
+  index: 'src/index.ts',
+  file: 'src/file/index.ts',
+  build: 'src/builder/index.ts',
+});

@@ -27,6 +27,11 @@ export interface EncoderSequence {
   tokenTypes?: ArrayLike<number>;
   /** Tenant/adapter key of this sequence for the SegmentLayout (null or absent: the base model). */
   key?: string | null;
+  /**
+   * Position id of the first token; default 0. HMI's window mode runs a tri-gram without its PAD slots and keeps
+   * the centre at local position 1, so `(PAD, c, r)` runs `[c, r]` from position 1. offset + length ≤ maxPositions.
+   */
+  positionOffset?: number;
 }
 
 /** How one batch is laid out and which deltas it runs with. */
@@ -314,6 +319,12 @@ export class EncoderModel {
       if (s.ids.length > c.maxPositions) {
         throw new InvalidArgumentError(`EncoderModel: sequence ${b} has ${s.ids.length} tokens, more than the ${c.maxPositions} positions of the model`);
       }
+      const off = s.positionOffset ?? 0;
+      if (!Number.isInteger(off) || off < 0 || off + s.ids.length > c.maxPositions) {
+        throw new InvalidArgumentError(
+          `EncoderModel: sequence ${b} has positionOffset ${off} and ${s.ids.length} tokens; the offset must be an integer ≥ 0 with offset + tokens ≤ the ${c.maxPositions} positions of the model`,
+        );
+      }
       if (s.tokenTypes && s.tokenTypes.length !== s.ids.length) {
         throw new InvalidArgumentError(`EncoderModel: sequence ${b} has ${s.ids.length} ids but ${s.tokenTypes.length} token types`);
       }
@@ -390,11 +401,13 @@ export class EncoderModel {
     const { sequences, offsets } = ctx;
     sequences.forEach((s, b) => {
       const o = offsets[b]!;
+      const off = s.positionOffset ?? 0;
       for (let i = 0; i < s.ids.length; i++) {
         ids[o + i] = s.ids[i]!;
-        positions[o + i] = i;
+        positions[o + i] = off + i;
         types[o + i] = s.tokenTypes?.[i] ?? 0;
       }
+      // Pad rows (padTo) are never attended to; position i < padTo ≤ maxPositions keeps them in range.
       for (let i = s.ids.length; i < offsets[b + 1]! - o; i++) {
         ids[o + i] = c.padTokenId;
         positions[o + i] = i;
