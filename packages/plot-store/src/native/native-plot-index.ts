@@ -6,9 +6,9 @@
  * collection frees it otherwise).
  */
 import { NativePlotTable } from '@tessera/native';
-import { PlotStoreArgumentError, ReservedKeyError, ReservedRowError } from '../policy/errors.js';
-import { formatKey, isPackedKey, type PlotKey } from '../policy/keys.js';
-import { MISSING_ROW, type OpenAddressingIndexOptions, type PlotIndex } from '../policy/plot-index.js';
+import { PlotStoreArgumentError } from '../policy/errors.js';
+import { isPackedKey, type PlotKey } from '../policy/keys.js';
+import { checkKeyRow, MISSING_ROW, type OpenAddressingIndexOptions, type PlotIndex } from '../policy/plot-index.js';
 
 export class NativePlotIndex implements PlotIndex {
   /** The native table (for chains of the fused calls). */
@@ -43,9 +43,7 @@ export class NativePlotIndex implements PlotIndex {
   }
 
   set(key: PlotKey, row: number): number {
-    if (!isPackedKey(key)) throw new ReservedKeyError(`0x${key.toString(16)}`, 'a packed key is a 63-bit value');
-    if (!Number.isInteger(row) || row < 0 || row > 0x7fffffff) throw new PlotStoreArgumentError(`row must be an integer in [1, 2^31), got ${row}`);
-    if (row === MISSING_ROW) throw new ReservedRowError(row, `the zero row cannot be mapped to key ${formatKey(key)}`);
+    checkKeyRow(key, row);
     return this.table.set(key, row);
   }
 

@@ -50,6 +50,13 @@ const MAX_LOAD = 0.5;
 const SLOT_BYTES = 12;
 
 /** 32-bit mix of the two words of a key (murmur3's finaliser over a multiplicative combine). */
+/** What every PlotIndex's `set` accepts: a packed key and a row in [1, 2^31). @internal */
+export function checkKeyRow(key: PlotKey, row: number): void {
+  if (!isPackedKey(key)) throw new ReservedKeyError(`0x${key.toString(16)}`, 'a packed key is a 63-bit value');
+  if (!Number.isInteger(row) || row < 0 || row > 0x7fffffff) throw new PlotStoreArgumentError(`row must be an integer in [1, 2^31), got ${row}`);
+  if (row === MISSING_ROW) throw new ReservedRowError(row, `the zero row cannot be mapped to key ${formatKey(key)}`);
+}
+
 function hashKey(hi: number, lo: number): number {
   let h = Math.imul(lo ^ Math.imul(hi ^ (hi >>> 16), 0x9e3779b1), 0x85ebca6b);
   h ^= h >>> 13;
@@ -111,9 +118,7 @@ export class OpenAddressingPlotIndex implements PlotIndex {
   }
 
   set(key: PlotKey, row: number): number {
-    if (!isPackedKey(key)) throw new ReservedKeyError(`0x${key.toString(16)}`, 'a packed key is a 63-bit value');
-    if (!Number.isInteger(row) || row < 0 || row > 0x7fffffff) throw new PlotStoreArgumentError(`row must be an integer in [1, 2^31), got ${row}`);
-    if (row === MISSING_ROW) throw new ReservedRowError(row, `the zero row cannot be mapped to key ${formatKey(key)}`);
+    checkKeyRow(key, row);
     const lo = Number(key & 0xffffffffn);
     const hi = Number(key >> 32n);
     const slot = this.find(hi, lo);
