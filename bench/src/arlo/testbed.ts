@@ -9,8 +9,9 @@
  *
  * Before the first run and after each, each instance is profiled alone and then both at once (apps/arlo's
  * profileInstance, length-scheduler's profiler), and the message round trip to a worker is timed (the per-request
- * overhead). The free CPU of a shared machine drifts, so each run is predicted from the mean of the profiles taken
- * just before and just after it. The two instances share the machine's cores and memory bus, so one may run slower
+ * overhead). The free CPU of a shared machine drifts, so each run is simulated with the service times of the mean of
+ * the profiles taken just before and just after it, while both the service and the simulator plan with the one
+ * before (the only one the service can know). The two instances share the machine's cores and memory bus, so one may run slower
  * while the other runs too; the ratio of the two profiles is the simulator's `concurrencySlowdown`. From the solo
  * profile and that factor, @tessera/sim's runArloSimulation predicts each scheme on the same trace, with the same
  * prior and the same SLO. Each scheme's allocation comes from `ArloService.solve(prior)` on the profile before the
@@ -280,15 +281,16 @@ export async function runTestbed(sizes: TestbedSizes, ctx: BenchContext): Promis
         const after = await profileNow(`after ${LABEL[scheme]} (repeat ${repeat + 1})`);
         calibrations.push(after);
         const cal = blend(before, after);
+        const profileOf = (c: Calibration) =>
+          measuredLatencyProfile(`native-${sizes.model}`, c.table.map((p) => ({ length: p.length, batch: 1, ms: p.meanMs })), { sloMs: before.sloMs, maxLength: longest });
         const simulated = await runArloSimulation({
           scheme,
           instances: 2,
           trace,
-          profile: measuredLatencyProfile(
-            `native-${sizes.model}`,
-            cal.table.map((p) => ({ length: p.length, batch: 1, ms: p.meanMs })),
-            { sloMs: before.sloMs, maxLength: longest },
-          ),
+          // It plans with the profile the service had (so both solve the same program) and runs at the mean of the
+          // profiles before and after the run.
+          profile: profileOf(before),
+          serviceProfile: profileOf(cal),
           sloMs: before.sloMs,
           runtimes: lengths,
           overheadMs: cal.overheadMs,

@@ -198,6 +198,24 @@ describe('runArloSimulation', () => {
     await expect(runArloSimulation({ ...opts, concurrencySlowdown: [1, 0.5] })).rejects.toThrow(SimArgumentError);
   });
 
+  it('plans with the profile and executes at serviceProfile when they differ (a testbed whose speed drifted)', async () => {
+    const hand = {
+      ...generateArloTrace({ kind: 'stable', ratePerSec: 10, durationMs: 100, seed: 1, lengths: { scaleTo: 16 } }),
+      arrivalMs: Float64Array.of(0, 5, 40),
+      length: Int32Array.of(4, 4, 4),
+    };
+    const flat = (ms: number) => measuredLatencyProfile('flat', [{ length: 8, batch: 1, ms }, { length: 16, batch: 1, ms }], { sloMs: 1000, maxLength: 16 });
+    const opts: ArloSimulationOptions = { scheme: 'st', instances: 2, trace: hand, profile: flat(10), runtimes: [16], overheadMs: 0, jitterSigma: 0, recordRequests: true };
+    const slower = await runArloSimulation({ ...opts, serviceProfile: flat(20) });
+    expect(Array.from(slower.requestLog!.finishMs)).toEqual([20, 25, 60]);
+    // The plan is the profile's: the same allocation and predicted latency as without the drift.
+    const planned = await runArloSimulation(opts);
+    expect(slower.allocations[0]!.instances).toEqual(planned.allocations[0]!.instances);
+    expect(slower.allocations[0]!.predictedMeanMs).toBe(planned.allocations[0]!.predictedMeanMs);
+    const short = measuredLatencyProfile('short', [{ length: 8, batch: 1, ms: 10 }], { sloMs: 1000, maxLength: 8 });
+    await expect(runArloSimulation({ ...opts, serviceProfile: short })).rejects.toThrow(/serviceProfile covers 8/);
+  });
+
   it('rejects bad options with typed errors', async () => {
     await expect(runArloSimulation({ ...base, instances: 0 })).rejects.toThrow(SimArgumentError);
     await expect(runArloSimulation({ ...base, scheme: 'nope' as never })).rejects.toThrow(/nope/);

@@ -59,6 +59,12 @@ export interface ArloSimulationOptions {
   trace: ArloTrace;
   /** Latency profile (default the paper's BERT-Base). */
   profile?: ArloLatencyProfile | PaperModel;
+  /**
+   * What the instances really take, when it differs from the profile the schedulers plan with (default: the
+   * profile). A real testbed whose speed drifted between its profile and its run plans with the first and runs at
+   * the second; the allocation and the dispatcher's capacities come from `profile` either way.
+   */
+  serviceProfile?: ArloLatencyProfile;
   /** SLO (default the profile's: 150 ms BERT-Base, 450 ms BERT-Large). */
   sloMs?: number;
   /** The polymorphed runtimes: a count of uniform steps up to the profile's max length (default 8), or the lengths. */
@@ -299,6 +305,11 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
   const sample = twitterLengthSample(PRIOR_SAMPLE, (trace.seed + 1) >>> 0, options.priorLengths ?? trace.lengthOptions);
   const serviceOfRuntime = lengths.map((l) => profile.staticMs(l) + overheadMs);
   const dynamicMs = (len: number): number => profile.staticMs(Math.min(len, profile.maxLength)) * penalty(len) + overheadMs;
+  // What executing takes (the planning above uses `profile`).
+  const actual = options.serviceProfile ?? profile;
+  if (actual.maxLength < profile.maxLength) throw new SimArgumentError(`serviceProfile covers ${actual.maxLength} tokens, the profile ${profile.maxLength}`);
+  const actualServiceOfRuntime = lengths.map((l) => actual.staticMs(l) + overheadMs);
+  const actualDynamicMs = (len: number): number => actual.staticMs(Math.min(len, profile.maxLength)) * penalty(len) + overheadMs;
   let dynamicMean = 0;
   if (policy.dynamicShape) {
     for (const len of sample) dynamicMean += dynamicMs(len);
@@ -449,7 +460,7 @@ export async function runArloSimulation(options: ArloSimulationOptions): Promise
       return;
     }
     const k = exec.fifo[exec.head++]!;
-    const base = policy.dynamicShape ? dynamicMs(trace.length[k]!) : serviceOfRuntime[runtimeOf[k]!]!;
+    const base = policy.dynamicShape ? actualDynamicMs(trace.length[k]!) : actualServiceOfRuntime[runtimeOf[k]!]!;
     const service = jitterSigma > 0 ? base * Math.exp(jitterSigma * standardNormal(jitter) - (jitterSigma * jitterSigma) / 2) : base;
     if (!exec.busy) changeBusy(1);
     exec.busy = true;
