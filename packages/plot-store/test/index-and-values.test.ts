@@ -9,7 +9,6 @@ import {
   HeapPlotValueStore,
   MAX_VOCAB_SIZE,
   MISSING_ROW,
-  NativePlotIndex,
   OpenAddressingPlotIndex,
   packKey,
   type PlotIndex,
@@ -19,6 +18,7 @@ import {
   UnknownRowError,
   ZERO_ROW,
 } from '../src/index.js';
+import { NativePlotIndex } from '../src/native/index.js';
 
 /**
  * Every PlotIndex implementation runs the same contract (test/native.test.ts also holds the native index to the

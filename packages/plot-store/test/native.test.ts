@@ -9,11 +9,7 @@ import { describe, expect, it } from 'vitest';
 import {
   f16BitsToF32,
   HeapPlotValueStore,
-  lookupAggregate,
-  lookupRows,
   MISSING_ROW,
-  NativePlotIndex,
-  nativeChain,
   OpenAddressingPlotIndex,
   packKey,
   PlotVersionTree,
@@ -27,6 +23,7 @@ import {
   type KeyMode,
   type PlotIndex,
 } from '../src/index.js';
+import { lookupAggregate, lookupRows, NativePlotIndex, nativeChain } from '../src/native/index.js';
 
 // The fused call's fast path sums five terms in f32 and normalises with f32 outputs; against the double TS A3 below
 // (values in [-1, 1], gamma in [0.5, 1.5], outputs up to ~4) it stays within 1e-5 absolute + 1e-5 relative. The

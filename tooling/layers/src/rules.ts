@@ -57,6 +57,6 @@ export const POLICIES: readonly PolicyEntry[] = [
   // The whole host layer: the engine loop takes its runner by injection, so cluster needs no engine at run time.
   { package: '@tessera/cluster', entries: ['src/index.ts'], wholePackage: true },
   { package: '@tessera/length-scheduler', entries: ['src/index.ts'], wholePackage: true },
-  { package: '@tessera/plot-store', entries: ['src/policy/index.ts', 'src/file/index.ts'], wholePackage: false },
+  { package: '@tessera/plot-store', entries: ['src/index.ts', 'src/file/index.ts'], wholePackage: false },
   { package: '@tessera/block-zoo', entries: ['src/planner/index.ts'], wholePackage: false },
 ];
