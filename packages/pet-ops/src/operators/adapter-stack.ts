@@ -65,7 +65,7 @@ export class AdapterStackBuffer {
     this.bottleneck = bottleneck;
     this.slots = slots;
     this.numel = adapterStackNumel(shape);
-    this.tensor = backend === undefined ? Tensor.zeros([slots, this.numel], 'f32') : Tensor.zeros([slots, this.numel], 'f32', backend);
+    this.tensor = Tensor.zeros([slots, this.numel], 'f32', backend);
     const d = hidden, m = bottleneck;
     try {
       for (let s = 0; s < slots; s++) {
