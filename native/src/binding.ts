@@ -64,9 +64,14 @@ export interface NativeGemmOptions extends RefOption {
   alpha: number;
   beta: number;
   bias: NativeTensor | null;
+  /** 'bf16': round both operands to bf16 and sum their products in f32 (CPU only). Default 'f32'. */
+  compute?: ComputeMode;
   /** CUDA only: force a GEMM path (tests use it to tell a tensor-core bug from a harness bug). */
   kernel?: 'auto' | 'tensor' | 'simt' | 'skinny' | 'reference';
 }
+
+/** How a GEMM multiplies: in f32, or with both operands rounded to bf16 and f32 accumulation. */
+export type ComputeMode = 'f32' | 'bf16';
 
 export type BinaryOpName = 'add' | 'mul';
 export type ActivationName = 'gelu_erf' | 'gelu_tanh' | 'silu';

@@ -10,6 +10,7 @@ export type {
   ActivationName,
   AllocatorStats,
   BinaryOpName,
+  ComputeMode,
   DType,
   DeviceInfo,
   DeviceKind,

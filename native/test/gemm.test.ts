@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  deviceInfo,
   DTypeMismatchError,
   gemm,
   gemmBatched,
@@ -316,6 +317,114 @@ describe('decode path (transB, m <= 32)', () => {
       w.t.dispose();
       bias.dispose();
     }
+  });
+});
+
+describe("compute 'bf16'", () => {
+  // Both operands are rounded to bf16 (round to nearest even), so every product is exact in f32 and the kernels
+  // differ from the reference (the same rounding, then double sums) only in f32 summation: the f32 tolerance above,
+  // with S' taken over the rounded values.
+  const rounded = (x: Float32Array): Float32Array => fromHalfBits(toHalfBits(x, 'bf16'), 'bf16');
+  const hasBf16Dot = deviceInfo(cpu()).features?.avx512bf16 === true;
+
+  function checkBf16(p: Problem, spec: RunSpec, seed: number): void {
+    const aData = randomFloats(p.m * p.k, seed);
+    const a = tensorF32(aData, aShape(p));
+    const w = weight(randomFloats(p.n * p.k, seed + 1), bShape(p), spec.dtype);
+    const biasData = spec.withBias ? randomFloats(p.n, seed + 2) : undefined;
+    const bias = biasData ? tensorF32(biasData, [p.n]) : undefined;
+    const c0 = randomFloats(p.m * p.n, seed + 3, -2, 2);
+    const opts = { transA: p.transA, transB: p.transB, alpha: spec.alpha, beta: spec.beta, compute: 'bf16' as const, ...(bias ? { bias } : {}) };
+    const run = (reference: boolean): Float32Array => {
+      const out = tensorF32(c0, [p.m, p.n]);
+      gemm(a, w.t, { ...opts, out, reference });
+      const result = f32(out);
+      out.dispose();
+      return result;
+    };
+    const want = run(true);
+    const scale = errorScale(p, rounded(aData), rounded(w.values), spec.alpha, spec.beta, c0, biasData);
+    forEachIsa((isa) => expectWithin(run(false), want, scale, p.k, `bf16 compute ${isa} ${label(p, ` ${spec.dtype}`)}`));
+    a.dispose();
+    w.t.dispose();
+    bias?.dispose();
+  }
+
+  it('matches the reference on the rounded operands: random, ragged and empty shapes, every transpose, f32 and bf16 weights, every ISA', () => {
+    shapeMixes(24, 21).forEach(([m, n, k], i) => {
+      for (const [transA, transB] of transposes) {
+        const dtype = i % 2 === 0 ? 'bf16' : 'f32';
+        checkBf16({ m, n, k, transA, transB }, { ...variants[(i + (transB ? 1 : 0)) % variants.length]!, dtype }, 2100 + i);
+      }
+    });
+  });
+
+  it('bf16 weights with transB (the VDPBF16PS path): odd k, several k blocks, partial panels, beta and bias, transA', () => {
+    const cases: [number, number, number, boolean][] = [
+      [1, 9, 3, false], [49, 17, 1, false], [37, 70, 1025, false], [100, 33, 2049, true], [48, 8, 2, false], [97, 130, 64, false], [300, 24, 96, false],
+    ];
+    cases.forEach(([m, n, k, transA], i) =>
+      checkBf16({ m, n, k, transA, transB: true }, { alpha: i % 2 ? -0.5 : 1, beta: i % 3 ? 0 : 0.75, withBias: i % 2 === 0, dtype: 'bf16' }, 2200 + i),
+    );
+  });
+
+  it('rounds the activations: equals f32 compute on pre-rounded operands in the reference, and differs from f32 compute', () => {
+    const aData = randomFloats(6 * 40, 2300);
+    const w = weight(randomFloats(5 * 40, 2301), [5, 40], 'bf16');
+    const ref = (data: Float32Array, compute: 'f32' | 'bf16'): Float32Array => {
+      const a = tensorF32(data, [6, 40]);
+      const out = gemm(a, w.t, { transB: true, reference: true, compute });
+      const r = f32(out);
+      a.dispose();
+      out.dispose();
+      return r;
+    };
+    expectBitwiseEqual(ref(aData, 'bf16'), ref(rounded(aData), 'f32'), 'bf16 reference vs f32 reference on rounded a');
+    expect(Array.from(ref(aData, 'bf16'))).not.toEqual(Array.from(ref(aData, 'f32')));
+    w.t.dispose();
+  });
+
+  it.skipIf(!hasBf16Dot)('gives a row the same bits whatever its batch mates: up to 8 rows (decode path) and above (AVX512-BF16)', () => {
+    const n = 70, k = 333, rows = 80;
+    const aData = randomFloats(rows * k, 2400);
+    const w = weight(randomFloats(n * k, 2401), [n, k], 'bf16');
+    const run = (start: number, m: number): Float32Array => {
+      const part = tensorF32(aData.subarray(start * k, (start + m) * k), [m, k]);
+      const out = f32(gemm(part, w.t, { transB: true, compute: 'bf16' }));
+      part.dispose();
+      return out;
+    };
+    const decode = run(0, 8);
+    for (const m of [1, 2, 3, 5, 7]) {
+      const start = (m * 3) % (8 - m + 1);
+      expectBitwiseEqual(run(start, m), decode.subarray(start * n, (start + m) * n), `decode rows ${start}..${start + m}`);
+    }
+    const full = run(0, rows);
+    for (const m of [9, 15, 16, 17, 33, 47, 48, 49, 64]) {
+      const start = (m * 7) % (rows - m + 1);
+      expectBitwiseEqual(run(start, m), full.subarray(start * n, (start + m) * n), `rows ${start}..${start + m}`);
+    }
+    w.t.dispose();
+  });
+
+  it('gives the same bits on 1 and 2 threads', () => {
+    const a = tensorF32(randomFloats(130 * 500, 2500), [130, 500]);
+    const w = weight(randomFloats(260 * 500, 2501), [260, 500], 'bf16');
+    const run = (threads: number): Float32Array => withThreads(threads, () => f32(gemm(a, w.t, { transB: true, compute: 'bf16' })));
+    expectBitwiseEqual(run(1), run(2), '1 vs 2 threads');
+    a.dispose();
+    w.t.dispose();
+  });
+
+  it('rejects an unknown compute mode, in TS and in the binding', () => {
+    const a = tensorF32(new Float32Array(8), [2, 4]);
+    const w = tensorF32(new Float32Array(12), [3, 4]);
+    expect(() => gemm(a, w, { transB: true, compute: 'fp8' as 'bf16' })).toThrow(/option compute must be 'f32' or 'bf16', got fp8/);
+    expect(() => linear(a, w, undefined, { compute: 'int8' as 'bf16' })).toThrow(InvalidArgumentError);
+    const out = tensorF32(new Float32Array(6), [2, 3]);
+    const opts = { transA: false, transB: true, alpha: 1, beta: 0, bias: null, compute: 'f16' as 'bf16' };
+    expect(() => cpu().binding.gemm(a.native, w.native, out.native, opts)).toThrow(/compute must be 'f32' or 'bf16'/);
+    for (const t of [a, w, out]) t.dispose();
   });
 });
 

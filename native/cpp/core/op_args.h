@@ -20,6 +20,8 @@ enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2 };
 //     (A Hugging Face Linear weight is stored [out,in] = [n,k], so projections use trans_b = true.)
 //   beta == 0 means C is write-only (never read, so uninitialised or NaN memory is fine).
 //   bias may be null. Reduction over k is in a fixed order.
+//   bf16_compute (CPU only): op(A) and op(B) are rounded to bf16 (round to nearest even) and their products summed
+//   in f32; on AVX512-BF16 with bf16 weights and trans_b this runs on VDPBF16PS (cpu/gemm_bf16_avx512.cc).
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
@@ -33,6 +35,7 @@ struct GemmArgs {
   int64_t ldc = 0;
   float alpha = 1.0f, beta = 0.0f;
   const float* bias = nullptr;
+  bool bf16_compute = false;
 };
 
 // ---------------------------------------------------------------- attention (f32)

@@ -89,6 +89,29 @@ struct GemmDotPlan {
   int64_t rows_per_task = 0;  // weight rows per task; tasks = ceil(n / rows_per_task)
 };
 
+// The bf16-compute path (GemmArgs::bf16_compute with bf16 weights [n, k] and trans_b, on AVX512-BF16): Z = C^T =
+// W · op(A)^T with VDPBF16PS, each instruction summing two products of bf16 pairs into f32 lanes. X = W rows are
+// read in place, one 32-bit broadcast per pair (k = 2i, 2i + 1); Y = op(A)^T is rounded to bf16 (round to nearest
+// even) and packed once per call into panels of up to kBf16Nr rows of op(A): panel j holds, for every pair i,
+// the words (a[q][2i] | a[q][2i + 1] << 16) of its rows q, padded with zeros to a multiple of 16 rows (the last
+// panel only). Every output is a lane that sums the pairs of one k block in order, and the k blocks (kBf16KcPairs
+// pairs each, fixed) are added in order, so a row's result depends neither on m, on its batch mates nor on the
+// thread count. Decode sizes (m <= 8) take the decode path on rounded activations instead (gemm.cc).
+constexpr int kBf16Nr = 48;
+constexpr int64_t kBf16KcPairs = 512;
+
+struct GemmBf16Plan {
+  int64_t n = 0, m = 0, k = 0, pairs = 0;  // pairs = ceil(k / 2)
+  const uint16_t* w = nullptr;             // [n, k] bf16 rows
+  int64_t ldw = 0;
+  const uint32_t* y = nullptr;             // packed panels (gemm_bf16_panel_offset / _width)
+  GemmPlan out;                            // only c, ldc, z_trans (true), alpha, beta, bias are read
+  int64_t p_block = 0, q_block = 0, p_blocks = 0, q_blocks = 0;  // q_block a multiple of kBf16Nr
+};
+
+void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t q0, int64_t rows, int64_t k, uint32_t* panel);
+void gemm_bf16_task_avx512(const GemmBf16Plan& plan, int64_t task);
+
 // Tile shape of one ISA's micro-kernel.
 struct GemmShape {
   int mr;     // rows of X per tile (broadcast side)
@@ -124,6 +147,13 @@ inline int64_t gemm_prepacked_floats(int64_t Q, int64_t K, const GemmShape& s) {
   if (Q <= 0) return 0;
   const int64_t last = gemm_ceil_div(Q, s.nr) - 1;
   return (last * s.nr + gemm_panel_stride(Q, last, s)) * K;
+}
+
+// Words of the packed Y of the bf16 path before panel j, and the words per pair of panel j (its rows rounded up
+// to a multiple of 16).
+inline int64_t gemm_bf16_panel_offset(int64_t j, int64_t pairs) { return j * kBf16Nr * pairs; }
+inline int64_t gemm_bf16_panel_width(int64_t m, int64_t j) {
+  return gemm_round_up(std::min<int64_t>(kBf16Nr, m - j * kBf16Nr), 16);
 }
 
 // 64-byte aligned scratch that grows on demand and is kept for the next call (page faults on fresh

@@ -175,6 +175,7 @@ void convert(const Tensor& src, Tensor& dst, bool reference) {
 }
 
 void gemm(const GemmCall& call) {
+  if (call.args.bf16_compute) fail(ErrorCode::Unsupported, "gemm: compute 'bf16' is a CPU mode (the CUDA backend computes in f32)");
   const gpu::GemmKernel kernel = gpu::gemm_kernel(call);
   ready();
   if (call.batched) gpu::gemm(call.args, call.batch, call.stride_a, call.stride_b, call.stride_c, kernel);

@@ -2,8 +2,13 @@
  * GEMM: C = alpha * op(A) @ op(B) + beta * C + bias, with A f32 and B f32, f16 or bf16 (converted to f32 inside
  * the kernel; accumulation is f32). Hugging Face Linear weights are stored [out, in], so projections are
  * `gemm(x, w, { transB: true })`, or {@link linear}.
+ *
+ * `compute: 'bf16'` (CPU) rounds op(A) and op(B) to bf16 (round to nearest even) and sums their products in f32. With
+ * bf16 weights and transB on a CPU with AVX512-BF16 it runs on VDPBF16PS, two products per f32 lane and
+ * instruction, for every m, so a row's result does not depend on the rows beside it; elsewhere the operands are
+ * rounded and the f32 kernels run. Models opt in at load (`compute: 'bf16'` or `TESSERA_COMPUTE=bf16`).
  */
-import type { DType, NativeGemmOptions } from '../binding.js';
+import type { ComputeMode, DType, NativeGemmOptions } from '../binding.js';
 import { callNative, InvalidArgumentError, ShapeMismatchError } from '../errors.js';
 import { expectDtype, expectRank, formatShape } from '../shape.js';
 import { sameBackend, type Tensor } from '../tensor.js';
@@ -26,6 +31,8 @@ export interface GemmOptions {
   out?: Tensor;
   /** Run the plain scalar reference kernel (double accumulation; CPU only; tests compare against it). */
   reference?: boolean;
+  /** 'bf16': operands rounded to bf16, products summed in f32 (CPU only; see the module notes). Default 'f32'. */
+  compute?: ComputeMode;
 }
 
 interface Dims {
@@ -54,7 +61,14 @@ function matmulDims(op: string, a: Tensor, b: Tensor, transA: boolean, transB: b
   return { m, k, n };
 }
 
+function checkCompute(op: string, compute: unknown): void {
+  if (compute !== undefined && compute !== 'f32' && compute !== 'bf16') {
+    throw new InvalidArgumentError(`${op}: option compute must be 'f32' or 'bf16', got ${String(compute)}`);
+  }
+}
+
 function checkOperands(op: string, a: Tensor, b: Tensor, options: GemmOptions): void {
+  checkCompute(op, options.compute);
   expectDtype(op, 'a', a, 'f32');
   expectDtype(op, 'b', b, weightDtypes);
   if (options.bias) expectDtype(op, 'bias', options.bias, 'f32');
@@ -80,6 +94,7 @@ function nativeOptions(options: GemmOptions): NativeGemmOptions & { reference: b
     beta: options.beta ?? 0,
     bias: options.bias?.native ?? null,
     reference: options.reference ?? false,
+    compute: options.compute ?? 'f32',
   };
 }
 
@@ -128,6 +143,8 @@ export interface LinearOptions {
   /** Write here instead of allocating: f32 with x's shape, last dimension replaced by `out_features`. */
   out?: Tensor;
   reference?: boolean;
+  /** As {@link GemmOptions.compute}. */
+  compute?: ComputeMode;
 }
 
 /**
@@ -137,6 +154,7 @@ export interface LinearOptions {
 export function linear(x: Tensor, weight: Tensor, bias?: Tensor, options: LinearOptions = {}): Tensor {
   const op = 'linear';
   const backend = sameBackend(op, x, weight, bias, options.out);
+  checkCompute(op, options.compute);
   expectDtype(op, 'x', x, 'f32');
   expectDtype(op, 'weight', weight, weightDtypes);
   if (bias) expectDtype(op, 'bias', bias, 'f32');
@@ -161,7 +179,7 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor, options: Linear
   const x2 = x.rank === 2 ? x : x.reshape([rows, inFeatures]);
   const out2 = out.rank === 2 ? out : out.reshape([rows, outFeatures]);
   try {
-    const opts: GemmOptions = { transB: true, reference: options.reference ?? false };
+    const opts: GemmOptions = { transB: true, reference: options.reference ?? false, compute: options.compute ?? 'f32' };
     if (bias) opts.bias = bias;
     callNative(() => backend.binding.gemm(x2.native, weight.native, out2.native, nativeOptions(opts)));
   } finally {

@@ -1,5 +1,5 @@
 // N-API bindings for GEMM: gemm(a, b, c, opts) and gemmBatched(a, b, c, opts), opts = {transA, transB, alpha,
-// beta, bias, reference, kernel}. Shared by both addons: validation here, the kernel call in
+// beta, bias, reference, kernel, compute ('f32' | 'bf16')}. Shared by both addons: validation here, the kernel call in
 // backend_ops_{cpu,cuda}.cc (`kernel` is a backend-specific choice the CUDA backend interprets).
 #include <string>
 
@@ -13,7 +13,7 @@ using namespace tessera::binding;
 namespace {
 
 struct GemmOpts {
-  bool trans_a = false, trans_b = false, reference = false;
+  bool trans_a = false, trans_b = false, reference = false, bf16_compute = false;
   float alpha = 1.0f, beta = 0.0f;
   Tensor* bias = nullptr;
   std::optional<std::string> kernel;
@@ -28,6 +28,12 @@ GemmOpts parse_opts(const Napi::CallbackInfo& info, size_t index) {
   g.alpha = static_cast<float>(number_opt(o, "alpha", 1.0));
   g.beta = static_cast<float>(number_opt(o, "beta", 0.0));
   g.bias = optional_tensor_arg(o.Get("bias"), "bias");
+  const Napi::Value compute = o.Get("compute");
+  if (!compute.IsUndefined() && !compute.IsNull()) {
+    const std::string mode = compute.IsString() ? compute.As<Napi::String>().Utf8Value() : "";
+    if (mode != "f32" && mode != "bf16") fail(ErrorCode::InvalidArgument, "gemm: option compute must be 'f32' or 'bf16'");
+    g.bf16_compute = mode == "bf16";
+  }
   const Napi::Value kernel = o.Get("kernel");
   if (!kernel.IsUndefined() && !kernel.IsNull()) g.kernel = kernel.IsString() ? kernel.As<Napi::String>().Utf8Value() : "";
   return g;
@@ -66,6 +72,7 @@ backend::GemmCall make_call(const char* op, Tensor& a, Tensor& b, Tensor& c, con
   g.alpha = o.alpha;
   g.beta = o.beta;
   g.bias = o.bias ? o.bias->data<float>() : nullptr;
+  g.bf16_compute = o.bf16_compute;
   call.reference = o.reference;
   call.kernel = o.kernel;
   return call;
