@@ -13,53 +13,18 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { InvalidArgumentError, isQ8Weight, type Tensor } from '@tessera/native';
+import { InvalidArgumentError, isQ8Weight } from '@tessera/native';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadLoraAdapter } from '../src/formats/peft.js';
-import { generateBatch } from '../src/generate.js';
 import { generateLoraAdapter, generateModel } from '../src/gen/index.js';
 import { LoraDelta, mergeLoraIntoWeights } from '../src/hooks/lora-delta.js';
-import { PagedKvCache } from '../src/kv/paged-kv-cache.js';
 import { DecoderModel } from '../src/models/decoder.js';
 import { loadDecoder, loadEncoder } from '../src/models/load.js';
 import { decoderInt8WeightNames } from '../src/models/quantized.js';
+import { agreementWithF32, allLogits, describeAgreement } from './accuracy.js';
 
 const root = mkdtempSync(join(tmpdir(), 'tessera-int8-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
-const host = (t: Tensor): Float32Array => t.toArray() as Float32Array;
-
-const TOKENS = 32;
-
-function greedy(model: DecoderModel, prompts: number[][]): number[][] {
-  const cache = PagedKvCache.create({ ...model.kvShape, numPages: prompts.length * 8 }, model.backend);
-  try {
-    return generateBatch(model, prompts.map((prompt) => ({ prompt, maxTokens: TOKENS, ignoreEos: true })), { cache }).map((r) => r.tokens);
-  } finally {
-    cache.dispose();
-  }
-}
-
-/** Logits [len, vocab] of every position of `tokens` (one prefill). */
-function allLogits(model: DecoderModel, tokens: number[], deltas: LoraDelta[] = [], key: string | null = null): Float32Array {
-  const cache = PagedKvCache.create({ ...model.kvShape, numPages: 8 }, model.backend);
-  try {
-    const out = model.forward([{ id: 's', tokens, key }], { cache, logits: 'all', deltas });
-    out.layout.dispose();
-    try {
-      return host(out.logits!);
-    } finally {
-      out.logits!.dispose();
-    }
-  } finally {
-    cache.dispose();
-  }
-}
-
-function argmax(v: Float32Array, off: number, n: number): number {
-  let best = off;
-  for (let i = off + 1; i < off + n; i++) if (v[i]! > v[best]!) best = i;
-  return best - off;
-}
 
 describe("weights: 'int8' on the mini decoder", () => {
   const dir = join(root, 'mini');
@@ -87,45 +52,12 @@ describe("weights: 'int8' on the mini decoder", () => {
   });
 
   it('generates greedily like the f32 model (agreement and max |Δlogit| stated)', () => {
-    const V = config.vocabSize;
-    const prompts = [0, 1, 2, 3].map((p) => [config.bosTokenId, ...Array.from({ length: 15 }, (_, i) => (p * 977 + i * 131 + 7) % (V - 2))]);
-    const want = greedy(f32, prompts);
-    const got = greedy(int8, prompts);
-    let same = 0;
-    let firstDivergence = TOKENS;
-    got.forEach((g, s) => {
-      g.forEach((t, i) => (same += t === want[s]![i] ? 1 : 0));
-      const d = g.findIndex((t, i) => t !== want[s]![i]);
-      if (d >= 0) firstDivergence = Math.min(firstDivergence, d);
-    });
-    const freeRunning = same / (prompts.length * TOKENS);
-
-    // Teacher-forced on the f32 sequences: per-position argmax agreement and the logit error.
-    let agree = 0, positions = 0, maxDelta = 0, lo = Infinity, hi = -Infinity;
-    prompts.forEach((p, s) => {
-      const seq = [...p, ...want[s]!.slice(0, TOKENS - 1)];
-      const a = allLogits(f32, seq), b = allLogits(int8, seq);
-      for (let pos = p.length - 1; pos < seq.length; pos++) {
-        const off = pos * V;
-        agree += argmax(a, off, V) === argmax(b, off, V) ? 1 : 0;
-        positions++;
-        for (let i = off; i < off + V; i++) {
-          maxDelta = Math.max(maxDelta, Math.abs(a[i]! - b[i]!));
-          lo = Math.min(lo, a[i]!);
-          hi = Math.max(hi, a[i]!);
-        }
-      }
-    });
-    const forced = agree / positions;
-    console.log(
-      `int8 vs f32 (mini decoder, ${prompts.length} prompts x ${TOKENS} greedy tokens): free-running token agreement ${(freeRunning * 100).toFixed(1)}% ` +
-        `(first divergence at token ${firstDivergence}); teacher-forced argmax agreement ${(forced * 100).toFixed(1)}% over ${positions} positions; ` +
-        `max |Δlogit| ${maxDelta.toFixed(4)} (f32 logits span [${lo.toFixed(2)}, ${hi.toFixed(2)}])`,
-    );
-    expect(forced).toBeGreaterThanOrEqual(0.9);
-    expect(freeRunning).toBeGreaterThanOrEqual(0.75);
-    expect(maxDelta).toBeGreaterThan(0);
-    expect(maxDelta).toBeLessThan(0.05 * (hi - lo));
+    const a = agreementWithF32(f32, int8, config);
+    console.log(describeAgreement('int8 vs f32', a));
+    expect(a.forced).toBeGreaterThanOrEqual(0.9);
+    expect(a.freeRunning).toBeGreaterThanOrEqual(0.75);
+    expect(a.maxDelta).toBeGreaterThan(0);
+    expect(a.maxDelta).toBeLessThan(0.05 * (a.hi - a.lo));
   });
 });
 

@@ -596,7 +596,7 @@ export class DecoderModel {
    * different way of applying weights (another dtype, another kernel) changes this one method.
    */
   private project(x: Tensor, weight: Tensor, out: Tensor): void {
-    linear(x, weight, undefined, { out });
+    linear(x, weight, undefined, { out, compute: this.weights.compute });
   }
 
   /**

@@ -531,7 +531,8 @@ export class EncoderModel {
     // One GEMM for q, k and v (n = 3·hidden keeps the GEMM efficient at BERT sizes), then split: viewed as
     // [3·tokens, hidden] rows, row 3t is token t's q, 3t + 1 its k, 3t + 2 its v.
     const fused = this.fusedQkv(l);
-    linear(h, fused.weight, fused.bias, { out: qkvOut });
+    const compute = this.weights.compute;
+    linear(h, fused.weight, fused.bias, { out: qkvOut, compute });
     gatherRows(qkvRows, split.q, { out: q });
     gatherRows(qkvRows, split.k, { out: k });
     gatherRows(qkvRows, split.v, { out: v });
@@ -548,16 +549,16 @@ export class EncoderModel {
       else attentionPrefill(sv.q, sv.k, sv.v, { out: sv.ctx });
     }
 
-    linear(attn, ...wb(lin.attn_out), { out: attnOut });
+    linear(attn, ...wb(lin.attn_out), { out: attnOut, compute });
     runLinearHooks(deltas, { family: 'encoder', site: 'attn_out', layer: l, x: attn, outputs: [{ slice: 'attn_out', module: lin.attn_out, y: attnOut }], layout });
     add(attnOut, h, { out: sum });
     layerNorm(sum, ...wb(ln.attn_ln), { eps: c.layerNormEps, out: h });
     runNormHooks(deltas, { family: 'encoder', site: 'attn_ln', layer: l, module: ln.attn_ln, x: sum, y: h, layout });
 
-    linear(h, ...wb(lin.ffn_in), { out: inter });
+    linear(h, ...wb(lin.ffn_in), { out: inter, compute });
     runLinearHooks(deltas, { family: 'encoder', site: 'ffn_in', layer: l, x: h, outputs: [{ slice: 'ffn_in', module: lin.ffn_in, y: inter }], layout });
     gelu(inter, { out: inter });
-    linear(inter, ...wb(lin.ffn_out), { out: ffn });
+    linear(inter, ...wb(lin.ffn_out), { out: ffn, compute });
     runLinearHooks(deltas, { family: 'encoder', site: 'ffn_out', layer: l, x: inter, outputs: [{ slice: 'ffn_out', module: lin.ffn_out, y: ffn }], layout });
     add(ffn, h, { out: sum });
     layerNorm(sum, ...wb(ln.ffn_ln), { eps: c.layerNormEps, out: h });

@@ -2,7 +2,7 @@
  * Model weights: native tensors by Hugging Face name, loaded from any {@link TensorSource} (a safetensors file, a
  * sharded directory, or an in-memory map) and checked against the shapes the config implies.
  */
-import { type Backend, type DType, Tensor, cast, getBackend, isQ8Weight, q8Dequantize, q8Quantize } from '@tessera/native';
+import { type Backend, type ComputeMode, type DType, Tensor, cast, getBackend, isQ8Weight, q8Dequantize, q8Quantize } from '@tessera/native';
 import { MissingTensorError, TensorShapeError } from '../errors.js';
 
 /** What the loader needs from a tensor container (SafetensorsFile and ModelTensors implement it). */
@@ -21,6 +21,11 @@ export class ModelWeights {
   /** Stacked weights built by fusedRows, by their parts' names joined with newlines; each part is a row view. */
   private readonly fused = new Map<string, { weight: Tensor; views: Tensor[] }>();
   private readonly exclusive: boolean;
+  /**
+   * How the models multiply by these weights: 'bf16' (set by `load` with `compute: 'bf16'`, after `toBf16`) makes
+   * every linear layer round its activations to bf16 and sum in f32 (`@tessera/native` gemm's `compute`).
+   */
+  compute: ComputeMode = 'f32';
 
   /**
    * `exclusive`: nothing but this object holds the map's tensors, so fusedRows may replace them by views of a
@@ -89,6 +94,23 @@ export class ModelWeights {
       if (isQ8Weight(t) || t.rank !== 2 || t.shape[1]! % 32 !== 0) continue;
       const q = q8Quantize(t);
       this.tensors.set(name, q);
+      t.dispose();
+      done.push(name);
+    }
+    return done;
+  }
+
+  /**
+   * Holds the named 2-D float weights as bf16 (rounded to nearest even), one at a time, for `compute: 'bf16'`:
+   * the bf16-compute GEMM reads bf16 weights in place. Weights already bf16 or Q8_0 are left as they are. Returns
+   * the names converted.
+   */
+  toBf16(names: readonly string[]): string[] {
+    const done: string[] = [];
+    for (const name of names) {
+      const t = this.get(name);
+      if (t.dtype === 'bf16' || isQ8Weight(t) || t.rank !== 2) continue;
+      this.tensors.set(name, cast(t, 'bf16'));
       t.dispose();
       done.push(name);
     }
