@@ -5,11 +5,13 @@
  *   - ours with bf16 weights: GFLOP/s, and the weight bandwidth (weight bytes / time) as a fraction of the
  *     measured triad bandwidth: at decode sizes (small m) a GEMM is a weight stream, so that fraction is the
  *     figure of merit.
+ *   - ours in bf16 compute (`compute: 'bf16'`, bf16 weights, activations rounded to bf16, f32 sums; VDPBF16PS where
+ *     the CPU has AVX512-BF16): GFLOP/s and its speed-up over our f32 GEMM on the same shape (bf16_compute_vs_f32).
  * Every shape is checked numerically before it is timed (ours vs ORT on the whole output, and all three
  * against a float64 reference on sampled outputs): timing a wrong result would be worthless.
  */
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
-import { fromHalfBits, gemm, q8Dequantize, q8Gemm, q8Kernels, q8Quantize, Tensor, toHalfBits } from '@tessera/native';
+import { deviceInfo, fromHalfBits, gemm, getCpuBackend, q8Dequantize, q8Gemm, q8Kernels, q8Quantize, Tensor, toHalfBits } from '@tessera/native';
 
 import { maxRelErr, randomFloats, transpose } from '../data.js';
 import { lastLevelCacheMiB } from '../machine.js';
@@ -130,11 +132,13 @@ export const gemmBench: Bench = {
           const x = Tensor.from(xData, [m, k]);
           const outF32 = Tensor.empty([m, n]);
           const outBf16 = Tensor.empty([m, n]);
+          const outBf16c = Tensor.empty([m, n]);
           const feeds: Record<string, OrtTensor> = { X: new ort.Tensor('float32', xData, [m, k]) };
           try {
             // ---- correctness first
             gemm(x, wT, { transB: true, out: outF32 });
             gemm(x, wB, { transB: true, out: outBf16 });
+            gemm(x, wB, { transB: true, out: outBf16c, compute: 'bf16' });
             const ortOut = (await sess.run(feeds)).Y;
             if (!ortOut) throw new Error(`gemm: ${label} m=${m}: ORT returned no output Y`);
             const ortY = ortOut.data as Float32Array;
@@ -144,11 +148,13 @@ export const gemmBench: Bench = {
             const errOurs = sampledError(oursY, xData, w, m, n, k);
             const errOrt = sampledError(ortY, xData, w, m, n, k);
             const errBf16 = sampledError(oursB, xData, wBf16Values, m, n, k);
+            const errBf16c = sampledError(outBf16c.toArray() as Float32Array, xData, wBf16Values, m, n, k);
             const bad: string[] = [];
             if (!(errVsOrt <= TOL_F32)) bad.push(`ours f32 vs ORT ${errVsOrt.toExponential(2)} > ${TOL_F32}`);
             if (!(errOurs <= TOL_F32)) bad.push(`ours f32 vs float64 ${errOurs.toExponential(2)} > ${TOL_F32}`);
             if (!(errOrt <= TOL_F32)) bad.push(`ORT vs float64 ${errOrt.toExponential(2)} > ${TOL_F32}`);
             if (!(errBf16 <= TOL_BF16)) bad.push(`ours bf16 vs float64 ${errBf16.toExponential(2)} > ${TOL_BF16}`);
+            if (!(errBf16c <= TOL_BF16)) bad.push(`ours bf16 compute vs float64 ${errBf16c.toExponential(2)} > ${TOL_BF16}`);
             if (bad.length) throw new Error(`gemm: ${label} m=${m}: results disagree (normwise max error): ${bad.join('; ')}`);
 
             // ---- timing, side by side, in alternating rounds (ours, ours bf16, ORT, pause; twice), keeping each
@@ -157,14 +163,16 @@ export const gemmBench: Bench = {
             ctx.log(`gemm: ${label} m=${m}: timing`);
             let tOurs: Timing | null = null;
             let tBf16: Timing | null = null;
+            let tBf16c: Timing | null = null;
             let tOrt: Timing | null = null;
             for (let round = 0; round < TIMING_ROUNDS; round++) {
               tOurs = better(tOurs, measure(() => gemm(x, wT, { transB: true, out: outF32 }), timing));
               tBf16 = better(tBf16, measure(() => gemm(x, wB, { transB: true, out: outBf16 }), timing));
+              tBf16c = better(tBf16c, measure(() => gemm(x, wB, { transB: true, out: outBf16c, compute: 'bf16' }), timing));
               tOrt = better(tOrt, await measureAsync(() => sess.run(feeds), timing));
               await sleep(50);
             }
-            if (!tOurs || !tBf16 || !tOrt) throw new Error('gemm: no timing rounds ran');
+            if (!tOurs || !tBf16 || !tBf16c || !tOrt) throw new Error('gemm: no timing rounds ran');
 
             const ours = gflops(m, n, k, tOurs.medianMs);
             const ortG = gflops(m, n, k, tOrt.medianMs);
@@ -184,21 +192,26 @@ export const gemmBench: Bench = {
               bf16_weight_gbs: wGBs,
               bf16_bandwidth_frac: wGBs / roof.triadGBs,
               bf16_peak_frac: bf16 / roof.peakGflops,
+              ours_bf16c_gflops: gflops(m, n, k, tBf16c.medianMs),
+              bf16_compute_vs_f32: tOurs.medianMs / tBf16c.medianMs,
               // Weights that fit in the last-level cache are re-read from it, not from DRAM: above 100% is possible.
               bf16_weights_fit_llc: llcMiB === null ? null : (n * k * 2) / 2 ** 20 <= llcMiB,
               ours_f32_ms: tOurs.medianMs,
               ort_f32_ms: tOrt.medianMs,
               ours_bf16_ms: tBf16.medianMs,
-              max_spread: Math.max(tOurs.spread, tOrt.spread, tBf16.spread),
+              ours_bf16c_ms: tBf16c.medianMs,
+              max_spread: Math.max(tOurs.spread, tOrt.spread, tBf16.spread, tBf16c.spread),
               err_ours_vs_ort: errVsOrt,
               err_ours_vs_f64: errOurs,
               err_ort_vs_f64: errOrt,
               err_bf16_vs_f64: errBf16,
+              err_bf16c_vs_f64: errBf16c,
             });
           } finally {
             x.dispose();
             outF32.dispose();
             outBf16.dispose();
+            outBf16c.dispose();
           }
         }
       } finally {
@@ -222,6 +235,11 @@ export const gemmBench: Bench = {
     if (decodeM1 !== null) ratios.bf16_decode_bandwidth_frac_m1 = decodeM1;
     const decodeM8Peak = minOf(rows, 'bf16_peak_frac', (r) => (r.m as number) === 8);
     if (decodeM8Peak !== null) ratios.bf16_decode_peak_frac_m8 = decodeM8Peak;
+    // bf16 compute against our f32 GEMM where it is meant to pay (m >= 32: compute-bound): the minimum and the geomean.
+    const bf16c = minOf(rows, 'bf16_compute_vs_f32', (r) => (r.m as number) >= 32);
+    if (bf16c !== null) ratios.bf16_compute_vs_f32 = bf16c;
+    const bf16cAll = rows.filter((r) => (r.m as number) >= 32).map((r) => r.bf16_compute_vs_f32 as number);
+    if (bf16cAll.length) ratios.bf16_compute_vs_f32_geomean = geomean(bf16cAll);
     const allRatios = rows.map((r) => r.f32_vs_ort as number);
     if (allRatios.length) ratios.f32_vs_ort_geomean = geomean(allRatios);
     // int8 (Q8_0) weights: its own section below (int8DecodeSection).
@@ -238,6 +256,9 @@ export const gemmBench: Bench = {
         ort: { version: ort.env.versions.node ?? null, intraOpNumThreads: ctx.threads, graphOptimizationLevel: 'all', opset: 17, irVersion: 8 },
         timing: { ...timing, rounds: TIMING_ROUNDS },
         tolerances: { f32: TOL_F32, bf16: TOL_BF16 },
+        bf16_compute_kernel: deviceInfo(getCpuBackend()).features?.avx512bf16
+          ? 'VDPBF16PS (AVX512-BF16) for m > 8; rounded activations on the bf16-weight decode path for m <= 8'
+          : 'operands rounded to bf16, then the f32 kernels (no AVX512-BF16 on this CPU)',
         int8_decode: int8.params,
       },
       rows,
@@ -256,6 +277,8 @@ export const gemmBench: Bench = {
           { key: 'ours_bf16_gflops', header: 'bf16w GF/s' },
           { key: 'bf16_weight_gbs', header: 'bf16w GB/s' },
           { key: 'bf16_bandwidth_frac', header: '% triad', format: pct },
+          { key: 'ours_bf16c_gflops', header: 'bf16c GF/s' },
+          { key: 'bf16_compute_vs_f32', header: 'bf16c/f32' },
           { key: 'err_ours_vs_ort', header: 'err vs ORT', format: (v) => (v as number).toExponential(1) },
         ],
         rows,
@@ -264,6 +287,7 @@ export const gemmBench: Bench = {
             `peak ${roof.peakGflops.toFixed(0)} GFLOP/s, triad ${roof.triadGBs.toFixed(1)} GB/s.`,
           'bf16w: our GEMM with bf16 weights; GB/s = weight bytes (2nk) / time, % triad = that / triad bandwidth' +
             (llcMiB === null ? '.' : ` (weights under the ${llcMiB} MiB last-level cache are served from it and can exceed 100%).`),
+          'bf16c: our GEMM in bf16 compute (bf16 weights, activations rounded to bf16, f32 sums); bf16c/f32 = our f32 time / bf16c time.',
           'err vs ORT: max |ours - ORT| / max |ORT| over the whole output (checked before timing).',
           int8.note,
         ],
@@ -275,6 +299,7 @@ export const gemmBench: Bench = {
           { name: 'ours f32', values: rows.map((r) => r.ours_f32_gflops as number) },
           { name: 'ORT f32', values: rows.map((r) => r.ort_f32_gflops as number) },
           { name: 'ours bf16 weights', values: rows.map((r) => r.ours_bf16_gflops as number) },
+          { name: 'ours bf16 compute', values: rows.map((r) => r.ours_bf16c_gflops as number) },
         ],
         yLabel: 'GFLOP/s',
         logY: true,
