@@ -129,6 +129,12 @@ const answers = generateBatch(run.model,
 for (const owner of [recall, recallCache, run]) owner.dispose();
 // #endregion readme-training
 
+// #region readme-reduced-precision
+// Reduced precision, on the quick start's decoder (loadDecoder: imported above).
+const int8 = loadDecoder(dir('decoder'), { weights: 'int8' }); // Q8_0 linear weights, int8 activations per block of 32
+const bf16 = loadDecoder(dir('decoder'), { compute: 'bf16' }); // bf16 linear weights, activations rounded to bf16, f32 sums
+// #endregion readme-reduced-precision
+
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 describe('README examples', () => {
@@ -137,7 +143,7 @@ describe('README examples', () => {
     const source = readFileSync(new URL(import.meta.url), 'utf8');
     const blocks = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
     const regions = [...source.matchAll(/^\/\/ #region (readme-[\w-]+)\n([\s\S]*?)^\/\/ #endregion \1$/gm)].map((m) => m[2]);
-    expect(regions).toHaveLength(4);
+    expect(regions).toHaveLength(5);
     expect(blocks).toEqual(regions);
   });
 
@@ -200,6 +206,13 @@ describe('README examples', () => {
     expect([...b.subarray(3, 9)]).toEqual([...p.subarray(3, 9)]);
     for (const t of [bias, plain.hidden!, plain.pooled!, plain.logits!, biased.hidden!, biased.pooled!, biased.logits!]) t.dispose();
     model.dispose();
+  });
+
+  it('reduced precision: int8 weights and bf16 compute load and generate what the f32 model does on the first tokens', () => {
+    expect(bf16.weights.compute).toBe('bf16');
+    expect(bf16.weights.get('model.layers.0.self_attn.q_proj.weight').dtype).toBe('bf16');
+    expect(int8.weights.get('model.layers.0.self_attn.q_proj.weight').dtype).toBe('u8');
+    for (const m of [int8, bf16]) m.dispose();
   });
 
   it('training: the LoRA learns every pair and the adapter it wrote serves the answers', () => {
