@@ -208,7 +208,7 @@ describe('README examples', () => {
     model.dispose();
   });
 
-  it('reduced precision: int8 weights and bf16 compute load and generate what the f32 model does on the first tokens', () => {
+  it('reduced precision: the int8 model holds Q8_0 weights, the bf16 model bf16 weights and compute', () => {
     expect(bf16.weights.compute).toBe('bf16');
     expect(bf16.weights.get('model.layers.0.self_attn.q_proj.weight').dtype).toBe('bf16');
     expect(int8.weights.get('model.layers.0.self_attn.q_proj.weight').dtype).toBe('u8');
