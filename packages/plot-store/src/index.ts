@@ -5,3 +5,5 @@
  * `./file` entry and the window-mode builder the `./build` entry (it runs the engine).
  */
 export * from './policy/index.js';
+// A seeded synthetic domain corpus (Zipfian streams with domain phrases) for tests, demos and benches.
+export { type ZipfCorpusOptions, zipfCorpus } from './corpus/zipf.js';

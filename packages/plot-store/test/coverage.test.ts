@@ -1,7 +1,7 @@
 /** hmi.md §4.1 behaviour 6 (α-coverage selection, A6) and the root key set (A5). */
 import { describe, expect, it } from 'vitest';
 import { packKey, PAD, PlotStoreArgumentError, rootKeys, selectByCoverage, TrigramCounts, TrigramKeyCodec, unpackKey } from '../src/index.js';
-import { zipfCorpus } from './zipf.js';
+import { zipfCorpus } from '../src/corpus/zipf.js';
 
 const codec = new TrigramKeyCodec({ vocabSize: 1000 });
 // Thirty domain phrases of four tokens each ((5,6,7,8), (8,9,10,11), …) spliced into a Zipf (s = 1.2) stream.

@@ -26,7 +26,7 @@ import {
   VersionStateError,
   ZERO_ROW,
 } from '../src/index.js';
-import { zipfCorpus } from './zipf.js';
+import { zipfCorpus } from '../src/corpus/zipf.js';
 
 const HIDDEN = 4;
 const WIDTH = 3 * HIDDEN;

@@ -1,4 +1,7 @@
-/** A seeded synthetic "domain" corpus (hmi.md §4.2 E2): Zipfian token streams with a few domain-frequent phrases. */
+/**
+ * A seeded synthetic "domain" corpus (hmi.md §4.2 E2) for tests, demos and benches: Zipfian token streams with a
+ * few domain-frequent phrases, so a domain's tri-gram counts have the long tail the α-coverage rule (A6) is about.
+ */
 import { mulberry32 } from '@tessera/core';
 
 export interface ZipfCorpusOptions {
