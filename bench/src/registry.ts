@@ -33,6 +33,11 @@ export const BENCHES: readonly BenchEntry[] = [
     load: async () => (await import('./benches/punica.js')).punicaBench,
   },
   {
+    name: 'hmi',
+    summary: 'HMI: PLOT lookup vs the lower layers, storage against α, the Table 2 memory analogue, Table 6 pipelining (simulated)',
+    load: async () => (await import('./benches/hmi.js')).hmiBench,
+  },
+  {
     name: 'prefix-cache',
     summary: 'prefix caching keyed by adapter on a shared system prompt: hit rate, prefill tokens, tokens/s (on vs off)',
     load: async () => (await import('./benches/prefix-cache.js')).prefixCacheBench,
