@@ -131,9 +131,9 @@ function randomAdapter(d: number, m: number, seed: number): AdapterW {
   return { d, m, down, downBias: randomFloats(m, seed + 1, -0.5, 0.5), up: randomFloats(d * m, seed + 2, -1, 1), upBias: randomFloats(d, seed + 3) };
 }
 
-function adapterF64(w: Want, rows: number[], a: AdapterW, act: 'gelu' | 'gelu_tanh'): void {
+function adapterF64(w: Want, rows: number[], a: AdapterW, act: 'gelu' | 'gelu_tanh' | 'relu'): void {
   const { d, m } = a;
-  const g = act === 'gelu' ? geluErf : geluTanh;
+  const g = act === 'gelu' ? geluErf : act === 'relu' ? (x: number) => Math.max(x, 0) : geluTanh;
   for (const row of rows) {
     const h = new Float64Array(m);
     const hMag = new Float64Array(m);
@@ -319,7 +319,7 @@ describe('PET ops against float64 and the native reference', () => {
     }
   });
 
-  it('adapter: gelu and gelu_tanh, bottlenecks 0 to 64, ragged rows', () => {
+  it('adapter: gelu, gelu_tanh and relu, bottlenecks 0 to 64, ragged rows', () => {
     let seed = 200;
     for (const [d, m] of [
       [8, 4],
@@ -329,7 +329,7 @@ describe('PET ops against float64 and the native reference', () => {
       [24, 0],
       [130, 17],
     ] as const) {
-      for (const act of ['gelu', 'gelu_tanh'] as const) {
+      for (const act of ['gelu', 'gelu_tanh', 'relu'] as const) {
         const { rows, total } = raggedRows(seed++, 5);
         const ws = rows.map(() => randomAdapter(d, m, (seed += 4)));
         const y0 = randomFloats(total * d, seed++);
@@ -657,7 +657,8 @@ describe('petSiteRun validation', () => {
     rejects([{ kind: 'bias', rows: { start: 0, seqs: 3, stride: 3, tokens: 4 }, y: y(), bias: vec(d) }], InvalidArgumentError, /ops\[0\] \(bias\) rows\.stride = 3 must be >= rows\.tokens = 4 when rows\.seqs > 1 \(sequences would overlap\)/);
     rejects([{ kind: 'csr', rows: all, x: x(), y: y(), ...goodCsr(), scale: Infinity }], InvalidArgumentError, /ops\[0\] \(csr\) scale must be a finite number, got Infinity/);
     rejects([{ kind: 'layernorm', rows: all, x: y(), y: y(), gamma: vec(d), beta: vec(d), eps: -1 }], InvalidArgumentError, /ops\[0\] \(layernorm\) eps must be a finite number >= 0, got -1/);
-    expect(() => petSiteRun([{ kind: 'adapter', rows: all, y: y(), ...adapterOf(), act: 'relu' as 'gelu' }])).toThrow(/ops\[0\] \(adapter\) act must be 'gelu' or 'gelu_tanh', got relu/);
+    expect(() => petSiteRun([{ kind: 'adapter', rows: all, y: y(), ...adapterOf(), act: 'swish' as 'gelu' }])).toThrow(/ops\[0\] \(adapter\) act must be 'gelu', 'gelu_tanh' or 'relu', got swish/);
+    expect(() => petSiteRun([{ kind: 'adapter', rows: all, y: y(), ...adapterOf(), act: 'toString' as 'gelu' }])).toThrow(/act must be/);
   });
 
   it('rejects rows outside the tensors, bad dtypes, ranks and shapes, naming the op and the field', () => {

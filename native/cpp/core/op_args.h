@@ -11,7 +11,8 @@ namespace tessera {
 // ---------------------------------------------------------------- elementwise (f32)
 // Binary ops broadcast b over rows when b_n < n (b_n must divide n: b is a row of length b_n).
 enum class BinaryOp : int { Add = 0, Mul = 1 };
-enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2 };
+// Relu is only an adapter activation (HMI's adapters: hmi.md §1.6); the elementwise and training ops take the others.
+enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2, Relu = 3 };
 
 // ---------------------------------------------------------------- GEMM
 // C[m,n] = alpha * op(A) @ op(B) + beta * C + bias[n]

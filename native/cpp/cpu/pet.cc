@@ -89,7 +89,7 @@ void pet_adapter_tile_scalar(const PetAdapterTile& t) {
       float acc = 0.0f;
       for (int64_t c = 0; c < d; ++c) acc += yr[c] * w[c];
       const float pre = acc + op.down_bias[k];
-      h[k] = op.act == Activation::GeluTanh ? gelu_tanh_f(pre) : gelu_erf_f(pre);
+      h[k] = op.act == Activation::GeluTanh ? gelu_tanh_f(pre) : op.act == Activation::Relu ? std::max(pre, 0.0f) : gelu_erf_f(pre);
     }
     for (int64_t c = 0; c < d; ++c) {
       const float* w = op.up + c * m;
@@ -142,7 +142,7 @@ void adapter_ref(const PetOpArgs& op) {
     for (int64_t k = 0; k < m; ++k) {
       double acc = op.down_bias[k];
       for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(yr[c]) * op.down[k * d + c];
-      h[static_cast<size_t>(k)] = op.act == Activation::GeluTanh ? gelu_tanh_d(acc) : gelu_erf_d(acc);
+      h[static_cast<size_t>(k)] = op.act == Activation::GeluTanh ? gelu_tanh_d(acc) : op.act == Activation::Relu ? std::max(acc, 0.0) : gelu_erf_d(acc);
     }
     // The up projection reads only h: y is written after every read of it above.
     for (int64_t c = 0; c < d; ++c) {

@@ -53,6 +53,7 @@ static inline V v_act(Activation act, V x) {
   switch (act) {
     case Activation::GeluErf: return v_gelu_erf(x);
     case Activation::GeluTanh: return v_gelu_tanh(x);
+    case Activation::Relu: return v_max(v_set1(0.0f), x);  // maxps returns its second operand for NaN: NaN stays NaN
     default: return v_silu(x);
   }
 }

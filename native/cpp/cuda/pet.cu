@@ -25,6 +25,7 @@ constexpr int64_t kMaxRowBlocks = 1 << 20;
 __device__ __forceinline__ int64_t op_row(const PetRows& r, int64_t j) { return r.start + (j / r.tokens) * r.stride + j % r.tokens; }
 
 __device__ __forceinline__ float act_f(Activation act, float x) {
+  if (act == Activation::Relu) return fmaxf(x, 0.0f);
   if (act == Activation::GeluTanh) {
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
     return x / (1.0f + expf(-2.0f * u));
@@ -33,6 +34,7 @@ __device__ __forceinline__ float act_f(Activation act, float x) {
 }
 
 __device__ __forceinline__ double act_d(Activation act, double x) {
+  if (act == Activation::Relu) return fmax(x, 0.0);
   if (act == Activation::GeluTanh) return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
   return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
 }

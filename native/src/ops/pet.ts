@@ -55,6 +55,10 @@ export interface PetRows {
   tokens: number;
 }
 
+/** The adapter's activation: GELU (erf; PetS, vBERT), its tanh form, or ReLU (the HMI paper's). */
+export type AdapterActivation = 'gelu' | 'gelu_tanh' | 'relu';
+const ADAPTER_ACT_CODES: Record<AdapterActivation, number> = { gelu: 0, gelu_tanh: 1, relu: 2 };
+
 export type PetOp =
   /**
    * y[r, o] += scale · Σ_{e ∈ [indptr[o], indptr[o+1])} values[e] · x[r, indices[e]]. The sparse matrix is [out, in]
@@ -67,10 +71,10 @@ export type PetOp =
   | { kind: 'bias'; rows: PetRows; y: Tensor; bias: Tensor }
   /**
    * Houlsby bottleneck adapter on the site output, in place: h = act(y[r] · downᵀ + downBias); y[r] += h · upᵀ + upBias.
-   * down f32 [m, d], downBias f32 [m], up f32 [d, m], upBias f32 [d]; act 'gelu' (erf, default) or 'gelu_tanh'. The
+   * down f32 [m, d], downBias f32 [m], up f32 [d, m], upBias f32 [d]; act 'gelu' (erf, default), 'gelu_tanh' or 'relu'. The
    * intermediate h is per-thread scratch inside the kernel (fused GELU, never materialized as a tensor). m <= 4096.
    */
-  | { kind: 'adapter'; rows: PetRows; y: Tensor; down: Tensor; downBias: Tensor; up: Tensor; upBias: Tensor; act?: 'gelu' | 'gelu_tanh' }
+  | { kind: 'adapter'; rows: PetRows; y: Tensor; down: Tensor; downBias: Tensor; up: Tensor; upBias: Tensor; act?: AdapterActivation }
   /** Task LayerNorm epilogue: y[r] = (x[r] − mean) / sqrt(var + eps) · gamma + beta over the last dim (x, y f32 [rows, d]; x may be y). */
   | { kind: 'layernorm'; rows: PetRows; x: Tensor; y: Tensor; gamma: Tensor; beta: Tensor; eps: number };
 
@@ -209,8 +213,9 @@ export function petSiteRun(ops: readonly PetOp[], options: PetSiteRunOptions = {
         put(4, 'up', op.up);
         put(5, 'upBias', op.upBias);
         const act = op.act ?? 'gelu';
-        if (act !== 'gelu' && act !== 'gelu_tanh') throw new InvalidArgumentError(`${label} act must be 'gelu' or 'gelu_tanh', got ${String(act)}`);
-        meta[base + 8] = act === 'gelu_tanh' ? 1 : 0;
+        const code = Object.hasOwn(ADAPTER_ACT_CODES, act) ? ADAPTER_ACT_CODES[act as AdapterActivation] : undefined;
+        if (code === undefined) throw new InvalidArgumentError(`${label} act must be 'gelu', 'gelu_tanh' or 'relu', got ${String(act)}`);
+        meta[base + 8] = code;
         break;
       }
       case 'layernorm': {

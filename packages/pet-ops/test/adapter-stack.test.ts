@@ -26,14 +26,16 @@ function erf(x: number): number {
 }
 const gelu = (x: number) => 0.5 * x * (1 + erf(x / Math.SQRT2));
 
-/** y[r] + W_up·gelu(W_down·y[r] + b_down) + b_up in float64, from the flat vector. */
-function applyOne(y: Float32Array, r: number, v: Float32Array): Float64Array {
+const relu = (x: number) => Math.max(x, 0);
+
+/** y[r] + W_up·act(W_down·y[r] + b_down) + b_up in float64, from the flat vector. */
+function applyOne(y: Float32Array, r: number, v: Float32Array, act: (x: number) => number = gelu): Float64Array {
   const out = new Float64Array(d);
   const h = new Float64Array(m);
   for (let k = 0; k < m; k++) {
     let s = v[m * d + k]!;
     for (let c = 0; c < d; c++) s += v[k * d + c]! * y[r * d + c]!;
-    h[k] = gelu(s);
+    h[k] = act(s);
   }
   for (let c = 0; c < d; c++) {
     let s = y[r * d + c]! + v[2 * m * d + m + c]!;
@@ -60,31 +62,31 @@ describe('AdapterStackBuffer (HMI A10 on the PetS adapter kernel)', () => {
   const rows = 12;
   const input = rand(rows * d, 99, 1.5);
 
-  function run(stack: AdapterStackBuffer, segs = segments, reference = false): Float32Array {
+  function run(stack: AdapterStackBuffer, segs = segments, reference = false, act: 'gelu' | 'relu' = 'gelu'): Float32Array {
     const y = Tensor.from(input, [rows, d]);
     try {
-      stack.apply(y, segs, { reference });
+      stack.apply(y, segs, { reference, act });
       return y.toArray() as Float32Array;
     } finally {
       y.dispose();
     }
   }
 
-  it('equals a float64 loop applying each row its tenant’s adapter; rows outside every segment stay', () => {
+  it('equals a float64 loop applying each row its tenant’s adapter (GELU, and ReLU as in the HMI paper); rows outside every segment stay', () => {
     const stack = new AdapterStackBuffer({ hidden: d, bottleneck: m, slots: 5 });
     try {
       expect(numel).toBe(2 * d * m + m + d);
       vectors.forEach((v, s) => stack.write(s, v));
-      for (const reference of [false, true]) {
-        const got = run(stack, segments, reference);
+      for (const [reference, act] of [[false, 'gelu'], [true, 'gelu'], [false, 'relu'], [true, 'relu']] as const) {
+        const got = run(stack, segments, reference, act);
         let worst = 0;
         for (const { slot, rows: seg } of segments) {
           for (let r = seg.start; r < seg.start + seg.tokens; r++) {
-            const want = applyOne(input, r, vectors[slot]!);
+            const want = applyOne(input, r, vectors[slot]!, act === 'relu' ? relu : gelu);
             for (let c = 0; c < d; c++) worst = Math.max(worst, Math.abs(got[r * d + c]! - want[c]!) / (1 + Math.abs(want[c]!)));
           }
         }
-        expect(worst, `reference=${reference}`).toBeLessThan(2e-6);
+        expect(worst, `reference=${reference} ${act}`).toBeLessThan(2e-6);
         expect(Array.from(got.subarray(11 * d))).toEqual(Array.from(input.subarray(11 * d)));
       }
     } finally {

@@ -392,7 +392,8 @@ Napi::Value run(const Napi::CallbackInfo& info) {
           c.fail_op(ErrorCode::ShapeMismatch, "up " + shape_str(up.shape) + " must be [" + std::to_string(op.out) + ", " + std::to_string(m) + "] ([d, m])");
         expect_vector(c, up_bias, "upBias", op.out, [&] { return "d (" + y_cols() + ")"; });
         const double act = f[8];
-        if (!(act == 0 || act == 1)) c.fail_op(ErrorCode::InvalidArgument, "act code " + js_number(act) + " is not 0 (gelu) or 1 (gelu_tanh)");
+        if (!(act == 0 || act == 1 || act == 2))
+          c.fail_op(ErrorCode::InvalidArgument, "act code " + js_number(act) + " is not 0 (gelu), 1 (gelu_tanh) or 2 (relu)");
         disjoint(c, y, down, "down");
         disjoint(c, y, down_bias, "downBias");
         disjoint(c, y, up, "up");
@@ -402,7 +403,7 @@ Napi::Value run(const Napi::CallbackInfo& info) {
         op.up = up.data<float>();
         op.up_bias = up_bias.data<float>();
         op.m = m;
-        op.act = act == 1 ? Activation::GeluTanh : Activation::GeluErf;
+        op.act = act == 1 ? Activation::GeluTanh : act == 2 ? Activation::Relu : Activation::GeluErf;
         break;
       }
       default: {  // layernorm

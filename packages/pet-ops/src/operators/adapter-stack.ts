@@ -3,14 +3,14 @@
  * as vBERT lays them out — one flat f32 vector per tenant and layer, `[W_down (m·d) | b_down (m) | W_up (d·m) |
  * b_up (d)]` — and applied to the batch in ONE native call. The kernel is PetS's adapter op (`petSiteRun` with
  * one `adapter` op per tenant segment; A(a) = W_up·act(W_down·a + b_down) + b_up + a, the skip included), so HMI
- * and PetS share one adapter kernel on the CPU and on CUDA. It fits A10 as is except for the activation: the HMI
- * paper uses ReLU, vBERT and PetS GELU; the kernel has GELU (erf or tanh), so that is what runs here.
+ * and PetS share one adapter kernel on the CPU and on CUDA. The activation is the caller's: ReLU as in the HMI paper,
+ * or GELU (erf or tanh) as vBERT and PetS use; the default is GELU (erf), as PetS's.
  *
  * `AdapterStackBuffer` is one layer's device buffer D_j[B_max] of A12: `slots` rows of `numel` floats, with views
  * onto each slot's four parts made once. The copy stage writes a tenant's vector into a slot (`write`); the compute
  * stage applies the slots to their rows (`apply`).
  */
-import { type Backend, type PetOp, type PetRows, Tensor, petSiteRun } from '@tessera/native';
+import { type AdapterActivation, type Backend, type PetOp, type PetRows, Tensor, petSiteRun } from '@tessera/native';
 
 import { PetConfigError, PetShapeError } from '../errors.js';
 
@@ -33,7 +33,8 @@ export interface AdapterStackSegment {
 }
 
 export interface AdapterStackApplyOptions {
-  act?: 'gelu' | 'gelu_tanh';
+  /** Default 'gelu' (erf); HMI's paper uses 'relu'. */
+  act?: AdapterActivation;
   /** The plain double-accumulating kernel (tests' oracle). */
   reference?: boolean;
 }

@@ -11,7 +11,7 @@ import { adapterCost } from './cost.js';
 import { type LinearModuleInfo, linearModules } from './modules.js';
 import { checkPositiveInteger, hostF32 } from './validate.js';
 
-export const ADAPTER_ACTIVATIONS = ['gelu', 'gelu_tanh'] as const;
+export const ADAPTER_ACTIVATIONS = ['gelu', 'gelu_tanh', 'relu'] as const;
 
 export function adapterTensorNames(module: string): { down: string; downBias: string; up: string; upBias: string } {
   return {
