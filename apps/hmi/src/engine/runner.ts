@@ -104,7 +104,7 @@ export class HmiRunner {
   readonly mode: PipelineMode;
   readonly times: StageTimes = { retrieveMs: 0, gatherMs: 0, copyMs: 0, computeMs: 0, headMs: 0, batches: 0, requests: 0, adapterCopies: 0 };
   /** Stage trace of the pipelined path (kind, batch, layer), when `trace` is on: the tests read the order. */
-  readonly trace: { kind: PipelineAction['kind']; batch: number; layer: number }[] = [];
+  readonly trace: { kind: PipelineAction['kind'] | 'computed'; batch: number; layer: number }[] = [];
   traceOn = false;
   private readonly numel: number;
   /** D_j: one device buffer per upper layer. */
@@ -314,6 +314,7 @@ export class HmiRunner {
         }
         // Layer j − 1 is done: report it, which may let b+1 copy into D_{j−1}, then wait for layer j.
         this.times.computeMs += performance.now() - w.layerStart;
+        if (this.traceOn) this.trace.push({ kind: 'computed', batch: b, layer: j - 1 });
         this.pipeline.complete({ kind: 'compute', batch: b, layer: j - 1 });
         // The waiter first: the pump may hand out layer j at once (its copy already landed) and resolve it.
         const wait = new Promise<void>((resolve) => {
@@ -329,6 +330,7 @@ export class HmiRunner {
       this.times.computeMs += performance.now() - w.layerStart;
       const logits = this.head(w.batch, w.h0!, w.ctx);
       this.release(w);
+      if (this.traceOn) this.trace.push({ kind: 'computed', batch: b, layer: this.upperLayers - 1 });
       this.pipeline.complete({ kind: 'compute', batch: b, layer: this.upperLayers - 1 });
       this.work.delete(b);
       this.times.batches++;
