@@ -15,7 +15,7 @@ import type { HmiEngine } from './engine/hmi-engine.js';
 import type { JobView } from './jobs/queue.js';
 
 /** Bump when the recipe changes: a cached demo of another version is regenerated. */
-export const DEMO_VERSION = 1;
+export const DEMO_VERSION = 2;
 export const DEMO_MODEL_NAME = 'hmi-bert-tiny';
 
 export interface Demo {

@@ -27,7 +27,7 @@ export interface BaseModelOptions {
   lr: number;
 }
 
-export const DEFAULT_BASE: Omit<BaseModelOptions, 'corpus'> = { hiddenSize: 32, numHeads: 4, intermediateSize: 64, numLayers: 4, seed: 7, steps: 300, batchSize: 16, lr: 3e-3 };
+export const DEFAULT_BASE: Omit<BaseModelOptions, 'corpus'> = { hiddenSize: 32, numHeads: 4, intermediateSize: 64, numLayers: 4, seed: 7, steps: 800, batchSize: 16, lr: 3e-3 };
 
 /** Generates the model into `dir` and pretrains it in place (model.safetensors rewritten, f32). Returns the MLM loss. */
 export async function prepareBaseModel(dir: string, o: BaseModelOptions): Promise<{ loss: number }> {
