@@ -58,6 +58,7 @@ describe.each([
     expect(domainJob.state).toBe('done');
     expect(domainJob.progress).toBe(1);
     expect(seen.every((p, i) => p >= 0 && p <= 1 && (i === 0 || p >= seen[i - 1]!))).toBe(true);
+    expect(seen.some((p) => p > 0 && p < 1), `progress seen: ${seen.join(' ')}`).toBe(true);
     expect(domainJob.result).toMatchObject({ domain: 'bio', version: 'bio@1' });
     const bio = (await app.inject({ method: 'GET', url: '/v1/domains/bio' })).json();
     expect(bio).toMatchObject({ name: 'bio', version: 'bio@1', parent: 'root', alpha: 0.5, tenants: 0 });
@@ -94,23 +95,39 @@ describe.each([
     expect(second.data.map((r: { logits: number[] }) => r.logits)).not.toEqual(body.data.map((r: { logits: number[] }) => r.logits));
     expect((await app.inject({ method: 'GET', url: '/v1/tenants/t1' })).json()).toMatchObject({ steps: 60, examples: 36 });
 
-    // Cancel a running job: a long fine-tune, cancelled once it made progress, leaves no tenant.
-    const long = await app.inject({ method: 'POST', url: '/v1/tenants', payload: { id: 't2', domain: 'bio', labels: task.labels, examples: task.examples, steps: 100_000 } });
-    expect(long.statusCode).toBe(202);
+    // Cancel a running job (a long fine-tune, once it made progress) and a queued one behind it: neither leaves a
+    // tenant, and both ids are free again.
+    const submit = (id: string, steps: number) => app.inject({ method: 'POST', url: '/v1/tenants', payload: { id, domain: 'bio', labels: task.labels, examples: task.examples, steps } });
+    const long = await submit('t2', 100_000);
+    const queued = await submit('t3', 10);
+    expect([long.statusCode, queued.statusCode]).toEqual([202, 202]);
     const longId = long.json().id as string;
+    const queuedId = queued.json().id as string;
     for (;;) {
       const j = (await app.inject({ method: 'GET', url: `/v1/jobs/${longId}` })).json();
       if (j.state === 'running' && j.progress > 0) break;
       await new Promise((r) => setTimeout(r, 5));
     }
+    expect((await app.inject({ method: 'GET', url: `/v1/jobs/${queuedId}` })).json().state).toBe('queued');
+    const cancelledQueued = await app.inject({ method: 'DELETE', url: `/v1/jobs/${queuedId}` });
+    expect(cancelledQueued.statusCode).toBe(200);
+    expect(cancelledQueued.json()).toMatchObject({ state: 'cancelled', progress: 0, error: { code: 'job_cancelled' } });
     const cancelled = await app.inject({ method: 'DELETE', url: `/v1/jobs/${longId}` });
     expect(cancelled.statusCode).toBe(200);
     expect(cancelled.json()).toMatchObject({ state: 'cancelled', error: { code: 'job_cancelled' } });
-    expect((await app.inject({ method: 'GET', url: `/v1/jobs/${longId}` })).json().state).toBe('cancelled');
-    expect((await app.inject({ method: 'GET', url: '/v1/tenants/t2' })).statusCode).toBe(404);
-    expect((await app.inject({ method: 'DELETE', url: `/v1/jobs/${longId}` })).statusCode).toBe(409);
-    // Its id is free again.
+    for (const id of [longId, queuedId]) {
+      expect((await app.inject({ method: 'GET', url: `/v1/jobs/${id}` })).json().state).toBe('cancelled');
+      const again = await app.inject({ method: 'DELETE', url: `/v1/jobs/${id}` });
+      expect(again.statusCode).toBe(409);
+      expect(again.json().error.code).toBe('job_finished');
+    }
+    for (const id of ['t2', 't3']) expect((await app.inject({ method: 'GET', url: `/v1/tenants/${id}` })).statusCode).toBe(404);
     expect((await app.inject({ method: 'GET', url: '/v1/tenants' })).json().tenants).toBe(1);
+    // The reservations went with the jobs: t3 can be created now (and is deleted again).
+    const t3 = await submit('t3', 2);
+    expect(t3.statusCode).toBe(202);
+    expect((await waitJob(app, t3.json().id)).job.state).toBe('done');
+    await runJob(app, 'DELETE', '/v1/tenants/t3');
 
     // (e) a domain with tenants cannot be deleted.
     const inUse = await app.inject({ method: 'DELETE', url: '/v1/domains/bio' });
