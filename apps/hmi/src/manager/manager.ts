@@ -64,7 +64,7 @@ interface TenantJobData { id: string; domain: string; labels: string[]; examples
 export class Manager {
   readonly domains = new Map<string, DomainRecord>();
   /** target ('domain:<name>' | 'tenant:<id>') → the job that holds it. */
-  private readonly pending = new Map<string, { job: string; domain: string | null }>();
+  private readonly pending = new Map<string, { job: string; domain: string | null; op: string }>();
   private readonly finishedEarly = new Set<string>();
   private nextTenant = 1;
   private readonly specialIds: number[];
@@ -125,7 +125,7 @@ export class Manager {
     if (!NAME.test(id)) throw new HmiInputError('TESSERA_HMI_BAD_NAME', `tenant id ${JSON.stringify(id)}: use letters, digits, '.', '_', '-' (at most 64, starting with a letter or digit)`, 'id');
     if (this.tenants.has(id)) throw new HmiConflictError('TESSERA_HMI_TENANT_EXISTS', `tenant ${JSON.stringify(id)} already exists`, { tenant: id });
     this.domain(input.domain);
-    if (this.pending.has(`domain:${input.domain}`) && this.pendingOp(`domain:${input.domain}`) === 'delete') {
+    if (this.pending.get(`domain:${input.domain}`)?.op === 'delete_domain') {
       throw new HmiConflictError('TESSERA_HMI_BUSY', `domain ${JSON.stringify(input.domain)} is being deleted`, { domain: input.domain });
     }
     const labels = this.checkLabels(input.labels);
@@ -149,7 +149,7 @@ export class Manager {
   /** DELETE /v1/jobs/:id: a queued job never runs, so its reservation goes here; a running one's in its finally. */
   async cancel(jobId: string): Promise<JobView> {
     const view = await this.queue.cancel(jobId);
-    if (view.state === 'cancelled') this.release(jobId);
+    if (view.state === 'cancelled') this.release(jobId, false);
     return view;
   }
 
@@ -329,11 +329,8 @@ export class Manager {
     }
   }
 
-  private pendingOp(target: string): string | undefined {
-    return (this.pending.get(target) as { op?: string } | undefined)?.op?.split('_')[0];
-  }
-
-  private release(jobId: string): void {
+  /** Frees the job's reservation; `early`: the job may have ended before enqueue() learnt its id. */
+  private release(jobId: string, early = true): void {
     let found = false;
     for (const [target, slot] of this.pending) {
       if (slot.job === jobId) {
@@ -341,7 +338,7 @@ export class Manager {
         found = true;
       }
     }
-    if (!found) this.finishedEarly.add(jobId);
+    if (!found && early) this.finishedEarly.add(jobId);
   }
 
   private checkDomainUnused(name: string, running = false): void {
