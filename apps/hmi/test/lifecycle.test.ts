@@ -1,8 +1,9 @@
 /**
  * The manager lifecycle over HTTP (hmi.md §4.1 behaviour 14), with jobs in-process and on a real Redis (BullMQ,
  * 127.0.0.1:6379, a fresh key prefix per run): create a domain (progress, then done) → create a tenant → classify →
- * update it (the output changes) → cancel a running job (nothing registered) → a domain with tenants cannot be
- * deleted (409) → delete the tenant (classify is then 404) and the domain. Bad input gets a 4xx with a useful JSON
+ * update it (the output changes) → update the domain (a new version; the tenant stays on the old one until it is
+ * updated, then the old version is collected) → cancel a running and a queued job (nothing registered) → a domain
+ * with tenants cannot be deleted (409) → delete the tenant (classify is then 404) and the domain. Bad input gets a 4xx with a useful JSON
  * body, and the server keeps serving.
  */
 import { Redis } from 'ioredis';
@@ -94,6 +95,20 @@ describe.each([
     const second = (await classify('t1', texts)).json();
     expect(second.data.map((r: { logits: number[] }) => r.logits)).not.toEqual(body.data.map((r: { logits: number[] }) => r.logits));
     expect((await app.inject({ method: 'GET', url: '/v1/tenants/t1' })).json()).toMatchObject({ steps: 60, examples: 36 });
+
+    // (b) update the domain: a new version beside the old one; t1 stays on bio@1 (same logits) until it is updated,
+    // and then bio@1, superseded and unpinned, is collected.
+    const before = (await classify('t1', texts)).json();
+    const upd = await runJob(app, 'POST', '/v1/domains/bio/update', { corpus: domainCorpus('bio', 40, 7) });
+    expect(upd.result).toMatchObject({ domain: 'bio', version: 'bio@2' });
+    expect((await app.inject({ method: 'GET', url: '/v1/domains/bio' })).json()).toMatchObject({
+      version: 'bio@2', tenants: 1, versions: [{ id: 'bio@1', state: 'superseded', pins: 1 }, { id: 'bio@2', state: 'live', pins: 0 }],
+    });
+    expect((await classify('t1', texts)).json().data).toEqual(before.data);
+    await runJob(app, 'POST', '/v1/tenants/t1/update', { examples: task.examples.slice(0, 6), steps: 2 });
+    expect((await app.inject({ method: 'GET', url: '/v1/tenants/t1' })).json().version).toBe('bio@2');
+    expect((await app.inject({ method: 'GET', url: '/v1/domains/bio' })).json().versions).toEqual([{ id: 'bio@2', state: 'live', pins: 1, entries: expect.any(Number) }]);
+    expect((await classify('t1', texts)).statusCode).toBe(200);
 
     // Cancel a running job (a long fine-tune, once it made progress) and a queued one behind it: neither leaves a
     // tenant, and both ids are free again.

@@ -179,6 +179,8 @@ export class Manager {
       alpha: d.name === ROOT_DOMAIN ? null : d.alpha,
       coverage: cov ? { distinct: cov.distinct, kept: cov.kept, covered_fraction: cov.coveredFraction, kept_fraction: cov.keptFraction, corpus_tokens: cov.corpusTokens } : null,
       tenants: this.tenants.countOnDomain(d.name),
+      // Every version of the domain not yet collected: superseded ones stay while tenants are pinned to them (A7).
+      versions: this.plot.tree.versions().filter((v) => v.domain === d.name).map((v) => ({ id: v.id, state: v.state, pins: v.pins, entries: v.entries })),
       corpus_texts: d.corpusTexts,
       fpt_steps: d.fptSteps,
       last_loss: d.lastLoss,
