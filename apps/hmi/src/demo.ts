@@ -43,8 +43,11 @@ function current(dir: string): boolean {
   }
 }
 
-/** Returns the demo model under `dir`, generating and pretraining it first when missing (atomically: staging + rename). */
-export async function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) => void = () => {}): Promise<Demo> {
+/**
+ * Returns the demo model under `dir`, generating and pretraining it first when missing (atomically: staging +
+ * rename). `pretrainSteps` shortens the pretraining (the CLI test's demo; fewer steps, weaker tenants).
+ */
+export async function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) => void = () => {}, pretrainSteps: number = DEFAULT_BASE.steps): Promise<Demo> {
   const root = resolve(dir);
   const modelDir = join(root, DEMO_MODEL_NAME);
   const corpus = demoGeneralCorpus();
@@ -54,8 +57,8 @@ export async function ensureDemo(dir: string = defaultDemoDir(), log: (line: str
   rmSync(staging, { recursive: true, force: true });
   mkdirSync(staging, { recursive: true });
   const t0 = Date.now();
-  const { loss } = await prepareBaseModel(join(staging, DEMO_MODEL_NAME), { ...DEFAULT_BASE, corpus: [...corpus, ...domainCorpus('bio', 100), ...domainCorpus('eco', 100)] });
-  writeFileSync(join(staging, 'demo.json'), `${JSON.stringify({ version: DEMO_VERSION, model: DEMO_MODEL_NAME, pretrain_steps: DEFAULT_BASE.steps, pretrain_loss: loss }, null, 2)}\n`);
+  const { loss } = await prepareBaseModel(join(staging, DEMO_MODEL_NAME), { ...DEFAULT_BASE, steps: pretrainSteps, corpus: [...corpus, ...domainCorpus('bio', 100), ...domainCorpus('eco', 100)] });
+  writeFileSync(join(staging, 'demo.json'), `${JSON.stringify({ version: DEMO_VERSION, model: DEMO_MODEL_NAME, pretrain_steps: pretrainSteps, pretrain_loss: loss }, null, 2)}\n`);
   if (current(root)) rmSync(staging, { recursive: true, force: true });
   else {
     if (existsSync(root)) rmSync(root, { recursive: true, force: true });

@@ -11,6 +11,8 @@ import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { DEMO_VERSION, ensureDemo } from '../src/demo.js';
+
 const main = fileURLToPath(new URL('../src/main.ts', import.meta.url));
 const bin = fileURLToPath(new URL('../bin/tessera-hmi.mjs', import.meta.url));
 const readme = fileURLToPath(new URL('../README.md', import.meta.url));
@@ -62,6 +64,18 @@ describe('tessera-hmi --help', () => {
 });
 
 describe('the demo', () => {
+  it('is generated once and reused afterwards', async () => {
+    const dir = join(scratch, 'demo');
+    const lines: string[] = [];
+    // A shorter pretraining than the real demo's (CI time); the command below reuses this directory.
+    const first = await ensureDemo(dir, (l) => lines.push(l), 100);
+    expect(first.generated).toBe(true);
+    expect(lines[0]).toMatch(/generating the demo model/);
+    const again = await ensureDemo(dir, (l) => lines.push(l), 100);
+    expect(again).toMatchObject({ generated: false, modelDir: first.modelDir });
+    expect(JSON.parse(readFileSync(join(dir, 'demo.json'), 'utf8'))).toMatchObject({ version: DEMO_VERSION, pretrain_steps: 100 });
+  });
+
   it('trains its domains and tenants at start, answers the README quick start, and stops cleanly on SIGTERM', async () => {
     const { child, output, exited } = run(['--demo-dir', join(scratch, 'demo'), '--demo-tenants', '6', '--port', '0', '--log-level', 'warn']);
     const deadline = Date.now() + 90_000;
@@ -70,6 +84,7 @@ describe('the demo', () => {
       await new Promise((r) => setTimeout(r, 50));
     }
     const address = /on (http:\/\/127\.0\.0\.1:\d+)/.exec(output())![1]!;
+    expect(output()).toMatch(/using the demo model in/);
     expect(output()).toMatch(/3 domain\(s\), 6 tenant\(s\)/);
     const requests = quickstartRequests();
     expect(requests.length).toBeGreaterThanOrEqual(2);

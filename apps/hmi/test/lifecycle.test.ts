@@ -3,8 +3,8 @@
  * 127.0.0.1:6379, a fresh key prefix per run): create a domain (progress, then done) → create a tenant → classify →
  * update it (the output changes) → update the domain (a new version; the tenant stays on the old one until it is
  * updated, then the old version is collected) → cancel a running and a queued job (nothing registered) → a domain
- * with tenants cannot be deleted (409) → delete the tenant (classify is then 404) and the domain. Bad input gets a 4xx with a useful JSON
- * body, and the server keeps serving.
+ * with tenants cannot be deleted (409) → delete the tenant (classify is then 404) and the domain. Bad input gets a
+ * 4xx with a useful JSON body, and the server keeps serving.
  */
 import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
