@@ -39,6 +39,7 @@ export default defineConfig({
           { text: 'PetS (many PET tasks, one encoder)', link: '/servers/pets' },
           { text: 'Arlo (static-shape runtimes per length)', link: '/servers/arlo' },
           { text: 'BlockLLM (fine-tunes as chains of shared blocks)', link: '/servers/blockllm' },
+          { text: 'HMI (many tenants, hierarchical knowledge)', link: '/servers/hmi' },
         ],
       },
       {
