@@ -30,6 +30,7 @@ export const SERVERS: readonly ServerEntry[] = [
     without: { threads: 'each runtime instance runs one kernel thread on its own worker by design (--workers sets how many)' },
   },
   { name: 'blockllm', package: '@tessera/blockllm', envPrefix: 'BLOCKLLM', summary: 'OpenAI-compatible API over many fine-tunes of one foundation, served as chains of shared blocks (BlockLLM)' },
+  { name: 'hmi', package: '@tessera/hmi', envPrefix: 'HMI', summary: 'classification for thousands of tenants of one encoder: PLOT lookup for the lower layers, layer-wise staged adapters (HMI)' },
 ];
 
 /** A flag every server takes, with the variable `<PREFIX>_<NAME>` (a flag wins over its variable). */

@@ -68,7 +68,7 @@ describe('usage errors: exit 2, a message on stderr, the usage, a did-you-mean w
     [['bnech'], /did you mean "bench"\?/],
     [['frobnicate'], /unknown command "frobnicate"\n/],
     [['--port', '8000'], /unknown option "--port" \(options follow the command\)/],
-    [['serve'], /serve: name a server \(punica, pets, arlo, blockllm\)/],
+    [['serve'], /serve: name a server \(punica, pets, arlo, blockllm, hmi\)/],
     [['serve', 'punca'], /unknown server "punca"; did you mean "punica"\?/],
     [['serve', 'pet'], /unknown server "pet"; did you mean "pets"\?/],
     [['serve', 'vllm'], /unknown server "vllm"\n/],
