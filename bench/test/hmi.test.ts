@@ -10,7 +10,10 @@ import { type HmiSizes, hmiFigures } from '../src/benches/hmi.js';
 import { quickContext as ctx } from './quick-context.js';
 import { parseXml } from './xml.js';
 
-const TOY: HmiSizes = { batch: 2, seqLen: 16, domainSequences: 400, tenants: 500, timing: { budgetMs: 5, warmup: 1, minSamples: 1 }, rounds: 1 };
+const TOY: HmiSizes = {
+  batch: 2, seqLen: 16, domainSequences: 400, tenants: 500, timing: { budgetMs: 5, warmup: 1, minSamples: 1 }, rounds: 1,
+  tenantCounts: [1, 40], requests: 8, requestTokens: 12,
+};
 
 describe('hmi bench (toy sizes)', () => {
   it('measures PLOT against the lower layers, storage against α, the memory table and Table 6, and reports the ratios', async () => {
@@ -41,10 +44,18 @@ describe('hmi bench (toy sizes)', () => {
       expect(Math.abs((r.req_per_s as number) / (r.paper_req_per_s as number) - 1), String(r.setting)).toBeLessThan(0.025);
     }
 
-    for (const key of ['plot_vs_lower_layers', 'alpha50_storage_frac', 'tenants_in_budget', 'pipeline_gain_sim']) {
+    const tenants = section('tenants');
+    expect(tenants.map((r) => r.tenants)).toEqual([1, 40]);
+    // One tenant: its model loads once and its requests share batches; 40 tenants over 8 requests: a load per batch.
+    expect(tenants[0]!.dedicated_loads).toBe(1);
+    expect(tenants[1]!.dedicated_loads).toBe(Math.round(TOY.requests / (tenants[1]!.dedicated_mean_batch as number)));
+    for (const r of tenants) for (const k of ['hplm_req_s', 'hplm_sequential_req_s', 'dedicated_req_s']) expect(r[k] as number, k).toBeGreaterThan(0);
+
+    for (const key of ['plot_vs_lower_layers', 'alpha50_storage_frac', 'tenants_in_budget', 'pipeline_gain_sim', 'pipeline_gain_measured', 'hplm_vs_dedicated_max_tenants']) {
       expect(Number.isFinite(out.ratios[key]), key).toBe(true);
     }
     expect(out.ratios.pipeline_gain_sim!).toBeGreaterThan(0.2);
+    expect(Object.keys(out.moreSvgs ?? {}).sort()).toEqual(['table6', 'tenants']);
     for (const svg of [out.svg, ...Object.values(out.moreSvgs ?? {})]) expect(() => parseXml(svg)).not.toThrow();
   });
 });

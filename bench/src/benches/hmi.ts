@@ -14,8 +14,17 @@
  *   - Table 6 in simulation (E5a): `simulateLayerwisePipeline` with the paper's calibrated per-request costs
  *     (compute 2.625 ms, retrieval 0.315 ms, adapter load 0.325 ms; hmi.md §1.8), every ablation. Ratio
  *     `pipeline_gain_sim` (fine-grained over synchronized throughput, minus 1; target ≥ 0.2, paper 0.25).
+ *   - Throughput against tenants (E4, Figs. 11–12's shape) and Table 6 for real (E5b): the HMI server's runner
+ *     (`@tessera/hmi`: PLOT lookup, per-layer adapter staging, batched adapters, 4 upper layers) over mixed-tenant
+ *     batches, pipelined and sequential, against dedicated models (the whole encoder per tenant, an LRU of as many
+ *     as the device budget holds, a miss loading the tenant's model from its file, batches of one tenant). Ratios
+ *     `pipeline_gain_measured` (pipelined over sequential throughput, minus 1, over every tenant count) and
+ *     `hplm_vs_dedicated_max_tenants` (throughput at the largest tenant count).
  */
+import { mulberry32 } from '@tessera/core';
 import { type EncoderModel, encoderTopModules, loadEncoder } from '@tessera/engine';
+import { HmiRunner, PlotService, type RunBatch, type TenantState } from '@tessera/hmi/engine';
+import { adapterStackNumel } from '@tessera/pet-ops';
 import { getCpuBackend, Tensor } from '@tessera/native';
 import { simulateLayerwisePipeline, type PipelineAction } from '@tessera/adapter-swap';
 import { HeapPlotValueStore, PlotVersionTree, rootKeys, selectByCoverage, TrigramCounts, TrigramKeyCodec, zipfCorpus } from '@tessera/plot-store';
@@ -44,10 +53,20 @@ export interface HmiSizes {
   tenants: number;
   timing: MeasureOptions;
   rounds: number;
+  /** Tenant counts of the throughput figure, and requests (of `requestTokens` tokens) served per point. */
+  tenantCounts: number[];
+  requests: number;
+  requestTokens: number;
 }
 
-export const HMI_QUICK: HmiSizes = { batch: 4, seqLen: 64, domainSequences: 3000, tenants: 10_000, timing: { budgetMs: 200, warmup: 2, minSamples: 3 }, rounds: 2 };
-export const HMI_FULL: HmiSizes = { batch: 8, seqLen: 128, domainSequences: 40_000, tenants: 10_000, timing: { budgetMs: 800, warmup: 3, minSamples: 5 }, rounds: 3 };
+export const HMI_QUICK: HmiSizes = {
+  batch: 4, seqLen: 64, domainSequences: 3000, tenants: 10_000, timing: { budgetMs: 200, warmup: 2, minSamples: 3 }, rounds: 2,
+  tenantCounts: [1, 10, 100, 1000], requests: 64, requestTokens: 32,
+};
+export const HMI_FULL: HmiSizes = {
+  batch: 8, seqLen: 128, domainSequences: 40_000, tenants: 10_000, timing: { budgetMs: 800, warmup: 3, minSamples: 5 }, rounds: 3,
+  tenantCounts: [1, 10, 100, 1000, 10_000], requests: 256, requestTokens: 32,
+};
 
 // ---------------------------------------------------------------- PLOT vs the lower layers
 
@@ -277,6 +296,116 @@ function pipelineSim(upperLayers: number): Row[] {
   });
 }
 
+// ---------------------------------------------------------------- throughput against tenants, pipelining for real
+
+/** Requests per batch on both sides (the runner's device buffers hold this many tenants a layer). */
+const MAX_BATCH = 16;
+
+interface TenantPoint {
+  tenants: number;
+  hplmMs: number;
+  hplmSequentialMs: number;
+  dedicatedMs: number;
+  dedicatedLoads: number;
+  dedicatedBatches: number;
+}
+
+/** n tenants with distinct adapter and head arrays (same contents: the copies and the cache misses are what cost). */
+function makeTenants(n: number, d: number, layers: number, seed: number): TenantState[] {
+  const rand = mulberry32(seed);
+  const r = (len: number, scale: number) => Float32Array.from({ length: len }, () => (rand() * 2 - 1) * scale);
+  const numel = adapterStackNumel({ hidden: d, bottleneck: ADAPTER_DIM });
+  const adapters = Array.from({ length: layers }, () => r(numel, 0.05));
+  const head = { weight: r(3 * d, 0.1), bias: r(3, 0.1) };
+  return Array.from({ length: n }, (_, i) => ({
+    id: `t${i}`, domain: 'root', version: 'root', labels: ['a', 'b', 'c'],
+    adapters: adapters.map((a) => a.slice()), head: { weight: head.weight.slice(), bias: head.bias.slice() },
+    examples: 0, steps: 0, createdAt: '', updatedAt: '',
+  }));
+}
+
+/** Dedicated models: an LRU of `capacity` whole encoders; a request's batch is its tenant's queued requests. */
+function serveDedicated(dir: string, requests: { tenant: number; ids: number[] }[], capacity: number): { ms: number; loads: number; batches: number } {
+  const lru = new Map<number, EncoderModel>();
+  const pending = [...requests];
+  let loads = 0;
+  let batches = 0;
+  const t0 = performance.now();
+  try {
+    while (pending.length > 0) {
+      const tenant = pending[0]!.tenant;
+      const group: number[][] = [];
+      for (let i = 0; i < pending.length && group.length < MAX_BATCH; ) {
+        if (pending[i]!.tenant === tenant) group.push(pending.splice(i, 1)[0]!.ids);
+        else i++;
+      }
+      let model = lru.get(tenant);
+      if (model) lru.delete(tenant);
+      else {
+        if (lru.size >= capacity) {
+          const [oldest, evicted] = lru.entries().next().value as [number, EncoderModel];
+          lru.delete(oldest);
+          evicted.dispose();
+        }
+        model = loadEncoder(dir); // the swap: the tenant's whole model into the device budget
+        loads++;
+      }
+      lru.set(tenant, model);
+      const out = model.forward(group.map((ids) => ({ ids })), { outputs: { logits: true } });
+      out.logits?.dispose();
+      out.layout.dispose();
+      batches++;
+    }
+    return { ms: performance.now() - t0, loads, batches };
+  } finally {
+    for (const m of lru.values()) m.dispose();
+  }
+}
+
+async function tenantsThroughput(model: EncoderModel, dir: string, sizes: HmiSizes, dedicatedCapacity: number, ctx: BenchContext): Promise<TenantPoint[]> {
+  const c = model.config;
+  ctx.log(`hmi: the root PLOT table for the runner (${LOWER_LAYERS} lower layers, every uni-gram of ${c.vocabSize})`);
+  const general = zipfCorpus({ seed: 18, vocabSize: c.vocabSize, sequences: 200, exponent: 1.1 });
+  const plot = new PlotService({ model, lowerLayers: LOWER_LAYERS, generalCorpus: general, minCorpusTokens: 0 });
+  const snapshot = plot.snapshot('root');
+  const upper = c.numLayers - LOWER_LAYERS;
+  const points: TenantPoint[] = [];
+  try {
+    for (const n of sizes.tenantCounts) {
+      const tenants = makeTenants(n, c.hiddenSize, upper, 40 + n);
+      const rand = mulberry32(50 + n);
+      const texts = zipfCorpus({ seed: 60 + n, vocabSize: c.vocabSize, sequences: sizes.requests, minLength: sizes.requestTokens, maxLength: sizes.requestTokens });
+      const requests = texts.map((ids) => ({ tenant: Math.floor(rand() * n), ids }));
+      const batches: RunBatch[] = [];
+      for (let i = 0; i < requests.length; i += MAX_BATCH) {
+        batches.push({ snapshot, requests: requests.slice(i, i + MAX_BATCH).map((r) => ({ ids: r.ids, tenant: tenants[r.tenant]! })) });
+      }
+      ctx.log(`hmi: ${n} tenant(s): ${requests.length} requests, hPLM pipelined / sequential, dedicated (LRU of ${dedicatedCapacity})`);
+      let hplmMs = Infinity, seqMs = Infinity;
+      let dedicated = { ms: Infinity, loads: 0, batches: 0 };
+      for (let round = 0; round < sizes.rounds; round++) {
+        const pipelined = new HmiRunner({ model, plot, bottleneck: ADAPTER_DIM, maxBatch: MAX_BATCH, slots: 4, mode: 'fine' });
+        let t0 = performance.now();
+        await Promise.all(batches.map((b) => pipelined.run(b)));
+        hplmMs = Math.min(hplmMs, performance.now() - t0);
+        pipelined.close();
+        const sequential = new HmiRunner({ model, plot, bottleneck: ADAPTER_DIM, maxBatch: MAX_BATCH, slots: 1 });
+        t0 = performance.now();
+        for (const b of batches) sequential.runSequential(b);
+        seqMs = Math.min(seqMs, performance.now() - t0);
+        sequential.close();
+        const d = serveDedicated(dir, requests, Math.min(dedicatedCapacity, n));
+        if (d.ms < dedicated.ms) dedicated = d;
+      }
+      points.push({ tenants: n, hplmMs, hplmSequentialMs: seqMs, dedicatedMs: dedicated.ms, dedicatedLoads: dedicated.loads, dedicatedBatches: dedicated.batches });
+    }
+  } finally {
+    snapshot.release();
+    plot.close();
+  }
+  return points;
+}
+
 // ---------------------------------------------------------------- the bench
 
 export async function hmiFigures(ctx: BenchContext, sizes: HmiSizes): Promise<BenchOutput> {
@@ -289,6 +418,19 @@ export async function hmiFigures(ctx: BenchContext, sizes: HmiSizes): Promise<Be
     const alphaRows = alphaSweep(c.vocabSize, c.hiddenSize, sizes);
     const memory = memoryTable(model, sizes, ctx);
     const simRows = pipelineSim(6);
+    const dedicatedCapacity = memory.rows[0]!.max_instances as number;
+    const points = await tenantsThroughput(model, miniModelDir('encoder', ctx.log), sizes, dedicatedCapacity, ctx);
+    const perS = (ms: number) => (sizes.requests / ms) * 1000;
+    const tenantRows: Row[] = points.map((p) => ({
+      section: 'tenants',
+      tenants: p.tenants,
+      hplm_req_s: perS(p.hplmMs),
+      hplm_sequential_req_s: perS(p.hplmSequentialMs),
+      dedicated_req_s: perS(p.dedicatedMs),
+      dedicated_loads: p.dedicatedLoads,
+      dedicated_mean_batch: sizes.requests / p.dedicatedBatches,
+      hplm_vs_dedicated: p.dedicatedMs / p.hplmMs,
+    }));
     const fine = simRows[0]!.req_per_s as number;
     const sync = simRows[simRows.length - 1]!.req_per_s as number;
 
@@ -308,6 +450,8 @@ export async function hmiFigures(ctx: BenchContext, sizes: HmiSizes): Promise<Be
       alpha50_storage_frac: alpha50.stored_frac as number,
       tenants_in_budget: memory.tenantsInBudget,
       pipeline_gain_sim: fine / sync - 1,
+      pipeline_gain_measured: points.reduce((t, p) => t + p.hplmSequentialMs, 0) / points.reduce((t, p) => t + p.hplmMs, 0) - 1,
+      hplm_vs_dedicated_max_tenants: tenantRows.at(-1)!.hplm_vs_dedicated as number,
     };
     const mib = (v: unknown) => (v === null || v === undefined ? '-' : `${(v as number).toFixed(1)}`);
     const pct = (v: unknown) => `${((v as number) * 100).toFixed(2)}%`;
@@ -340,6 +484,23 @@ export async function hmiFigures(ctx: BenchContext, sizes: HmiSizes): Promise<Be
       },
       {
         columns: [
+          { key: 'tenants', header: 'tenants' },
+          { key: 'hplm_req_s', header: 'hPLM req/s (pipelined)' },
+          { key: 'hplm_sequential_req_s', header: 'hPLM req/s (sequential)' },
+          { key: 'dedicated_req_s', header: 'dedicated req/s' },
+          { key: 'dedicated_loads', header: 'model loads' },
+          { key: 'dedicated_mean_batch', header: 'dedicated mean batch' },
+          { key: 'hplm_vs_dedicated', header: 'hPLM / dedicated' },
+        ],
+        rows: tenantRows,
+        notes: [
+          `${sizes.requests} requests of ${sizes.requestTokens} tokens per point, uniform over the tenants, all queued at once; batches of ${MAX_BATCH}; best of ${sizes.rounds} rounds.`,
+          `Dedicated: an LRU of up to ${dedicatedCapacity} whole encoders (the budget's count), a miss loads the tenant's model file (page cache: the host tier).`,
+          "On the CPU the pipeline's stages share the cores the layers use (the native calls are synchronous), so pipelining interleaves more than it overlaps: the measured gain is what it is.",
+        ],
+      },
+      {
+        columns: [
           { key: 'setting', header: 'Table 6 setting (simulated)' },
           { key: 'req_per_s', header: 'req/s' },
           { key: 'paper_req_per_s', header: 'paper req/s' },
@@ -350,7 +511,7 @@ export async function hmiFigures(ctx: BenchContext, sizes: HmiSizes): Promise<Be
     ];
     return {
       params: { model: 'mini encoder', lowerLayers: LOWER_LAYERS, upperLayers: c.numLayers - LOWER_LAYERS, adapterDim: ADAPTER_DIM, sizes, paperCosts: PAPER_COSTS },
-      rows: [plotRow, ...alphaRows, ...memory.rows, ...simRows],
+      rows: [plotRow, ...alphaRows, ...memory.rows, ...simRows, ...tenantRows],
       ratios,
       table: {
         columns: [
@@ -371,6 +532,17 @@ export async function hmiFigures(ctx: BenchContext, sizes: HmiSizes): Promise<Be
         yLabel: 'fraction of distinct tri-grams stored',
       }),
       moreSvgs: {
+        tenants: lineChart({
+          title: 'HMI: throughput against tenants (Fig. 11 shape)',
+          series: [
+            { name: 'hPLM (PLOT + staged adapters)', points: tenantRows.map((r) => ({ x: r.tenants as number, y: r.hplm_req_s as number })) },
+            { name: 'dedicated models + LRU', points: tenantRows.map((r) => ({ x: r.tenants as number, y: r.dedicated_req_s as number })) },
+          ],
+          xLabel: 'tenants',
+          yLabel: 'requests / s',
+          logX: true,
+          logY: true,
+        }),
         table6: barChart({
           title: 'HMI Table 6 in simulation: throughput by pipelining setting',
           categories: simRows.map((r) => r.setting as string),
