@@ -70,6 +70,19 @@ export interface FurtherPretrainOptions extends TrainSettings {
  * MLM on the corpus with layers [0, lowerLayers) trainable. Returns the trained model (the caller computes the
  * domain's values with it and disposes it), its lower-layer weights and the last loss.
  */
+/** `steps` optimiser steps, one an event-loop turn, reporting progress; stops at an aborted signal. The last loss. */
+async function runSteps(trainer: { step: number; trainStep(): { loss: number } }, steps: number, step: TrainStep): Promise<number> {
+  let loss = Number.NaN;
+  while (trainer.step < steps) {
+    step.signal.throwIfAborted();
+    loss = trainer.trainStep().loss;
+    await step.progress(trainer.step / steps);
+    await yieldTurn();
+  }
+  step.signal.throwIfAborted();
+  return loss;
+}
+
 export async function furtherPretrain(o: FurtherPretrainOptions, step: TrainStep): Promise<{ model: EncoderModel; lower: Map<string, Float32Array>; loss: number }> {
   const model = loadEncoder(o.modelDir);
   let trainable: TrainableEncoder | null = null;
@@ -81,14 +94,7 @@ export async function furtherPretrain(o: FurtherPretrainOptions, step: TrainStep
     });
     const examples: MaskedLmExample[] = o.corpus.map((ids, line) => ({ ids: [...ids], line: line + 1 }));
     trainer = new Trainer(trainable as never, examples, { steps: o.steps, batchSize: o.batchSize, lr: o.lr, seed: o.seed, warmupSteps: 0 }) as Trainer<MaskedLmExample, never>;
-    let loss = Number.NaN;
-    while (trainer.step < o.steps) {
-      step.signal.throwIfAborted();
-      loss = trainer.trainStep().loss;
-      await step.progress(trainer.step / o.steps);
-      await yieldTurn();
-    }
-    step.signal.throwIfAborted();
+    const loss = await runSteps(trainer, o.steps, step);
     const lower = new Map(lowerLayerNames(model, o.lowerLayers).map((n) => [n, model.weights.hostF32(n)] as const));
     return { model, lower, loss };
   } catch (err) {
@@ -179,14 +185,7 @@ export async function fineTuneTenant(o: FineTuneOptions, step: TrainStep): Promi
       byName.get(`${top.classifier}.bias`)!.write(b);
     }
     trainer = new Trainer(trainable as never, examples, { steps: o.steps, batchSize: o.batchSize, lr: o.lr, seed: o.seed, warmupSteps: 0 }) as Trainer<ClassificationExample, never>;
-    let loss = Number.NaN;
-    while (trainer.step < o.steps) {
-      step.signal.throwIfAborted();
-      loss = trainer.trainStep().loss;
-      await step.progress(trainer.step / o.steps);
-      await yieldTurn();
-    }
-    step.signal.throwIfAborted();
+    const loss = await runSteps(trainer, o.steps, step);
     // Training accuracy on the surrogate (what the served model computes, up to rounding).
     let correct = 0;
     for (let i = 0; i < examples.length; i += 32) {
