@@ -16,7 +16,9 @@ import { type EncoderModel, generateModel, loadEncoder } from '@tessera/engine';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildPlotTable, computePlotValues, formatProgress, type PlotBuildProgress, type PlotGate } from '../src/builder/index.js';
 import { PlotFileStateError, PlotValueFile } from '../src/file/index.js';
-import { decodeF16, f16BitsToF32, PAD, packKey, PlotStoreArgumentError, ReservedKeyError, rootKeys, TrigramCounts, TrigramKeyCodec } from '../src/index.js';
+import { decodeF16, f16BitsToF32, f32ToF16Bits, PAD, packKey, PlotStoreArgumentError, ReservedKeyError, rootKeys, TrigramCounts, TrigramKeyCodec } from '../src/index.js';
+import { lookupAggregate, NativePlotIndex } from '../src/native/index.js';
+import { getCpuBackend, Tensor } from '@tessera/native';
 
 const root = mkdtempSync(join(tmpdir(), 'plot-build-'));
 const modelDir = join(root, 'encoder');
@@ -263,5 +265,72 @@ describe('buildPlotTable', () => {
     await expect(buildPlotTable({ ...base, out: path, chunkKeys: 0 })).rejects.toThrow(PlotStoreArgumentError);
     await expect(buildPlotTable({ ...base, out: path, maxChunks: -1 })).rejects.toThrow(PlotStoreArgumentError);
     expect(existsSync(`${path}.partial`) || existsSync(`${path}.build.json`)).toBe(false);
+  });
+});
+
+describe('E1: lookup + aggregation over a built table equals the lower layers run on each window', () => {
+  // hmi.md §4.1 behaviour 1–4 end to end: a table built by computePlotValues from the sequences' own tri-grams (so
+  // every key is covered), looked up and aggregated in one native call, against the engine run directly on every
+  // window (direct()), gated, rounded to fp16 as stored, merged as A3 says (centre slot of token i's window + left
+  // slot of window i+1 + right slot of window i−1) and normalised with position and type embeddings in double.
+  // Tolerance: the builder's batched f32 sums may differ from the direct runs in the last bits, which can move an
+  // fp16 rounding by one step (2⁻¹¹ relative); after the LayerNorm that stays far below 1e-3.
+  it('for sequences of length 1, 2 and 7 (every boundary case), within 1e-3', () => {
+    const seqs = [[12], [5, 40], [3, 9, 27, 9, 3, 50, 61]];
+    const batch = codec.keys(seqs);
+    const keys = [...new Set(Array.from(batch.keys).filter((k) => k !== 0n))];
+    const values = computePlotValues(model, keys, { codec, lowerLayers: LOWER, gate });
+    const table = new Uint16Array((keys.length + 1) * 3 * H);
+    table.set(values, 3 * H);
+    const backend = getCpuBackend();
+    const index = new NativePlotIndex({ expectedKeys: keys.length });
+    keys.forEach((k, i) => index.set(k, i + 1));
+    const T = 7;
+    const rnd = mulberry32(9);
+    const posEmb = Float32Array.from({ length: T * H }, () => rnd() - 0.5);
+    const typeEmb = Float32Array.from({ length: 2 * H }, () => rnd() - 0.5);
+    const gamma = Float32Array.from({ length: H }, () => 1 + (rnd() - 0.5) * 0.2);
+    const beta = Float32Array.from({ length: H }, () => (rnd() - 0.5) * 0.2);
+    const t = (data: Float32Array, shape: number[]) => Tensor.from(data, shape, { backend });
+    const params = { values: Tensor.from(table, [keys.length + 1, 3, H], { dtype: 'f16', backend }), posEmb: t(posEmb, [T, H]), typeEmb: t(typeEmb, [2, H]), gamma: t(gamma, [H]), beta: t(beta, [H]), eps: 1e-12 };
+    const out = lookupAggregate([index], batch, params, { seqLen: T });
+    const got = out.toArray() as Float32Array;
+    out.dispose();
+    for (const p of Object.values(params)) if (p instanceof Tensor) p.dispose();
+    index.dispose();
+
+    // The stored value of one slot of the window centred on token i: the engine on the window's tokens, gated, fp16.
+    const f16 = (x: number) => f16BitsToF32(f32ToF16Bits(x));
+    const slotOf = (seq: number[], i: number, slot: 0 | 1 | 2): Float64Array => {
+      const l = i > 0 ? seq[i - 1]! : PAD, r = i + 1 < seq.length ? seq[i + 1]! : PAD;
+      const tokens = [...(l !== PAD ? [l] : []), seq[i]!, ...(r !== PAD ? [r] : [])];
+      const offset = l === PAD ? 1 : 0;
+      const slots = [...(l !== PAD ? [0] : []), 1, ...(r !== PAD ? [2] : [])];
+      const at = slots.indexOf(slot);
+      if (at < 0) return new Float64Array(H);
+      const h = direct(model, tokens, offset);
+      return Float64Array.from(gated(h.subarray(at * H, (at + 1) * H), gate), f16);
+    };
+    let worst = 0;
+    seqs.forEach((seq, b) => {
+      for (let i = 0; i < T; i++) {
+        const row = got.subarray((b * T + i) * H, (b * T + i + 1) * H);
+        if (i >= seq.length) {
+          expect(Array.from(row)).toEqual(new Array(H).fill(0));
+          continue;
+        }
+        const z = slotOf(seq, i, 1);
+        if (i + 1 < seq.length) slotOf(seq, i + 1, 0).forEach((v, k) => (z[k]! += v));
+        if (i > 0) slotOf(seq, i - 1, 2).forEach((v, k) => (z[k]! += v));
+        for (let k = 0; k < H; k++) z[k]! += posEmb[i * H + k]! + typeEmb[k]!;
+        const mean = z.reduce((a, v) => a + v, 0) / H;
+        const variance = z.reduce((a, v) => a + (v - mean) ** 2, 0) / H;
+        for (let k = 0; k < H; k++) {
+          const want = ((z[k]! - mean) / Math.sqrt(variance + 1e-12)) * gamma[k]! + beta[k]!;
+          worst = Math.max(worst, Math.abs(row[k]! - want));
+        }
+      }
+    });
+    expect(worst).toBeLessThan(1e-3);
   });
 });
