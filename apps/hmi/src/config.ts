@@ -65,6 +65,13 @@ const FLAGS = flagTable([
     ],
   ],
   [
+    'Tenant storage',
+    [
+      { flag: 'tenants-dir', arg: '<dir>', help: 'tenant adapter files (<id>.tsadapt); a restart on the same directory serves them again (default: a scratch directory removed at exit; the demo: <demo-dir>/tenants)', env: 'HMI_TENANTS_DIR' },
+      { flag: 'host-mb', arg: '<n>', help: 'host memory for tenant adapters and heads, in MiB; the rest are read from disk when a batch needs them (default: unlimited)', env: 'HMI_HOST_MB' },
+    ],
+  ],
+  [
     'HTTP',
     [
       { flag: 'host', arg: '<addr>', help: `listen address (default ${DEFAULTS.host})`, env: 'HMI_HOST' },
@@ -130,6 +137,8 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     pipeline: parseChoiceFlag('--pipeline', str('pipeline', 'HMI_PIPELINE'), PIPELINES, DEFAULTS.pipeline),
     maxInputs: parseIntegerFlag('--max-inputs', str('max-inputs', 'HMI_MAX_INPUTS'), 1, 65_536) ?? DEFAULTS.maxInputs,
     threads: parseIntegerFlag('--threads', str('threads', 'HMI_THREADS'), 1, 1024),
+    tenantsDir: str('tenants-dir', 'HMI_TENANTS_DIR'),
+    hostMb: parseIntegerFlag('--host-mb', str('host-mb', 'HMI_HOST_MB'), 0, 1 << 30),
     host: str('host', 'HMI_HOST') ?? DEFAULTS.host,
     port: parseIntegerFlag('--port', str('port', 'HMI_PORT'), 0, 65_535) ?? DEFAULTS.port,
     logLevel: parseChoiceFlag('--log-level', str('log-level', 'HMI_LOG_LEVEL'), LOG_LEVELS, DEFAULTS.logLevel),

@@ -94,7 +94,9 @@ export async function bootstrapDemo(engine: HmiEngine, tenants: number, log: (li
     const domain = domains[i % domains.length]!;
     const id = `${domain}-${String(Math.floor(i / domains.length) + 1).padStart(3, '0')}`;
     ids.push(id);
-    if (engine.tenants.has(id)) continue;
+    if (engine.tenants.has(id)) continue; // persisted by an earlier run on the same tables
+    // Persisted, but its domain's table came out different this time: train it again.
+    if (engine.tenants.isDormant(id)) await settle(engine, await engine.manager.deleteTenant(id));
     const task = tenantTask(domain, 24, 1000 + i);
     jobs.push(await engine.manager.createTenant({ id, domain, labels: task.labels, examples: task.examples }));
   }

@@ -3,6 +3,8 @@
  * (for the demo) create its domains and tenants through the manager's jobs. SIGINT / SIGTERM close it cleanly.
  * `pnpm --filter @tessera/hmi start` runs this file from source.
  */
+import { join } from 'node:path';
+
 import { isEntryPoint, parseCommandLine, runMain } from '@tessera/server-kit';
 
 import { parseCli, USAGE } from './config.js';
@@ -14,7 +16,8 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   if (typeof config === 'number') return config;
   const say = (line: string) => process.stdout.write(`[hmi] ${line}\n`);
 
-  const { modelDir: dir, demo: serveDemo, demoDir, demoTenants, host, port, logLevel, redisUrl, redisPrefix, generalCorpus, ...serving } = config;
+  const { modelDir: dir, demo: serveDemo, demoDir, demoTenants, host, port, logLevel, redisUrl, redisPrefix, generalCorpus, tenantsDir: tenantsFlag, hostMb, ...serving } = config;
+  let tenantsDir = tenantsFlag;
   let modelDir = dir;
   let corpus = generalCorpus;
   const demo = modelDir === undefined || serveDemo;
@@ -23,10 +26,13 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     if (!d.generated) say(`using the demo model in ${d.dir}`);
     modelDir = d.modelDir;
     corpus ??= d.generalCorpus;
+    // The demo's tenants persist beside its model: a restart serves them without training them again.
+    tenantsDir ??= join(d.dir, 'tenants');
   }
 
   const app = await buildServer({
-    ...serving, modelDir: modelDir!, generalCorpus: corpus, logger: { level: logLevel },
+    ...serving, modelDir: modelDir!, generalCorpus: corpus, logger: { level: logLevel }, tenantsDir,
+    ...(hostMb !== undefined ? { hostBudgetBytes: hostMb * 1024 * 1024 } : {}),
     ...(redisUrl !== undefined ? { redis: { url: redisUrl, prefix: redisPrefix } } : {}),
   });
   const address = await listen(app, { host, port });
@@ -40,7 +46,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   process.stdout.write(
     [
       '',
-      `[hmi] ${engine.manager.domains.size} domain(s), ${engine.tenants.size} tenant(s), ${engine.tenants.bytes} bytes of tenant state`,
+      `[hmi] ${engine.manager.domains.size} domain(s), ${engine.tenants.size} tenant(s), ${engine.tenants.bytes} bytes of tenant state (${engine.tenants.tiers().diskBytes} on disk in ${engine.tenants.files.dir})`,
       '[hmi] try:',
       `  curl ${address}/v1/tenants/${example}/classify -H 'content-type: application/json' \\`,
       `    -d '{"texts": ["the blood test at the doctor", "fish in the river water"]}'`,

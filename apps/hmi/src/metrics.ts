@@ -19,6 +19,8 @@ export function hmiMetrics(registry: Registry, engine: HmiEngine): { collect: ()
     jobs: { type: 'gauge', name: 'hmi_jobs', help: 'Manager jobs by state.', labels: ['state'] },
     tenants: { type: 'gauge', name: 'hmi_tenants', help: 'Registered tenants.' },
     tenantBytes: { type: 'gauge', name: 'hmi_tenant_bytes', help: 'Host bytes of all tenants, by part (adapters, head); exact: the sum of their arrays. Device bytes per tenant at rest: 0.', labels: ['part'] },
+    storeBytes: { type: 'gauge', name: 'hmi_tenant_store_bytes', help: 'Tenant adapter store: disk (Σ file lengths) and host (Σ cached arrays, under --host-mb).', labels: ['tier'] },
+    storeOps: { type: 'counter', name: 'hmi_tenant_store_ops_total', help: 'Tenant adapter store: host hits, misses, disk reads (prefetch included), prefetch reads, evictions.', labels: ['op'] },
     domains: { type: 'gauge', name: 'hmi_domains', help: 'Domains, the root included.' },
     plotBytes: { type: 'gauge', name: 'hmi_plot_bytes', help: 'PLOT bytes: the version tree (values, indexes, zero row) and the serving snapshots.', labels: ['part'] },
     plotEntries: { type: 'gauge', name: 'hmi_plot_entries', help: 'Entries over every PLOT table.' },
@@ -44,6 +46,10 @@ export function hmiMetrics(registry: Registry, engine: HmiEngine): { collect: ()
       m.tenants.set(engine.tenants.size);
       m.tenantBytes.set({ part: 'adapters' }, engine.tenants.adapterBytes);
       m.tenantBytes.set({ part: 'head' }, engine.tenants.headBytes);
+      const store = engine.tenants.tiers();
+      m.storeBytes.set({ tier: 'disk' }, store.diskBytes);
+      m.storeBytes.set({ tier: 'host' }, store.hostBytes);
+      for (const op of ['hits', 'misses', 'reads', 'prefetchReads', 'evictions'] as const) totals.advance(m.storeOps, store[op], { op });
       m.domains.set(engine.manager.domains.size);
       const plot = engine.plot.storage();
       m.plotBytes.set({ part: 'tree' }, plot.treeBytes);

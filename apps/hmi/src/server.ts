@@ -10,7 +10,9 @@
  * `buildServer` returns a ready fastify instance (model loaded, root PLOT built, job worker running; tests drive it
  * with `inject` or `listen`); `listen` adds the graceful shutdown.
  */
-import { resolve } from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 
 import { readHfConfig } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
@@ -53,6 +55,10 @@ export interface ServerOptions extends ServerBaseOptions {
   pipeline?: PipelineOption | undefined;
   maxInputs?: number | undefined;
   threads?: number | undefined;
+  /** The directory of tenant files; tenants persisted there come back at start. Default: a scratch directory removed at close. */
+  tenantsDir?: string | undefined;
+  /** Host LRU budget of the tenants' adapters and heads, in bytes (default unlimited). */
+  hostBudgetBytes?: number | undefined;
 }
 
 /** A job failure in the API's words: the error's message and public code. */
@@ -76,7 +82,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     errors: hmiErrors(),
     async engine(app) {
       const queue: JobQueue = options.redis ? await BullJobQueue.connect(options.redis, describeJobError) : new InProcessJobQueue(describeJobError);
-      app.log.info({ model: modelDir, jobs: queue.mode }, 'starting the HMI engine');
+      const scratch = options.tenantsDir === undefined;
+      const tenantsDir = scratch ? mkdtempSync(join(tmpdir(), 'tessera-hmi-tenants-')) : resolve(options.tenantsDir!);
+      app.log.info({ model: modelDir, jobs: queue.mode, tenants_dir: tenantsDir }, 'starting the HMI engine');
       try {
         return await HmiEngine.start({
           modelDir, lowerLayers, bottleneck, queue,
@@ -88,9 +96,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           maxBatch: options.maxBatch ?? DEFAULTS.maxBatch,
           slots: options.slots ?? DEFAULTS.slots,
           pipeline: options.pipeline ?? DEFAULTS.pipeline,
+          tenantsDir, hostBudgetBytes: options.hostBudgetBytes, durableTenants: !scratch, removeTenantsDir: scratch,
         });
       } catch (err) {
         await queue.close();
+        if (scratch) rmSync(tenantsDir, { recursive: true, force: true });
         throw err;
       }
     },
@@ -102,6 +112,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         jobs: engine.queue.mode,
         domains: engine.manager.domains.size,
         tenants: engine.tenants.size,
+        dormant_tenants: engine.tenants.dormantRecords().length,
+        tenants_dir: engine.tenants.files.dir,
       }),
     metrics: (registry, engine) => hmiMetrics(registry, engine),
     async routes(app) {

@@ -6,6 +6,9 @@
  * with tenants cannot be deleted (409) → delete the tenant (classify is then 404) and the domain. Bad input gets a
  * 4xx with a useful JSON body, and the server keeps serving.
  */
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+
 import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -79,7 +82,9 @@ describe.each([
     const { hiddenSize: d } = fixture.config;
     const m = Math.round(d / 8);
     const expected = 4 * (2 * (2 * d * m + m + d) + 3 * d + 3);
-    expect(tenant.bytes).toEqual({ adapters: 4 * 2 * (2 * d * m + m + d), head: 4 * (3 * d + 3), total: expected, device_resident: 0 });
+    const tenantsDir = (await app.inject({ method: 'GET', url: '/health' })).json().tenants_dir as string;
+    expect(tenant.bytes).toEqual({ adapters: 4 * 2 * (2 * d * m + m + d), head: 4 * (3 * d + 3), total: expected, device_resident: 0, file: statSync(join(tenantsDir, 't1.tsadapt')).size, host_cached: true });
+    expect(tenant.bytes.file).toBeGreaterThan(48 + expected);
     const texts = task.examples.slice(0, 6).map((e) => e.text);
     const first = await classify('t1', texts);
     expect(first.statusCode, first.body).toBe(200);

@@ -4,6 +4,10 @@
  * /metrics gauges and GET /v1/tenants equal the sum over the tensors, through puts, replacements and deletes; no
  * tenant holds device memory at rest; and tenants picked at random among the 10,000 classify.
  */
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
 import { mulberry32 } from '@tessera/core';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,23 +28,49 @@ function tenant(id: string, shape: { hidden: number; bottleneck: number; layers:
 }
 
 describe('TenantStore accounting', () => {
-  it('equals the sum of the tensor bytes over 10,000 tenants, replacements and deletes', () => {
+  it('keeps metadata in memory and counts state, disk and host bytes exactly over 10,000 tenants, replacements and deletes', async () => {
     const shape = { hidden: 32, bottleneck: 4, layers: 2 };
-    const store = new TenantStore(shape);
-    const rand = mulberry32(1);
-    for (let i = 0; i < N; i++) store.put(tenant(`t${i}`, shape, 2 + (i % 2), store.numel, rand));
-    const recount = () => [...store.values()].reduce((n, t) => n + t.adapters.reduce((a, x) => a + x.byteLength, 0) + t.head.weight.byteLength + t.head.bias.byteLength, 0);
-    expect(store.size).toBe(N);
-    expect(store.bytes).toBe(recount());
-    expect(store.bytes).toBe((N / 2) * (expectedTenantBytes(shape, 2) + expectedTenantBytes(shape, 3)));
-    expect(store.adapterBytes + store.headBytes).toBe(store.bytes);
-    for (const t of store.values()) expect(tenantBytes(t).total).toBe(expectedTenantBytes(shape, t.labels.length));
-    // Replace a tenant (an update) with a 3-label head, delete a thousand.
-    store.put(tenant('t0', shape, 3, store.numel, rand));
-    for (let i = 1; i <= 1000; i++) store.delete(`t${i}`);
-    expect(store.size).toBe(N - 1000);
-    expect(store.bytes).toBe(recount());
-    expect(() => store.put({ ...tenant('bad', shape, 2, store.numel, rand), adapters: [new Float32Array(3)] })).toThrow(RangeError);
+    const dir = mkdtempSync(join(tmpdir(), 'tessera-hmi-store-'));
+    try {
+      // A host budget of 2,500 tenants: the rest live on disk only.
+      const budget = 2500 * expectedTenantBytes(shape, 3);
+      const store = new TenantStore(shape, { dir, hostBudgetBytes: budget, durable: false });
+      const rand = mulberry32(1);
+      for (let i = 0; i < N; i += 100) await Promise.all(Array.from({ length: 100 }, (_, k) => store.put(tenant(`t${i + k}`, shape, 2 + ((i + k) % 2), store.numel, rand))));
+      const diskRecount = () => readdirSync(dir).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
+      const hostRecount = () => store.files.hostIds().reduce((n, id) => n + tenantBytes(store.files.peek(id)!).total, 0);
+      const check = () => {
+        const tiers = store.tiers();
+        expect(tiers.diskBytes).toBe(diskRecount());
+        expect(tiers.hostBytes).toBe(hostRecount());
+        expect(tiers.hostBytes).toBeLessThanOrEqual(budget);
+        expect(store.bytes).toBe([...store.values()].reduce((n, t) => n + expectedTenantBytes(shape, t.labels.length), 0));
+        expect(store.adapterBytes + store.headBytes).toBe(store.bytes);
+      };
+      expect(store.size).toBe(N);
+      expect(store.bytes).toBe((N / 2) * (expectedTenantBytes(shape, 2) + expectedTenantBytes(shape, 3)));
+      check();
+      expect(store.tiers().evictions).toBeGreaterThan(0);
+      // Each tenant's arrays, wherever they are, are exactly the formula's bytes.
+      for (const id of ['t0', 't1', 't9999']) {
+        const t = await store.load(id);
+        expect(tenantBytes(t).total).toBe(expectedTenantBytes(shape, t.labels.length));
+        expect(store.bytesOf(id).total).toBe(tenantBytes(t).total);
+      }
+      // Replace a tenant (an update) with a 3-label head, delete a thousand.
+      await store.put(tenant('t0', shape, 3, store.numel, rand));
+      for (let i = 1; i <= 1000; i++) store.delete(`t${i}`);
+      expect(store.size).toBe(N - 1000);
+      expect(readdirSync(dir)).toHaveLength(N - 1000);
+      check();
+      await expect(store.put({ ...tenant('bad', shape, 2, store.numel, rand), adapters: [new Float32Array(3)] })).rejects.toThrow(RangeError);
+      // Metadata survives a restart with the files.
+      const again = new TenantStore(shape, { dir });
+      expect(again.dormantRecords()).toHaveLength(N - 1000);
+      expect(again.unreadable).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
@@ -61,14 +91,16 @@ describe('10,000 tenants in the server', () => {
     const store = engine.tenants;
     const rand = mulberry32(2);
     // Registered as a finished create job registers them (pinned to their version), without 10,000 training runs.
-    for (let i = 0; i < N; i++) {
-      engine.plot.tree.pin('root');
-      store.put(tenant(`t${i}`, store.shape, 3, store.numel, rand));
+    for (let i = 0; i < N; i += 200) {
+      await Promise.all(Array.from({ length: 200 }, (_, k) => store.put(tenant(`t${i + k}`, store.shape, 3, store.numel, rand), engine.plot.fingerprints.get('root'))));
+      for (let k = 0; k < 200; k++) engine.plot.tree.pin('root');
     }
     const perTenant = expectedTenantBytes(store.shape, 3);
     const list = (await app.inject({ method: 'GET', url: '/v1/tenants' })).json();
     expect(list.tenants).toBe(N);
-    expect(list.bytes).toEqual({ adapters: store.adapterBytes, head: store.headBytes, total: N * perTenant, device_resident: 0 });
+    const tiers = store.tiers();
+    expect(list.bytes).toEqual({ adapters: store.adapterBytes, head: store.headBytes, total: N * perTenant, device_resident: 0, disk: tiers.diskBytes, host: tiers.hostBytes });
+    expect(tiers.diskBytes).toBe(readdirSync(store.files.dir).reduce((n, f) => n + statSync(join(store.files.dir, f)).size, 0));
     expect((await app.inject({ method: 'GET', url: '/v1/tenants/t4242' })).json().bytes.total).toBe(perTenant);
     const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body;
     const gauge = (part: string) => Number(new RegExp(`^hmi_tenant_bytes\\{part="${part}"\\} (\\d+)$`, 'm').exec(metrics)![1]);

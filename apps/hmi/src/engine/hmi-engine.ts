@@ -7,13 +7,15 @@
  *     → schedule(): while the runner has a free slot, take the oldest batch → runner.run(batch) → each request's
  *       logits → the tenant's labels and probabilities
  */
+import { rmSync } from 'node:fs';
+
 import { type EncoderModel, loadEncoder, TextTokenizer } from '@tessera/engine';
 
 import { type DispatchBatch, Dispatcher } from '../policy/dispatcher.js';
 import { UnknownTenantError } from '../errors.js';
 import type { JobQueue } from '../jobs/queue.js';
 import { Manager, type ManagerSettings } from '../manager/manager.js';
-import { type TenantState, TenantStore } from '../manager/tenant-store.js';
+import { type LoadedTenant, TenantStore } from '../manager/tenant-store.js';
 import { PlotService, type PlotSnapshot } from './plot.js';
 import { HmiRunner } from './runner.js';
 import type { PipelineMode } from '@tessera/adapter-swap';
@@ -29,6 +31,14 @@ export interface HmiEngineOptions extends Omit<ManagerSettings, 'modelDir'> {
   slots: number;
   pipeline: PipelineMode | 'sequential';
   queue: JobQueue;
+  /** The directory of tenant files (`<id>.tsadapt`): tenants persisted there by an earlier run come back. */
+  tenantsDir: string;
+  /** Host LRU budget of the tenants' arrays, in bytes (default unlimited). */
+  hostBudgetBytes?: number | undefined;
+  /** fsync tenant files (default true; off for a scratch directory). */
+  durableTenants?: boolean | undefined;
+  /** Remove the tenants directory at close (a scratch directory the server made). */
+  removeTenantsDir?: boolean | undefined;
 }
 
 export interface ClassifyResult {
@@ -40,7 +50,9 @@ export interface ClassifyResult {
 
 interface Pending {
   ids: readonly number[];
-  tenant: TenantState;
+  tenantId: string;
+  /** The tenant's revision when the request was queued: its version is the batch's. */
+  revision: number;
   /** Its version's snapshot, held from arrival (an update may retire the version meanwhile). */
   snapshot: PlotSnapshot;
   resolve: (logits: Float32Array) => void;
@@ -77,10 +89,17 @@ export class HmiEngine {
     this.plot = plot;
     this.queue = options.queue;
     const c = model.config;
-    this.tenants = new TenantStore({ hidden: c.hiddenSize, bottleneck: options.bottleneck, layers: c.numLayers - options.lowerLayers });
+    this.tenants = new TenantStore(
+      { hidden: c.hiddenSize, bottleneck: options.bottleneck, layers: c.numLayers - options.lowerLayers },
+      { dir: options.tenantsDir, hostBudgetBytes: options.hostBudgetBytes, durable: options.durableTenants },
+    );
     this.manager = new Manager(model, tokenizer, plot, this.tenants, options.queue, { ...options }, (id) => this.dropTenant(id));
     const mode = options.pipeline === 'sequential' ? 'synchronized' : options.pipeline;
-    this.runner = new HmiRunner({ model, plot, bottleneck: options.bottleneck, maxBatch: options.maxBatch, slots: options.pipeline === 'sequential' ? 1 : options.slots, mode });
+    this.runner = new HmiRunner({
+      model, plot, bottleneck: options.bottleneck, maxBatch: options.maxBatch, slots: options.pipeline === 'sequential' ? 1 : options.slots, mode,
+      // §1.8's hierarchical prefetch: while a batch retrieves, the next batch's tenants come from disk to host.
+      onRetrieve: () => this.prefetchNext(),
+    });
     this.dispatcher = new Dispatcher<Pending>({ maxBatch: options.maxBatch });
   }
 
@@ -95,6 +114,8 @@ export class HmiEngine {
     const tokenizer = TextTokenizer.fromDir(options.modelDir);
     const plot = new PlotService({ model, lowerLayers: options.lowerLayers, generalCorpus: options.generalCorpus.map((t) => tokenizer.encode(t)), minCorpusTokens: options.minCorpusTokens });
     const engine = new HmiEngine(options, model, tokenizer, plot);
+    // Tenants persisted on the root by an earlier run (domains' tenants come back when their version is rebuilt).
+    engine.manager.adoptDormant();
     await options.queue.start(engine.manager.process);
     return engine;
   }
@@ -112,17 +133,18 @@ export class HmiEngine {
 
   /** Classifies token-id inputs with a tenant's model; resolves in input order. */
   async classify(tenantId: string, inputs: readonly (readonly number[])[]): Promise<ClassifyResult[]> {
-    const tenant = this.tenants.get(tenantId);
+    const tenant = this.tenants.record(tenantId);
     if (!tenant) throw new UnknownTenantError(tenantId);
     const results = inputs.map(
       (ids) =>
         new Promise<Float32Array>((resolve, reject) => {
           const snapshot = this.plot.snapshot(tenant.version);
           const done = <T>(f: (x: T) => void) => (x: T) => {
-            snapshot.release();
+            pending.snapshot.release();
             f(x);
           };
-          this.dispatcher.add(tenant.version, { ids, tenant, snapshot, resolve: done(resolve), reject: done(reject) });
+          const pending: Pending = { ids, tenantId, revision: tenant.revision, snapshot, resolve: done(resolve), reject: done(reject) };
+          this.dispatcher.add(tenant.version, pending);
         }),
     );
     this.schedule();
@@ -134,40 +156,87 @@ export class HmiEngine {
     });
   }
 
+  /** Batches taken and resolving their tenants' arrays (they hold a runner slot). */
+  private resolving = 0;
+
   /** A11's "take a batch whenever the pipeline has a free slot". */
   private schedule(): void {
-    while (!this.closed && this.dispatcher.depth > 0 && this.runner.inFlight < this.runner.slots) {
+    while (!this.closed && this.dispatcher.depth > 0 && this.runner.inFlight + this.resolving < this.runner.slots) {
       const batch = this.dispatcher.take()!;
-      this.launch(batch);
+      void this.launch(batch);
     }
   }
 
-  private launch(batch: DispatchBatch<Pending>): void {
-    const requests = batch.requests;
-    const snapshot = requests[0]!.snapshot;
-    this.running += requests.length;
-    const run = { snapshot, requests: requests.map((r) => ({ ids: r.ids, tenant: r.tenant })) };
+  /** The oldest waiting batch's tenants, disk → host, while the batch before it runs (§1.8). */
+  private prefetchNext(): void {
+    const next = this.dispatcher.peek();
+    if (next) void this.tenants.prefetch(next.requests.map((r) => r.tenantId));
+  }
+
+  /**
+   * Resolves the batch's tenants to their arrays (host hits, or disk reads: before the batch enters the pipeline,
+   * so no stage waits on the disk), then runs it. A request whose tenant was updated since it was queued goes back
+   * to the dispatcher under the tenant's new version; one whose tenant was deleted fails with 404.
+   */
+  private async launch(batch: DispatchBatch<Pending>): Promise<void> {
+    this.resolving++;
+    this.running += batch.requests.length;
+    let settled: PromiseSettledResult<LoadedTenant>[];
+    try {
+      settled = await Promise.allSettled(batch.requests.map((r) => this.tenants.load(r.tenantId)));
+    } finally {
+      this.resolving--;
+    }
+    // From here to runner.run nothing awaits: the records checked are the ones the batch runs with.
+    const kept: Pending[] = [];
+    const tenants: LoadedTenant[] = [];
+    batch.requests.forEach((r, i) => {
+      const s = settled[i]!;
+      const current = this.tenants.record(r.tenantId);
+      if (s.status === 'rejected' || !current) {
+        this.running--;
+        r.reject(s.status === 'rejected' ? s.reason : new UnknownTenantError(r.tenantId));
+      } else if (s.value.revision !== current.revision || current.version !== batch.version) {
+        // Updated meanwhile: its arrays belong to another revision (or version) than the batch's.
+        this.running--;
+        r.snapshot.release();
+        r.snapshot = this.plot.snapshot(current.version);
+        r.revision = current.revision;
+        this.dispatcher.add(current.version, r);
+      } else {
+        kept.push(r);
+        tenants.push(s.value);
+      }
+    });
+    if (kept.length === 0 || this.closed) {
+      for (const r of kept) r.reject(new Error('the server is shutting down'));
+      this.running -= kept.length;
+      this.schedule();
+      return;
+    }
+    const run = { snapshot: kept[0]!.snapshot, requests: kept.map((r, i) => ({ ids: r.ids, tenant: tenants[i]! })) };
     const done = this.options.pipeline === 'sequential' ? Promise.resolve().then(() => this.runner.runSequential(run)) : this.runner.run(run);
     done
       .then(
         (logits) => {
-          this.counts.requests += requests.length;
-          requests.forEach((r, i) => r.resolve(logits[i]!));
+          this.counts.requests += kept.length;
+          kept.forEach((r, i) => r.resolve(logits[i]!));
         },
         (err: unknown) => {
-          this.counts.failed += requests.length;
-          for (const r of requests) r.reject(err);
+          this.counts.failed += kept.length;
+          for (const r of kept) r.reject(err);
         },
       )
       .finally(() => {
-        this.running -= requests.length;
+        this.running -= kept.length;
         this.schedule();
-      });
+      });    // Requests sent back to the dispatcher may fit a free slot now.
+    this.schedule();
   }
 
   /** A deleted tenant's queued requests fail with 404 (batches already running finish with the state they hold). */
   private dropTenant(id: string): void {
-    for (const r of this.dispatcher.remove((p) => p.tenant.id === id)) r.reject(new UnknownTenantError(id));
+    for (const r of this.dispatcher.remove((p) => p.tenantId === id)) r.reject(new UnknownTenantError(id));
   }
 
   async close(): Promise<void> {
@@ -180,5 +249,6 @@ export class HmiEngine {
     this.runner.close();
     this.plot.close();
     this.model.weights.dispose();
+    if (this.options.removeTenantsDir) rmSync(this.tenants.files.dir, { recursive: true, force: true });
   }
 }

@@ -13,6 +13,8 @@
  * model's position and token-type embeddings and the LayerNorm of the last lower layer's output, the tensors the
  * upper layers were trained to read. The tri-gram gate is untrained too: `w = 0, b = 0` (each slot × ½).
  */
+import { crc32 } from 'node:zlib';
+
 import { type EncoderModel, encoderNormModules, encoderTopModules } from '@tessera/engine';
 import { Tensor } from '@tessera/native';
 import { f16BitsToF32, HeapPlotValueStore, PlotVersionTree, rootKeys, TrigramCounts, TrigramKeyCodec, type VersionId } from '@tessera/plot-store';
@@ -88,6 +90,13 @@ export interface PlotServiceOptions {
   minCorpusTokens: number;
 }
 
+/** CRC-32s of a table's keys and values: equal tables from two runs (same model, corpus and seeds) match. */
+export function plotFingerprint(keys: BigUint64Array, values: ArrayBufferView): string {
+  const k = crc32(new Uint8Array(keys.buffer, keys.byteOffset, keys.byteLength));
+  const v = crc32(new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+  return `${keys.length}:${k.toString(16).padStart(8, '0')}:${v.toString(16).padStart(8, '0')}`;
+}
+
 export class PlotService {
   readonly codec: TrigramKeyCodec;
   readonly tree: PlotVersionTree;
@@ -96,6 +105,8 @@ export class PlotService {
   readonly gate: PlotGate;
   readonly post: PostMergeParams;
   private readonly snapshots = new Map<VersionId, PlotSnapshot>();
+  /** Each version's table fingerprint (`plotFingerprint`): a persisted tenant is served again only on the same table. */
+  readonly fingerprints = new Map<VersionId, string>();
 
   constructor(options: PlotServiceOptions) {
     const { model, lowerLayers } = options;
@@ -124,7 +135,9 @@ export class PlotService {
     };
     const general = new TrigramCounts().addBatch(this.codec.keys(options.generalCorpus));
     const keys = rootKeys(this.codec, general);
-    this.tree.createRoot({ keys, values: computePlotValues(model, keys, { codec: this.codec, lowerLayers, gate: this.gate, batchSize: PLOT_CHUNK }) });
+    const values = computePlotValues(model, keys, { codec: this.codec, lowerLayers, gate: this.gate, batchSize: PLOT_CHUNK });
+    const root = this.tree.createRoot({ keys, values });
+    this.fingerprints.set(root.id, plotFingerprint(keys, values));
   }
 
   /**

@@ -62,6 +62,8 @@ export interface RunnerOptions {
   slots: number;
   /** LayerwisePipeline's mode (default 'fine'). */
   mode?: PipelineMode;
+  /** Called as each batch's retrieve stage starts: the engine prefetches the next batch's tenants (disk → host). */
+  onRetrieve?: (() => void) | undefined;
 }
 
 interface Work {
@@ -102,6 +104,7 @@ export class HmiRunner {
   readonly maxBatch: number;
   readonly slots: number;
   readonly mode: PipelineMode;
+  private readonly onRetrieve: (() => void) | undefined;
   readonly times: StageTimes = { retrieveMs: 0, gatherMs: 0, copyMs: 0, computeMs: 0, headMs: 0, batches: 0, requests: 0, adapterCopies: 0 };
   /** Stage trace of the pipelined path (kind, batch, layer), when `trace` is on: the tests read the order. */
   readonly trace: { kind: PipelineAction['kind'] | 'computed'; batch: number; layer: number }[] = [];
@@ -125,6 +128,7 @@ export class HmiRunner {
     this.maxBatch = o.maxBatch;
     this.slots = o.slots;
     this.mode = o.mode ?? 'fine';
+    this.onRetrieve = o.onRetrieve;
     this.device = Array.from({ length: this.upperLayers }, () => new AdapterStackBuffer({ hidden: c.hiddenSize, bottleneck: o.bottleneck, slots: o.maxBatch }, o.model.backend));
     this.numel = this.device[0]!.numel;
     this.staging = Array.from({ length: o.slots }, () => Array.from({ length: this.upperLayers }, () => new Float32Array(o.maxBatch * this.numel)));
@@ -187,6 +191,7 @@ export class HmiRunner {
   // ------------------------------------------------------------------ the stages
 
   private retrieve(batch: RunBatch, seqLen: number): Tensor {
+    this.onRetrieve?.();
     const t0 = performance.now();
     const out = this.plot.lookup(batch.snapshot, batch.requests.map((r) => r.ids), seqLen);
     const h = out.reshape([batch.requests.length * seqLen, this.model.config.hiddenSize]);

@@ -17,10 +17,10 @@ import type { EncoderModel, TextTokenizer } from '@tessera/engine';
 import { ROOT_VERSION, selectByCoverage, TrigramCounts } from '@tessera/plot-store';
 
 import { fineTuneTenant, furtherPretrain, type TrainSettings } from '../engine/training.js';
-import type { PlotService } from '../engine/plot.js';
+import { plotFingerprint, type PlotService } from '../engine/plot.js';
 import { HmiConflictError, HmiInputError, UnknownDomainError, UnknownTenantError } from '../errors.js';
 import type { JobContext, JobQueue, JobSpec, JobView } from '../jobs/queue.js';
-import { expectedTenantBytes, tenantBytes, type TenantState, type TenantStore } from './tenant-store.js';
+import { expectedTenantBytes, type LoadedTenant, type TenantRecord, type TenantState, type TenantStore } from './tenant-store.js';
 
 export const ROOT_DOMAIN = 'root';
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -124,6 +124,9 @@ export class Manager {
     const id = input.id ?? this.freshTenantId();
     if (!NAME.test(id)) throw new HmiInputError('TESSERA_HMI_BAD_NAME', `tenant id ${JSON.stringify(id)}: use letters, digits, '.', '_', '-' (at most 64, starting with a letter or digit)`, 'id');
     if (this.tenants.has(id)) throw new HmiConflictError('TESSERA_HMI_TENANT_EXISTS', `tenant ${JSON.stringify(id)} already exists`, { tenant: id });
+    if (this.tenants.isDormant(id)) {
+      throw new HmiConflictError('TESSERA_HMI_TENANT_EXISTS', `tenant ${JSON.stringify(id)} is on disk from an earlier run, waiting for its PLOT version; delete it to reuse the id`, { tenant: id });
+    }
     this.domain(input.domain);
     if (this.pending.get(`domain:${input.domain}`)?.op === 'delete_domain') {
       throw new HmiConflictError('TESSERA_HMI_BUSY', `domain ${JSON.stringify(input.domain)} is being deleted`, { domain: input.domain });
@@ -142,7 +145,8 @@ export class Manager {
   }
 
   async deleteTenant(id: string): Promise<JobView> {
-    const t = this.tenant(id);
+    // A dormant tenant (on disk from an earlier run, its version not rebuilt) can be deleted too.
+    const t = this.tenants.isDormant(id) ? this.tenants.dormantRecords().find((r) => r.id === id)! : this.tenant(id);
     return this.enqueue(`tenant:${id}`, t.domain, { op: 'delete_tenant', target: id, data: { id } });
   }
 
@@ -161,8 +165,8 @@ export class Manager {
     return d;
   }
 
-  tenant(id: string): TenantState {
-    const t = this.tenants.get(id);
+  tenant(id: string): TenantRecord {
+    const t = this.tenants.record(id);
     if (!t) throw new UnknownTenantError(id);
     return t;
   }
@@ -189,8 +193,8 @@ export class Manager {
     };
   }
 
-  tenantView(t: TenantState) {
-    const b = tenantBytes(t);
+  tenantView(t: TenantRecord) {
+    const b = this.tenants.bytesOf(t.id);
     return {
       id: t.id,
       domain: t.domain,
@@ -198,7 +202,7 @@ export class Manager {
       labels: [...t.labels],
       examples: t.examples,
       steps: t.steps,
-      bytes: { adapters: b.adapters, head: b.head, total: b.total, device_resident: 0 },
+      bytes: { adapters: b.adapters, head: b.head, total: b.total, device_resident: 0, file: this.tenants.fileBytesOf(t.id), host_cached: this.tenants.files.peek(t.id) !== undefined },
       created_at: t.createdAt,
       updated_at: t.updatedAt,
     };
@@ -250,13 +254,15 @@ export class Manager {
       // Commit: from here on nothing awaits, so a cancellation cannot leave half a domain.
       const now = new Date().toISOString();
       const info = existing ? this.plot.tree.updateBranch(existing.version, { selection, values }) : this.plot.tree.createBranch({ domain: d.name, selection, values });
+      this.plot.fingerprints.set(info.id, plotFingerprint(selection.keys, values));
       const rec: DomainRecord = {
         name: d.name, version: info.id, lower: trained.lower, counts, alpha: d.alpha, corpusTexts: (existing?.corpusTexts ?? 0) + d.corpus.length,
         fptSteps: (existing?.fptSteps ?? 0) + d.steps, lastLoss: trained.loss, createdAt: existing?.createdAt ?? now, updatedAt: now,
       };
       this.domains.set(d.name, rec);
+      const adopted = this.adoptDormant();
       this.plot.collect();
-      return { domain: d.name, version: info.id, entries: info.entries, kept_fraction: selection.keptFraction, covered_fraction: selection.coveredFraction, loss: trained.loss };
+      return { domain: d.name, version: info.id, entries: info.entries, kept_fraction: selection.keptFraction, covered_fraction: selection.coveredFraction, loss: trained.loss, restored_tenants: adopted };
     } finally {
       trained.model.weights.dispose();
     }
@@ -264,42 +270,77 @@ export class Manager {
 
   private async runTenant(op: 'create_tenant' | 'update_tenant', d: TenantJobData, ctx: JobContext): Promise<unknown> {
     const dom = this.domain(d.domain);
-    const old = this.tenants.get(d.id);
+    const old = this.tenants.record(d.id);
     if (op === 'create_tenant' && old) throw new HmiConflictError('TESSERA_HMI_TENANT_EXISTS', `tenant ${JSON.stringify(d.id)} already exists`, { tenant: d.id });
     if (op === 'update_tenant' && !old) throw new UnknownTenantError(d.id);
+    // The warm start: the tenant's arrays, from the host tier or its file.
+    const start: LoadedTenant | undefined = old ? await this.tenants.load(d.id) : undefined;
     const version = dom.version;
     const snapshot = this.plot.snapshot(version);
     try {
       const ft = this.settings.ft;
       const trained = await fineTuneTenant(
-        { model: this.model, plot: this.plot, snapshot, bottleneck: this.settings.bottleneck, examples: d.examples, labels: d.labels.length, steps: d.steps, batchSize: ft.batchSize, lr: ft.lr, seed: ft.seed, ...(old ? { start: old } : {}) },
+        { model: this.model, plot: this.plot, snapshot, bottleneck: this.settings.bottleneck, examples: d.examples, labels: d.labels.length, steps: d.steps, batchSize: ft.batchSize, lr: ft.lr, seed: ft.seed, ...(start ? { start } : {}) },
         { signal: ctx.signal, progress: (f) => ctx.progress(0.99 * f) },
       );
       ctx.signal.throwIfAborted();
-      // The domain may have been updated meanwhile: the tenant keeps the version it was trained on (pinned).
-      if (!this.plot.tree.has(version)) throw new UnknownDomainError(d.domain);
       const now = new Date().toISOString();
       const state: TenantState = {
         id: d.id, domain: d.domain, version, labels: d.labels, adapters: trained.adapters, head: trained.head,
         examples: (old?.examples ?? 0) + d.examples.length, steps: (old?.steps ?? 0) + d.steps, createdAt: old?.createdAt ?? now, updatedAt: now,
       };
+      // The file first, under a temporary name (the one await of the commit); then one synchronous step: the
+      // rename, the metadata, the pins. A cancellation that arrives during the write still leaves nothing.
+      const staged = await this.tenants.stage(state, this.plot.fingerprints.get(version) ?? '');
+      if (ctx.signal.aborted || !this.plot.tree.has(version)) {
+        staged.abort();
+        ctx.signal.throwIfAborted();
+        // The domain may have been updated meanwhile: the tenant keeps the version it was trained on (pinned).
+        throw new UnknownDomainError(d.domain);
+      }
+      const current = this.tenants.record(d.id);
+      if (op === 'create_tenant' && current) {
+        staged.abort();
+        throw new HmiConflictError('TESSERA_HMI_TENANT_EXISTS', `tenant ${JSON.stringify(d.id)} already exists`, { tenant: d.id });
+      }
+      staged.commit();
       this.plot.tree.pin(version);
-      if (old) this.plot.tree.unpin(old.version);
-      this.tenants.put(state);
+      if (current) this.plot.tree.unpin(current.version);
       this.plot.collect();
-      return { tenant: d.id, domain: d.domain, version, loss: trained.loss, train_accuracy: trained.accuracy, bytes: tenantBytes(state).total };
+      return { tenant: d.id, domain: d.domain, version, loss: trained.loss, train_accuracy: trained.accuracy, bytes: this.tenants.bytesOf(d.id).total, file_bytes: this.tenants.fileBytesOf(d.id) };
     } finally {
       snapshot.release();
     }
   }
 
   private runDeleteTenant(id: string): unknown {
+    const served = this.tenants.has(id);
+    const bytes = served ? this.tenants.bytesOf(id).total : 0;
+    const fileBytes = this.tenants.fileBytesOf(id);
     const old = this.tenants.delete(id);
     if (!old) throw new UnknownTenantError(id);
-    this.plot.tree.unpin(old.version);
-    this.plot.collect();
-    this.onTenantDeleted(id);
-    return { tenant: id, deleted: true, freed_bytes: tenantBytes(old).total };
+    if (served) {
+      this.plot.tree.unpin(old.version);
+      this.plot.collect();
+      this.onTenantDeleted(id);
+    }
+    return { tenant: id, deleted: true, freed_bytes: bytes, freed_file_bytes: fileBytes };
+  }
+
+  /**
+   * Serves the persisted tenants whose PLOT version exists now with the table they were trained on (the same
+   * fingerprint): the root at start, a domain's version once it is rebuilt the same way. Returns their number.
+   */
+  adoptDormant(): number {
+    let n = 0;
+    for (const r of this.tenants.dormantRecords()) {
+      const fp = this.plot.fingerprints.get(r.version);
+      if (fp === undefined || fp !== r.plot || !this.plot.tree.has(r.version) || !this.domains.has(r.domain) || this.pending.has(`tenant:${r.id}`)) continue;
+      this.tenants.adopt(r.id);
+      this.plot.tree.pin(r.version);
+      n++;
+    }
+    return n;
   }
 
   private runDeleteDomain(name: string): unknown {
@@ -356,7 +397,7 @@ export class Manager {
   private freshTenantId(): string {
     let id: string;
     do id = `tenant-${this.nextTenant++}`;
-    while (this.tenants.has(id) || this.pending.has(`tenant:${id}`));
+    while (this.tenants.has(id) || this.tenants.isDormant(id) || this.pending.has(`tenant:${id}`));
     return id;
   }
 

@@ -72,13 +72,19 @@ export class Dispatcher<R> {
     return false;
   }
 
-  /** A11's takeBatch: the oldest head batch over every version, sealed; null when nothing waits. */
-  take(): DispatchBatch<R> | null {
+  /** The batch `take()` would return next, left open; null when nothing waits (for prefetching its tenants). */
+  peek(): DispatchBatch<R> | null {
     let best: DispatchBatch<R> | null = null;
     for (const q of this.queues.values()) {
       const head = q[0];
       if (head !== undefined && (best === null || head.firstArrival < best.firstArrival)) best = head;
     }
+    return best;
+  }
+
+  /** A11's takeBatch: the oldest head batch over every version, sealed; null when nothing waits. */
+  take(): DispatchBatch<R> | null {
+    const best = this.peek();
     if (best === null) return null;
     const queue = this.queues.get(best.version)!;
     queue.shift();

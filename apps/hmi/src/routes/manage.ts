@@ -53,7 +53,7 @@ const manage: FastifyPluginAsyncTypebox = async (app) => {
     return {
       object: 'list' as const,
       tenants: store.size,
-      bytes: { adapters: store.adapterBytes, head: store.headBytes, total: store.bytes, device_resident: 0 },
+      bytes: { adapters: store.adapterBytes, head: store.headBytes, total: store.bytes, device_resident: 0, disk: store.tiers().diskBytes, host: store.tiers().hostBytes },
       data: [...store.values()].slice(0, 1000).map((t) => m.tenantView(t)),
     };
   });
