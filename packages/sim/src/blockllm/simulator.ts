@@ -109,10 +109,20 @@ export interface BlockllmSimOptions {
    * Default 4.
    */
   scaleQueueDivisor?: number;
-  /** Speculation: acceptance probability (paper: 192 / 231), surrogate speedup, pseudo-surrogate speedup. */
+  /**
+   * Speculation: acceptance probability (paper: 192 / 231); the surrogate speedup for every block (default: each
+   * surrogate's own, from the zoo: Table 4 by block kind); the pseudo-surrogate's speedup (1/50 compute).
+   */
   specAcceptance?: number;
   surrogateSpeedup?: number;
   perfectSpeedup?: number;
+  /**
+   * How block instances co-located on one GPU run: 'multiplex' (default: each instance is its own engine and
+   * concurrent batches share the GPU's time equally; the paper profiles this multiplexing, §6) or 'serial' (one
+   * batch at a time per GPU, the earlier model, kept to show what the sharing changes). PM and PS hold one engine
+   * per GPU, so the two are the same for them.
+   */
+  gpuSharing?: 'multiplex' | 'serial';
   /** Utilisation and memory sampling window. Default 10 s. */
   sampleEveryMs?: number;
   /** Record every request's steps (for conservation checks). */
@@ -162,6 +172,10 @@ export interface BlockllmSimResult {
   /** Mean busy fraction of the GPUs until the last completion, and per sample window. */
   utilisation: number;
   utilisationTimeline: { tMs: number; busy: number }[];
+  /** Per GPU: busy fraction until the last completion, and the instances (engines) it holds at the end. */
+  deviceUtilisation: { device: string; busy: number; instances: number }[];
+  /** Per instance at the end: its batches and rows (the agent's counters). */
+  instanceStats: { instance: string; device: string; block: string; batches: number; rows: number; returningRows: number; newRows: number }[];
   /** Mean device bytes of parameters and of request data (KV), over the samples; and their peaks. */
   memory: { paramBytes: number; requestBytes: number; peakParamBytes: number; peakRequestBytes: number };
   speculation: { speculations: number; accepted: number; rolledBack: number };
@@ -180,6 +194,10 @@ interface Device {
   server: string;
   busy: boolean;
   instances: Inst[];
+  /** Multiplexed GPU: the jobs sharing it (remaining standalone ms), when they were last advanced, a stale-event guard. */
+  jobs: { left: number; onDone: () => void }[];
+  since: number;
+  epoch: number;
 }
 
 interface Inst {
@@ -256,8 +274,18 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const sampleEvery = options.sampleEveryMs ?? 10_000;
   const controlEvery = options.controlEveryMs ?? 1000;
   const acceptance = options.specAcceptance ?? 192 / 231;
-  const surrogateSpeedup = options.surrogateSpeedup ?? 2;
   const perfectSpeedup = options.perfectSpeedup ?? 50;
+  const sharing = options.gpuSharing ?? 'multiplex';
+  if (sharing !== 'multiplex' && sharing !== 'serial') throw new SimArgumentError(`gpuSharing must be 'multiplex' or 'serial', got ${JSON.stringify(sharing)}`);
+  // A surrogate's speedup: the pseudo-surrogate's for perfect speculation, the option when given, else the zoo's link.
+  const linkSpeedup = new Map<string, number>();
+  const surrogateSpeedupOf = (inst: Inst) => {
+    if (features.speculation === 'perfect') return perfectSpeedup;
+    if (options.surrogateSpeedup !== undefined) return options.surrogateSpeedup;
+    let v = linkSpeedup.get(inst.unit);
+    if (v === undefined) linkSpeedup.set(inst.unit, (v = zoo.surrogatesOf(inst.unit)[0]?.speedup ?? 2));
+    return v;
+  };
   const headroom = options.headroom ?? 0.3;
   const spread = options.placementSpread ?? 1.25;
   const scaleDivisor = options.scaleQueueDivisor ?? 4;
@@ -275,7 +303,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const specRng = substream(options.seed, 7);
   const events = new EventQueue();
   const clock = events.clock;
-  const devices: Device[] = topology.devices.map((d) => ({ id: d.id, server: d.server, busy: false, instances: [] }));
+  const devices: Device[] = topology.devices.map((d) => ({ id: d.id, server: d.server, busy: false, instances: [], jobs: [], since: 0, epoch: 0 }));
   const deviceById = new Map(devices.map((d) => [d.id, d]));
   const reqs = new Map<string, Req>();
   const records: RequestRecord[] = [];
@@ -295,7 +323,10 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   let swaps = 0;
   const busyBins: number[] = [];
   const memSamples: { params: number; request: number }[] = [];
+  const busyByDevice = new Map<string, number>();
+  let busyDevice = '';
   const addBusy = (from: number, to: number) => {
+    busyByDevice.set(busyDevice, (busyByDevice.get(busyDevice) ?? 0) + (to - from));
     let t = from;
     while (t < to) {
       const bin = Math.floor(t / sampleEvery);
@@ -329,44 +360,73 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     trace.set(r.spec.id, list);
   };
 
-  // Device scheduling: one batch at a time; the instance whose head row waited longest goes first.
+  // Device scheduling. 'serial': one batch at a time per GPU, the instance whose head row waited longest first.
+  // 'multiplex': every resident instance is its own engine (paper §3: a block runs as its own engine; §6 profiles
+  // their multiplexing), so each instance with queued rows starts its batch at once and the GPU's time is shared
+  // equally among the batches (and surrogates) running on it: processor sharing, work-conserving — k concurrent
+  // batches each progress at 1/k, so sharing moves no work and creates none, it only stops a one-layer block's
+  // step from waiting behind a 28-layer block's whole step on the same GPU.
   let onBatchDone: (inst: Inst, plan: NonNullable<ReturnType<BlockAgent['plan']>>, started: number, epochs: Map<string, number>) => void = () => {};
   let durationOf: (inst: Inst, rows: number, tokens: number, appsInBatch: number) => number = () => 0;
   let onSurrogate: ((inst: Inst, plan: NonNullable<ReturnType<BlockAgent['plan']>>, epochs: Map<string, number>) => void) | null = null;
-  const tryRun = (dev: Device) => {
-    if (dev.busy) return;
+  /** Advances the device's shared jobs to now (and books its busy time). */
+  const progress = (dev: Device) => {
     const now = clock.now();
-    let best: Inst | null = null;
-    let bestAt = Infinity;
-    for (const inst of dev.instances) {
-      if (inst.readyAt > now || inst.agent.queueLength === 0) continue;
-      const head = inst.agent.queue()[0]!.enqueuedAt;
-      if (head < bestAt) (best = inst), (bestAt = head);
+    const k = dev.jobs.length;
+    if (k > 0 && now > dev.since) {
+      busyDevice = dev.id;
+      addBusy(dev.since, now);
+      const each = (now - dev.since) / k;
+      for (const j of dev.jobs) j.left -= each;
     }
-    if (!best) return;
-    const plan = best.agent.plan();
-    if (!plan) return;
+    dev.since = now;
+  };
+  const reschedule = (dev: Device) => {
+    const epoch = ++dev.epoch;
+    if (dev.jobs.length === 0) return;
+    const first = Math.max(0, Math.min(...dev.jobs.map((j) => j.left)));
+    events.schedule(clock.now() + first * dev.jobs.length, () => {
+      if (dev.epoch !== epoch) return;
+      progress(dev);
+      const done = dev.jobs.filter((j) => j.left <= 1e-9);
+      dev.jobs = dev.jobs.filter((j) => j.left > 1e-9);
+      dev.busy = dev.jobs.length > 0;
+      reschedule(dev);
+      for (const j of done) j.onDone();
+    });
+  };
+  /** Starts `work` ms of GPU time on the device (shared with whatever else runs there); `onDone` when it is through. */
+  const startJob = (dev: Device, work: number, onDone: () => void) => {
+    progress(dev);
+    dev.jobs.push({ left: work, onDone });
+    dev.busy = true;
+    reschedule(dev);
+  };
+  const startBatch = (dev: Device, inst: Inst) => {
+    const now = clock.now();
+    const plan = inst.agent.plan();
+    if (!plan) return false;
     const epochs = new Map<string, number>();
     const appsIn = new Set<string>();
     for (const row of plan.rows) {
       const r = reqs.get(row.requestId)!;
       epochs.set(row.requestId, r.epoch);
       appsIn.add(r.spec.app);
-      if (r.queuedAt === best) r.queuedAt = null;
-      r.running.add(best);
+      if (r.queuedAt === inst) r.queuedAt = null;
+      r.running.add(inst);
     }
-    const dur = durationOf(best, plan.rows.length, plan.tokens, appsIn.size);
-    dev.busy = true;
-    best.lastUsed = now;
+    const dur = durationOf(inst, plan.rows.length, plan.tokens, appsIn.size);
+    inst.lastUsed = now;
     computeTotal += dur;
-    addBusy(now, now + dur);
-    const inst = best;
     if (onSurrogate && inst.speculating) {
-      const speedup = features.speculation === 'perfect' ? perfectSpeedup : surrogateSpeedup;
-      events.schedule(now + dur / speedup, () => onSurrogate!(inst, plan, epochs));
+      const speedup = surrogateSpeedupOf(inst);
+      if (sharing === 'multiplex') {
+        // The surrogate runs on its own stream on the same device (paper §5.3): its compute shares the GPU.
+        computeTotal += dur / speedup;
+        startJob(dev, dur / speedup, () => onSurrogate!(inst, plan, epochs));
+      } else events.schedule(now + dur / speedup, () => onSurrogate!(inst, plan, epochs));
     }
-    events.schedule(now + dur, () => {
-      dev.busy = false;
+    const finish = () => {
       const waiting: (() => void)[] = [];
       for (const row of plan.rows) {
         const r = reqs.get(row.requestId)!;
@@ -377,7 +437,34 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       onBatchDone(inst, plan, now, epochs);
       for (const w of waiting) w();
       tryRun(dev);
-    });
+    };
+    if (sharing === 'multiplex') startJob(dev, dur, finish);
+    else {
+      dev.busy = true;
+      busyDevice = dev.id;
+      addBusy(now, now + dur);
+      events.schedule(now + dur, () => {
+        dev.busy = false;
+        finish();
+      });
+    }
+    return true;
+  };
+  const tryRun = (dev: Device) => {
+    const now = clock.now();
+    if (sharing === 'multiplex') {
+      for (const inst of dev.instances) if (inst.readyAt <= now && !inst.agent.busy && inst.agent.queueLength > 0) startBatch(dev, inst);
+      return;
+    }
+    if (dev.busy) return;
+    let best: Inst | null = null;
+    let bestAt = Infinity;
+    for (const inst of dev.instances) {
+      if (inst.readyAt > now || inst.agent.queueLength === 0) continue;
+      const head = inst.agent.queue()[0]!.enqueuedAt;
+      if (head < bestAt) (best = inst), (bestAt = head);
+    }
+    if (best) startBatch(dev, best);
   };
 
   // ─── PM / PS: whole-model (or whole-family) engines, one per GPU, swapped on demand ─────────────────────────
@@ -557,12 +644,11 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     const withSurrogate = new Set(zoo.blocks().filter((b) => zoo.surrogatesOf(b.blockId).length > 0).map((b) => b.blockId));
     const chainIds = [...chains.values()].map((c) => c.blocks.map((b) => b.blockId));
     const placementPolicy = features.placement;
-    // Initial placement spreads the blocks: each device takes at most its share of the parameters (the largest
-    // block at least), so the chains' blocks do not serialise on a few GPUs; scale-out then fills the rest.
+    // Initial placement spreads the blocks: a device that holds instances takes more only up to its even share of
+    // the parameters (× placementSpread), so the chains' blocks — and the load that goes with them — reach every
+    // GPU instead of filling the first server's (locality still picks the server and the device among those with
+    // room). A block larger than the share goes alone on a device.
     const sizes = new Map([...manifests].map(([id, m]) => [id, m.paramBytes] as [BlockId, number]));
-    const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
-    const share = Math.max(Math.max(...sizes.values()), (spread * totalParams) / devices.length);
-    const placeHeadroom = Math.max(headroom * gpu.memoryBytes, gpu.memoryBytes - share);
     // The equivalent routes' blocks are placed too (adaptive serving can only pick what is deployed).
     const routeChains: BlockId[][] = [];
     if (features.adaptive) {
@@ -576,14 +662,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
         }
       }
     }
-    let placed: PlacedInstance[];
-    try {
-      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: placeHeadroom });
-    } catch (e) {
-      // The even share fragments too much for the largest blocks: place under the plain headroom instead.
-      if (!(e instanceof ServingCapacityError)) throw e;
-      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes });
-    }
+    const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
+    const placed: PlacedInstance[] = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: (spread * totalParams) / devices.length });
     const byBlock = new Map<BlockId, Inst[]>();
     const requestMemory = (dev: Device) => gpu.memoryBytes - placed.filter((p) => p.device === dev.id).reduce((n, p) => n + p.bytes, 0);
     const deploy = (block: BlockManifest, dev: Device, readyAt: number): Inst => {
@@ -865,7 +945,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const plans = planScaleOut(
         topology,
         list.map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes })),
-        list.filter((i) => i.readyAt <= now).map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes, queue: i.agent.queue().map((q) => q.requestId), maxQueueLen: Math.ceil(i.agent.maxBatch / scaleDivisor) })),
+        list.filter((i) => i.readyAt <= now).map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes, queue: [...i.agent.runningRows(), ...i.agent.queue()].map((q) => q.requestId), maxQueueLen: Math.ceil(i.agent.maxBatch / scaleDivisor) })),
         traffic,
         { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, threshold: options.scaleThreshold ?? 0.8 },
       );
@@ -942,6 +1022,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     interServerBytes: interBytes,
     utilisation: busyTotal / (makespan * devices.length),
     utilisationTimeline: timeline,
+    deviceUtilisation: devices.map((d) => ({ device: d.id, busy: (busyByDevice.get(d.id) ?? 0) / makespan, instances: d.instances.length })),
+    instanceStats: [...instances.values()].map((i) => ({ instance: i.id, device: i.device.id, block: i.unit, ...i.agent.stats() })),
     memory: { paramBytes: mean((s) => s.params), requestBytes: mean((s) => s.request), peakParamBytes: Math.max(0, ...memSamples.map((s) => s.params)), peakRequestBytes: Math.max(0, ...memSamples.map((s) => s.request)) },
     speculation: (({ speculations, accepted, rolledBack }) => ({ speculations, accepted, rolledBack }))(specStats()),
     adaptiveRequests: records.filter((r) => r.adaptive).length,

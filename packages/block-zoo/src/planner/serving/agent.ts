@@ -161,6 +161,11 @@ export class BlockAgent {
     return this.running !== null;
   }
 
+  /** The rows of the batch running now (empty when idle). */
+  runningRows(): readonly QueuedRow[] {
+    return this.running?.rows ?? [];
+  }
+
   /**
    * The next batch, or null when the instance is running one or nothing is queued. An arriving batch on an empty,
    * free instance runs at once (nothing to wait for); otherwise queued neighbours are packed up to the limits.
