@@ -33,6 +33,7 @@ import {
   migrationRates,
   namedSize,
   type PlacedInstance,
+  pickDevice,
   placeChains,
   planScaleOut,
   selectSpeculation,
@@ -123,6 +124,13 @@ export interface BlockllmSimOptions {
    * per GPU, so the two are the same for them.
    */
   gpuSharing?: 'multiplex' | 'serial';
+  /**
+   * BlockLLM: an instance holds its batch for a resident request whose countdown says it is back within the
+   * block's fixed step cost (§4.2's countdown clocks and prioritised returns). Default true.
+   */
+  countdownHold?: boolean;
+  /** BlockLLM: fill the GPUs the initial placement leaves empty with replicas of the most loaded blocks. Default true. */
+  warmReplicas?: boolean;
   /** Utilisation and memory sampling window. Default 10 s. */
   sampleEveryMs?: number;
   /** Record every request's steps (for conservation checks). */
@@ -175,7 +183,7 @@ export interface BlockllmSimResult {
   /** Per GPU: busy fraction until the last completion, and the instances (engines) it holds at the end. */
   deviceUtilisation: { device: string; busy: number; instances: number }[];
   /** Per instance at the end: its batches and rows (the agent's counters). */
-  instanceStats: { instance: string; device: string; block: string; batches: number; rows: number; returningRows: number; newRows: number }[];
+  instanceStats: { instance: string; device: string; block: string; computeMs: number; batches: number; rows: number; returningRows: number; newRows: number }[];
   /** Mean device bytes of parameters and of request data (KV), over the samples; and their peaks. */
   memory: { paramBytes: number; requestBytes: number; peakParamBytes: number; peakRequestBytes: number };
   speculation: { speculations: number; accepted: number; rolledBack: number };
@@ -215,6 +223,13 @@ interface Inst {
   loadedAt: number;
   inflight: number;
   lastUsed: number;
+  /** The time a re-plan is scheduled for while the agent holds for a returning request. */
+  holdAt: number | null;
+  /** Standalone GPU time of its batches. */
+  computeMs: number;
+  /** Its running batch: the shared job (multiplex) or its end time (serial). */
+  job: { left: number; onDone: () => void } | null;
+  runEnd: number;
 }
 
 interface Req {
@@ -237,6 +252,9 @@ interface Req {
   lastInst: Inst | null;
   lastBlock: BlockManifest | null;
   touched: Set<Inst>;
+  /** Per instance: when the request last left it, and the round trip it took to come back (the countdown's estimate). */
+  leftAt: Map<Inst, number>;
+  roundTrip: Map<Inst, number>;
   done: boolean;
 }
 
@@ -276,6 +294,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const acceptance = options.specAcceptance ?? 192 / 231;
   const perfectSpeedup = options.perfectSpeedup ?? 50;
   const sharing = options.gpuSharing ?? 'multiplex';
+  const warmReplicas = options.warmReplicas ?? true;
+  const countdownHold = options.countdownHold ?? true;
   if (sharing !== 'multiplex' && sharing !== 'serial') throw new SimArgumentError(`gpuSharing must be 'multiplex' or 'serial', got ${JSON.stringify(sharing)}`);
   // A surrogate's speedup: the pseudo-surrogate's for perfect speculation, the option when given, else the zoo's link.
   const linkSpeedup = new Map<string, number>();
@@ -336,12 +356,15 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     }
   };
 
-  const newAgent = (id: string, bytes: BlockBytes, maxBatch: number, memory: number) => new BlockAgent({ instance: id, block: bytes, clock, maxBatch, memoryBytes: Math.max(1, memory) });
+  // BlockLLM's instances hold a batch for a returning request due within one weight read of the block (its fixed
+  // step cost): running without it would cost the GPU that read again, waiting costs the queued rows at most as much.
+  const holdOf = (profile: ComputeProfile) => (policy === 'blockllm' && countdownHold ? profile.fixedMs : 0);
+  const newAgent = (id: string, bytes: BlockBytes, maxBatch: number, memory: number, profile: ComputeProfile) => new BlockAgent({ instance: id, block: bytes, clock, maxBatch, memoryBytes: Math.max(1, memory), holdForReturningMs: holdOf(profile) });
   const instances = new Map<string, Inst>();
   const addInst = (dev: Device, unit: string, bytes: BlockBytes, profile: ComputeProfile, maxBatch: number, memory: number, readyAt: number): Inst => {
     let id = `${unit.slice(0, 16)}@${dev.id}`;
     for (let k = 2; instances.has(id); k++) id = `${unit.slice(0, 16)}@${dev.id}#${k}`;
-    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt };
+    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory, profile), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt, holdAt: null, computeMs: 0, job: null, runEnd: 0 };
     instances.set(id, inst);
     dev.instances.push(inst);
     return inst;
@@ -398,14 +421,39 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   /** Starts `work` ms of GPU time on the device (shared with whatever else runs there); `onDone` when it is through. */
   const startJob = (dev: Device, work: number, onDone: () => void) => {
     progress(dev);
-    dev.jobs.push({ left: work, onDone });
+    const job = { left: work, onDone };
+    dev.jobs.push(job);
     dev.busy = true;
     reschedule(dev);
+    return job;
+  };
+  /** Wall time until the instance's running batch ends at the device's current sharing (0 when idle). */
+  const runningLeftMs = (inst: Inst) => {
+    if (!inst.agent.busy) return 0;
+    if (sharing === 'serial') return Math.max(0, inst.runEnd - clock.now());
+    const dev = inst.device;
+    const k = dev.jobs.length;
+    if (!inst.job || k === 0) return 0;
+    return Math.max(0, inst.job.left * k - (clock.now() - dev.since));
   };
   const startBatch = (dev: Device, inst: Inst) => {
     const now = clock.now();
-    const plan = inst.agent.plan();
-    if (!plan) return false;
+    // The hold bound in wall time: the block's weight read as long as it takes on this GPU now (shared with the
+    // batches running there), i.e. what running without the returning request would cost in time.
+    const hold = holdOf(inst.profile) * (sharing === 'multiplex' ? dev.jobs.length + 1 : 1);
+    const plan = inst.agent.plan({ holdForReturningMs: hold });
+    if (!plan) {
+      const at = inst.agent.holdUntil;
+      // Waiting for a returning request: look again when it is due (an arrival before then looks at once).
+      if (at !== null && inst.holdAt !== at) {
+        inst.holdAt = at;
+        events.schedule(at, () => {
+          if (inst.holdAt === at) inst.holdAt = null;
+          tryRun(dev);
+        });
+      }
+      return false;
+    }
     const epochs = new Map<string, number>();
     const appsIn = new Set<string>();
     for (const row of plan.rows) {
@@ -417,6 +465,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     }
     const dur = durationOf(inst, plan.rows.length, plan.tokens, appsIn.size);
     inst.lastUsed = now;
+    inst.computeMs += dur;
     computeTotal += dur;
     if (onSurrogate && inst.speculating) {
       const speedup = surrogateSpeedupOf(inst);
@@ -438,8 +487,13 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       for (const w of waiting) w();
       tryRun(dev);
     };
-    if (sharing === 'multiplex') startJob(dev, dur, finish);
-    else {
+    if (sharing === 'multiplex') {
+      inst.job = startJob(dev, dur, () => {
+        inst.job = null;
+        finish();
+      });
+    } else {
+      inst.runEnd = now + dur;
       dev.busy = true;
       busyDevice = dev.id;
       addBusy(now, now + dur);
@@ -457,14 +511,10 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       return;
     }
     if (dev.busy) return;
-    let best: Inst | null = null;
-    let bestAt = Infinity;
-    for (const inst of dev.instances) {
-      if (inst.readyAt > now || inst.agent.queueLength === 0) continue;
-      const head = inst.agent.queue()[0]!.enqueuedAt;
-      if (head < bestAt) (best = inst), (bestAt = head);
-    }
-    if (best) startBatch(dev, best);
+    // The instance whose head row waited longest first; one that holds for a returning request lets the next run.
+    const ready = dev.instances.filter((i) => i.readyAt <= now && i.agent.queueLength > 0).map((i) => ({ i, head: i.agent.queue()[0]!.enqueuedAt }));
+    ready.sort((a, b) => a.head - b.head);
+    for (const { i } of ready) if (startBatch(dev, i)) return;
   };
 
   // ─── PM / PS: whole-model (or whole-family) engines, one per GPU, swapped on demand ─────────────────────────
@@ -618,7 +668,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   };
 
   const newReq = (spec: BlockllmRequest): Req => {
-    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, running: new Set(), deferred: new Map(), lastInst: null, lastBlock: null, touched: new Set(), done: false };
+    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, running: new Set(), deferred: new Map(), lastInst: null, lastBlock: null, touched: new Set(), leftAt: new Map(), roundTrip: new Map(), done: false };
     reqs.set(spec.id, r);
     return r;
   };
@@ -640,6 +690,13 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       let p = profiles.get(b.blockId);
       if (!p) profiles.set(b.blockId, (p = blockProfile(b, blockLayers(b), gpu)));
       return p;
+    };
+    const restMemo = new Map<string, number>();
+    const restOfChainMs = (app: string, block: BlockId) => {
+      const k = `${app}#${block}`;
+      let v = restMemo.get(k);
+      if (v === undefined) restMemo.set(k, (v = chains.get(app)!.blocks.reduce((t, b) => (b.blockId === block ? t : t + computeMs(profileOf(b), { rows: 1, tokens: 1 })), 0)));
+      return v;
     };
     const withSurrogate = new Set(zoo.blocks().filter((b) => zoo.surrogatesOf(b.blockId).length > 0).map((b) => b.blockId));
     const chainIds = [...chains.values()].map((c) => c.blocks.map((b) => b.blockId));
@@ -664,6 +721,30 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     }
     const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
     const placed: PlacedInstance[] = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: (spread * totalParams) / devices.length });
+    // GPUs the placement left empty take replicas of the blocks expected to carry the most load per instance (the
+    // apps' rates through the block × its decode step), one per GPU: as PM's warm start fills every GPU with the
+    // most popular engines, BlockLLM starts with its popular blocks scaled onto the GPUs that would sit idle (the
+    // paper's third reason for Table 2's gain). Scale-out adds more under load.
+    if (warmReplicas) {
+      const load = new Map<BlockId, number>();
+      for (const a of apps) for (const b of new Set(chains.get(a.id)!.blocks)) load.set(b.blockId, (load.get(b.blockId) ?? 0) + workload.weights.get(a.id)! * computeMs(profileOf(b), { rows: 1, tokens: 1 }));
+      const count = (b: BlockId) => placed.filter((p) => p.block === b).length;
+      for (;;) {
+        const used = new Set(placed.map((p) => p.device));
+        if (devices.every((d) => used.has(d.id))) break;
+        const ranked = [...load].sort((x, y) => y[1] / (count(y[0]) + 1) - x[1] / (count(x[0]) + 1) || (x[0] < y[0] ? -1 : 1));
+        let done = false;
+        for (const [b] of ranked) {
+          // An empty device only (any held bytes exceed a 1-byte cap), chosen by the placement policy.
+          const d = pickDevice(topology, placed, b, sizes.get(b)!, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: 1 });
+          if (!d || used.has(d.id)) continue;
+          placed.push({ instance: `${b}@${d.id}`, block: b, device: d.id, bytes: sizes.get(b)! });
+          done = true;
+          break;
+        }
+        if (!done) break;
+      }
+    }
     const byBlock = new Map<BlockId, Inst[]>();
     const requestMemory = (dev: Device) => gpu.memoryBytes - placed.filter((p) => p.device === dev.id).reduce((n, p) => n + p.bytes, 0);
     const deploy = (block: BlockManifest, dev: Device, readyAt: number): Inst => {
@@ -730,6 +811,11 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
             deviceIdle: !inst.device.busy,
             victimBytes: 0,
             blockBytes: inst.readyAt <= now ? 0 : inst.bytes.paramBytes * (inst.readyAt - now) / Math.max(1e-9, inst.readyAt - inst.loadedAt + 1e-9),
+            // Multiplexed GPU: the batch shares the device with what runs there (its own batch, if any, ends first).
+            slowdown: sharing === 'multiplex' ? Math.max(1, inst.device.jobs.length + (inst.agent.busy ? 0 : 1)) : 1,
+            // The row joins a batch the instance runs anyway (its marginal cost, design note 5.5), after the running one.
+            runningMs: runningLeftMs(inst),
+            packed: inst.agent.busy || inst.agent.queueLength > 0,
           };
           cands.push({ instance: inst.id, block: o.block.blockId, device: inst.device.id, family: o.route.family, designated: o.route.designated, available: available(inst), latency, inst, option: o });
         }
@@ -807,6 +893,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
           } else kv.materialize(r.spec.id, inst.unit, inst.id, context);
           inst.agent.adopt(r.spec.id, context);
         }
+        const left = r.leftAt.get(inst);
+        if (left !== undefined) r.roundTrip.set(inst, clock.now() - left);
         inst.agent.arrive([{ requestId: r.spec.id, iteration: r.iteration, position: r.step, tokens, contextTokens: context }]);
         r.queuedAt = inst;
         r.touched.add(inst);
@@ -876,7 +964,11 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const stale = new Set(plan.rows.filter((row) => reqs.get(row.requestId)!.epoch !== epochs.get(row.requestId)).map((row) => row.requestId));
       const outcomes = plan.rows.map((row) => {
         const r = reqs.get(row.requestId)!;
-        return { requestId: row.requestId, finished: !stale.has(row.requestId) && r.done, returnInMs: chains.get(r.spec.app)!.blocks.length * inst.profile.fixedMs };
+        // The countdown: the round trip this request last took back to this instance (InferCept's T_INT, §4.4),
+        // or before it has one, the profiled rest of its chain; none in its last iteration (it will not be back).
+        r.leftAt.set(inst, clock.now());
+        const back = r.iteration + 1 >= r.spec.outputTokens ? undefined : (r.roundTrip.get(inst) ?? restOfChainMs(r.spec.app, inst.unit));
+        return { requestId: row.requestId, finished: !stale.has(row.requestId) && r.done, ...(back !== undefined ? { returnInMs: back } : {}) };
       });
       inst.agent.complete(plan.planId, outcomes);
       const spec = forwardedKey.get(planKey(inst, plan.planId)) ?? new Set<string>();
@@ -1023,7 +1115,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     utilisation: busyTotal / (makespan * devices.length),
     utilisationTimeline: timeline,
     deviceUtilisation: devices.map((d) => ({ device: d.id, busy: (busyByDevice.get(d.id) ?? 0) / makespan, instances: d.instances.length })),
-    instanceStats: [...instances.values()].map((i) => ({ instance: i.id, device: i.device.id, block: i.unit, ...i.agent.stats() })),
+    instanceStats: [...instances.values()].map((i) => ({ instance: i.id, device: i.device.id, block: i.unit, computeMs: i.computeMs, ...i.agent.stats() })),
     memory: { paramBytes: mean((s) => s.params), requestBytes: mean((s) => s.request), peakParamBytes: Math.max(0, ...memSamples.map((s) => s.params)), peakRequestBytes: Math.max(0, ...memSamples.map((s) => s.request)) },
     speculation: (({ speculations, accepted, rolledBack }) => ({ speculations, accepted, rolledBack }))(specStats()),
     adaptiveRequests: records.filter((r) => r.adaptive).length,
