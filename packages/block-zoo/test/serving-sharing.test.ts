@@ -167,4 +167,16 @@ describe('placement with a per-device cap', () => {
     const all = placeChains(four, [chain], sizes, TrafficCounter.fromChains([{ blocks: chain }]), { maxBytesPerDevice: 5 * GB });
     expect(all).toHaveLength(6); // four go alone, the last two past the cap
   });
+
+  it('passes over saturated devices when one with spare capacity has room, and uses them when none has', () => {
+    const traffic = TrafficCounter.fromChains([{ blocks: ['n', 'y'], weight: 5 }]);
+    const placed = [{ instance: 'n@g0', block: 'n', device: 'g0', bytes: GB }];
+    // Locality prefers the neighbour's server (g0, the fuller of the two); both its GPUs are saturated, so the
+    // replica goes to a GPU with capacity.
+    expect(pickDevice(four, placed, 'y', GB, traffic)!.id).toBe('g0');
+    const load = new Map([['g0', 0.95], ['g1', 0.97], ['g2', 0.2], ['g3', 0.5]]);
+    expect(['g2', 'g3']).toContain(pickDevice(four, placed, 'y', GB, traffic, { deviceLoad: load })!.id);
+    expect(pickDevice(four, placed, 'y', GB, traffic, { deviceLoad: new Map([['g0', 1], ['g1', 1], ['g2', 1], ['g3', 1]]) })!.id).toBe('g0');
+    expect(pickDevice(four, placed, 'y', GB, traffic, { deviceLoad: load, saturatedLoad: 0.99 })!.id).toBe('g0');
+  });
 });

@@ -1026,6 +1026,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
 
     for (const spec of workload.requests) events.schedule(spec.arrivalMs, () => dispatch(newReq(spec), null));
 
+    const lastBusy = new Map<string, number>();
     const control = () => {
       const list = [...instances.values()];
       if (features.speculation !== 'off') {
@@ -1034,12 +1035,20 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       }
       if (kv.scanDue()) for (const f of kv.redundancyScan()) instances.get(f.instance)?.agent.evict(f.request);
       const now = clock.now();
+      // Each GPU's busy fraction over the last control period: scale-out goes to GPUs with capacity to spare.
+      const deviceLoad = new Map<string, number>();
+      for (const d of devices) {
+        progress(d);
+        const b = busyByDevice.get(d.id) ?? 0;
+        deviceLoad.set(d.id, (b - (lastBusy.get(d.id) ?? 0)) / controlEvery);
+        lastBusy.set(d.id, b);
+      }
       const plans = planScaleOut(
         topology,
         list.map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes })),
         list.filter((i) => i.readyAt <= now).map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes, queue: [...i.agent.runningRows(), ...i.agent.queue()].map((q) => q.requestId), maxQueueLen: Math.ceil(i.agent.maxBatch / scaleDivisor) })),
         traffic,
-        { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, threshold: options.scaleThreshold ?? 0.8 },
+        { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, threshold: options.scaleThreshold ?? 0.8, deviceLoad },
       );
       for (const p of plans) {
         const src = instances.get(p.from)!;

@@ -70,6 +70,13 @@ export interface PlacementOptions {
    * ones (the blocks' load goes where their bytes go). Default: no limit.
    */
   maxBytesPerDevice?: number;
+  /**
+   * Recent busy fraction of each device (0–1). When given, devices at or above `saturatedLoad` are passed over while
+   * any device below it has room: scaling out onto a saturated GPU adds no capacity (§4.6 scales "onto more devices").
+   */
+  deviceLoad?: ReadonlyMap<string, number>;
+  /** Default 0.9. */
+  saturatedLoad?: number;
 }
 
 /** Free bytes per device after the placed instances (and the headroom). */
@@ -90,7 +97,13 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
   const free = freeBytes(topology, placed, options.headroomBytes ?? 0);
   const cap = options.maxBytesPerDevice ?? Number.POSITIVE_INFINITY;
   const held = (d: DeviceSpec) => placed.reduce((n, p) => (p.device === d.id ? n + p.bytes : n), 0);
-  const fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block) && (held(d) === 0 || held(d) + bytes <= cap));
+  let fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block) && (held(d) === 0 || held(d) + bytes <= cap));
+  if (options.deviceLoad) {
+    const load = options.deviceLoad;
+    const limit = options.saturatedLoad ?? 0.9;
+    const spare = fits.filter((d) => (load.get(d.id) ?? 0) < limit);
+    if (spare.length > 0) fits = spare;
+  }
   if (fits.length === 0) return null;
   const score = (d: DeviceSpec) => {
     const leftover = (free.get(d.id)! - bytes) / d.memoryBytes;
