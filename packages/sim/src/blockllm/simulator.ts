@@ -12,7 +12,8 @@
  *    overlapped migration plans, the redundancy scan), the {@link SpeculationLedger} with
  *    {@link selectSpeculation}, and {@link placeChains} / {@link planScaleOut} with the {@link TrafficCounter}.
  *
- * Every engine step's duration comes from the roofline block cost model; one batch runs at a time per GPU. The
+ * Every engine step's duration comes from the roofline block cost model. Block instances on one GPU run as
+ * separate engines sharing it (processor sharing; `gpuSharing: 'serial'` runs one batch at a time instead). The
  * run is a pure function of its options (the seed feeds the workload and the speculation outcomes).
  */
 import {
@@ -37,7 +38,6 @@ import {
   placeChains,
   planScaleOut,
   selectSpeculation,
-  ServingCapacityError,
   SpeculationLedger,
   type Topology,
   TrafficCounter,
@@ -99,7 +99,10 @@ export interface BlockllmSimOptions {
   quantumMs?: number;
   /** BlockLLM: fraction of device memory kept free for request data when placing blocks. Default 0.3. */
   headroom?: number;
-  /** BlockLLM: a device takes at most this multiple of its even share of the parameters at initial placement. Default 1.25. */
+  /**
+   * BlockLLM: at initial placement a device holding instances takes more only within this multiple of its even share
+   * of the parameters (an empty device takes any block). Default 1.25.
+   */
   placementSpread?: number;
   /** BlockLLM periodic control (scale-out, speculation selection, redundancy scan). Default 1000 ms. */
   controlEveryMs?: number;
