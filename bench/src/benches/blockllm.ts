@@ -39,9 +39,12 @@ export const BLOCKLLM_SIZES: { quick: BlockllmSizes; full: BlockllmSizes } = {
     table2: [3, 12],
     table2Sim: { requests: 40, durationMs: 30_000, output: [8, 64] },
   },
+  // The full size is a loaded regime (Figs. 18–19 run deeply queued: PM's median is 3.39 min of a 20-min trace,
+  // 17 %): the paper's 400 requests with prompts and outputs U[8, 512] (design note §8.3) arrive in 45 s, where the
+  // simulated PM's median is the same 17 % of the window and the offered tokens exceed what PM serves.
   full: {
     memoryApps: [1, 3, 5, 8, 10, 12, 15, 18, 20, 25, 30],
-    sim: { apps: 20, requests: 400, durationMs: 120_000, output: [8, 512], seed: 1 },
+    sim: { apps: 20, requests: 400, durationMs: 45_000, output: [8, 512], seed: 1 },
     scaling: [10, 15, 20, 25, 30],
     table2: [3, 6, 9, 12],
     table2Sim: { requests: 40, durationMs: 60_000, output: [8, 512] },
@@ -228,14 +231,18 @@ export const simSection: SectionRunner = async (sizes, ctx) => {
   const p95Target = ratios.sim_p95_vs_pm! <= 0.7;
   const medianTarget = Math.abs(ratios.sim_p50_vs_pm! - 1) <= 0.05;
   const thrTarget = bl.throughputTokS > ps.throughputTokS && ps.throughputTokS > pm.throughputTokS;
+  // Throughputs within 1 % of each other are the offered load, not a separation of the policies.
+  const thrs = [bl.throughputTokS, ps.throughputTokS, pm.throughputTokS];
+  const thrSeparated = Math.max(...thrs) / Math.min(...thrs) > 1.01;
   const ab = Object.fromEntries(ablations);
   const notes = [
     `p95 BlockLLM / PM = ${fmt(ratios.sim_p95_vs_pm!)} (target ≤ 0.7: ${met(p95Target)}); p50 BlockLLM / PM = ${fmt(ratios.sim_p50_vs_pm!)} (target within 5 %: ${met(medianTarget)}). Paper: −33.5 % p95, medians 3.34 vs 3.39 min.`,
-    `throughput tok/s: BlockLLM ${fmt(bl.throughputTokS)}, PS ${fmt(ps.throughputTokS)}, PM ${fmt(pm.throughputTokS)} (target BlockLLM > PS > PM: ${met(thrTarget)}; paper 1.71× PM, 1.46× PS).`,
+    `throughput tok/s: BlockLLM ${fmt(bl.throughputTokS)}, PS ${fmt(ps.throughputTokS)}, PM ${fmt(pm.throughputTokS)} (target BlockLLM > PS > PM: ${thrSeparated ? met(thrTarget) : 'not separated: all within 1 %, the offered load'}; paper 1.71× PM, 1.46× PS).`,
     `ablations, p95 over BlockLLM's (paper): no adaptive ${fmt(ab['no-adaptive']!.p95Ms / bl.p95Ms)} (1.156), KV recompute-always ${fmt(ab['kv-recompute']!.p95Ms / bl.p95Ms)} (1.23), KV least-busy ${fmt(ab['kv-least-busy']!.p95Ms / bl.p95Ms)} (1.36), no speculation ${fmt(ab['no-speculation']!.p95Ms / bl.p95Ms)} (1.316), perfect speculation ${fmt(ab['perfect-speculation']!.p95Ms / bl.p95Ms)} (0.873), frag-min ${fmt(ab['frag-min']!.p95Ms / bl.p95Ms)} (1.182).`,
     `communication (transfer ms) over BlockLLM's: KV recompute-always ${fmt(ab['kv-recompute']!.transferMs / Math.max(1e-9, bl.transferMs))} (paper 0.36), least-busy ${fmt(ab['kv-least-busy']!.transferMs / Math.max(1e-9, bl.transferMs))} (1.28); inter-server GB frag-min ${fmt(ab['frag-min']!.interServerBytes / 1e9)} vs locality ${fmt(bl.interServerBytes / 1e9)} (paper: locality cuts them by 72.3 %).`,
     `speculation: ${bl.speculation.speculations} speculations, ${bl.speculation.accepted} accepted (paper 231 / 192); adaptive serving: ${bl.adaptiveRequests} of ${bl.requests.length} requests (paper 136 of 400).`,
-    `workload: ${s.requests} requests from ${s.apps} apps over ${s.durationMs / 1000} s, prompt U[8, 512], output U[${s.output.join(', ')}], seed ${s.seed}; 12 simulated A100-80GB on servers [2, 2, 4, 4].`,
+    `workload: ${s.requests} requests from ${s.apps} apps over ${s.durationMs / 1000} s, prompt U[8, 512], output U[${s.output.join(', ')}], seed ${s.seed}; 12 simulated A100-80GB on servers [2, 2, 4, 4]; PM's median is ${fmt((100 * pm.p50Ms) / s.durationMs)} % of the arrival window (paper: 17 %).`,
+    `GPU time per generated token (ms): BlockLLM ${fmt(bl.computeMs / Math.max(1, bl.requests.reduce((n, q) => n + q.outputTokens, 0)))}, PM ${fmt(pm.computeMs / Math.max(1, pm.requests.reduce((n, q) => n + q.outputTokens, 0)))}; BlockLLM's busiest GPU ${fmt(Math.max(...bl.deviceUtilisation.map((d) => d.busy)))} busy, its idlest ${fmt(Math.min(...bl.deviceUtilisation.map((d) => d.busy)))}.`,
   ];
 
   const cdf = (r: BlockllmSimResult) => r.requests.map((q) => q.latencyMs / 1000).sort((a, b) => a - b).map((x, i, all) => ({ x, y: (i + 1) / all.length }));

@@ -73,6 +73,9 @@ describe('BlockLLM cluster simulation', () => {
       runBlockllmSimulation({ ...SMALL, policy: 'ps', seed: 5, traceSteps: true }),
       runBlockllmSimulation({ ...SMALL, policy: 'blockllm', seed: 5, traceSteps: true, specAcceptance: 0.5 }),
       ...Object.values(BLOCKLLM_ABLATIONS).map((features) => runBlockllmSimulation({ ...SMALL, policy: 'blockllm', seed: 5, traceSteps: true, features })),
+      // The earlier GPU model (one batch at a time) and the mechanisms switched off one by one.
+      runBlockllmSimulation({ ...SMALL, policy: 'blockllm', seed: 5, traceSteps: true, gpuSharing: 'serial', specAcceptance: 0.5 }),
+      runBlockllmSimulation({ ...SMALL, policy: 'blockllm', seed: 5, traceSteps: true, countdownHold: false, warmReplicas: false }),
     ];
     for (const r of runs) {
       expect(r.requests).toHaveLength(24);

@@ -5,7 +5,7 @@
  */
 export { A100_80G, blockLayers, blockllmTopology, blockProfile, type ClusterOptions, type GpuModel, sumBytes, sumProfiles } from './cluster.js';
 export { type BlockllmRequest, type BlockllmWorkload, type BlockllmWorkloadOptions, syntheticWorkload } from './workload.js';
-export { appMix, type AppMixOptions, buildSimZoo, CHATGLM_6B, DEFAULT_FOUNDATIONS, LLAMA_13B_SIM, LLAMA_7B_SIM, llamaTensors, type SimApp, type SimAppKind, type SimFoundation, type SimZoo, type SimZooOptions } from './zoo-mix.js';
+export { appMix, type AppMixOptions, buildSimZoo, CHATGLM_6B, DEFAULT_FOUNDATIONS, LLAMA_13B_SIM, LLAMA_7B_SIM, llamaTensors, type SimApp, type SimAppKind, type SimFoundation, type SimZoo, type SimZooOptions, tableFourSpeedup } from './zoo-mix.js';
 export {
   BLOCKLLM_ABLATIONS,
   BLOCKLLM_FULL,

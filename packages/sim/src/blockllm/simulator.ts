@@ -12,7 +12,8 @@
  *    overlapped migration plans, the redundancy scan), the {@link SpeculationLedger} with
  *    {@link selectSpeculation}, and {@link placeChains} / {@link planScaleOut} with the {@link TrafficCounter}.
  *
- * Every engine step's duration comes from the roofline block cost model; one batch runs at a time per GPU. The
+ * Every engine step's duration comes from the roofline block cost model. Block instances on one GPU run as
+ * separate engines sharing it (processor sharing; `gpuSharing: 'serial'` runs one batch at a time instead). The
  * run is a pure function of its options (the seed feeds the workload and the speculation outcomes).
  */
 import {
@@ -33,10 +34,10 @@ import {
   migrationRates,
   namedSize,
   type PlacedInstance,
+  pickDevice,
   placeChains,
   planScaleOut,
   selectSpeculation,
-  ServingCapacityError,
   SpeculationLedger,
   type Topology,
   TrafficCounter,
@@ -98,7 +99,10 @@ export interface BlockllmSimOptions {
   quantumMs?: number;
   /** BlockLLM: fraction of device memory kept free for request data when placing blocks. Default 0.3. */
   headroom?: number;
-  /** BlockLLM: a device takes at most this multiple of its even share of the parameters at initial placement. Default 1.25. */
+  /**
+   * BlockLLM: at initial placement a device holding instances takes more only within this multiple of its even share
+   * of the parameters (an empty device takes any block). Default 1.25.
+   */
   placementSpread?: number;
   /** BlockLLM periodic control (scale-out, speculation selection, redundancy scan). Default 1000 ms. */
   controlEveryMs?: number;
@@ -109,10 +113,27 @@ export interface BlockllmSimOptions {
    * Default 4.
    */
   scaleQueueDivisor?: number;
-  /** Speculation: acceptance probability (paper: 192 / 231), surrogate speedup, pseudo-surrogate speedup. */
+  /**
+   * Speculation: acceptance probability (paper: 192 / 231); the surrogate speedup for every block (default: each
+   * surrogate's own, from the zoo: Table 4 by block kind); the pseudo-surrogate's speedup (1/50 compute).
+   */
   specAcceptance?: number;
   surrogateSpeedup?: number;
   perfectSpeedup?: number;
+  /**
+   * How block instances co-located on one GPU run: 'multiplex' (default: each instance is its own engine and
+   * concurrent batches share the GPU's time equally; the paper profiles this multiplexing, §6) or 'serial' (one
+   * batch at a time per GPU, the earlier model, kept to show what the sharing changes). PM and PS hold one engine
+   * per GPU, so the two are the same for them.
+   */
+  gpuSharing?: 'multiplex' | 'serial';
+  /**
+   * BlockLLM: an instance holds its batch for a resident request whose countdown says it is back within the
+   * block's fixed step cost (§4.2's countdown clocks and prioritised returns). Default true.
+   */
+  countdownHold?: boolean;
+  /** BlockLLM: fill the GPUs the initial placement leaves empty with replicas of the most loaded blocks. Default true. */
+  warmReplicas?: boolean;
   /** Utilisation and memory sampling window. Default 10 s. */
   sampleEveryMs?: number;
   /** Record every request's steps (for conservation checks). */
@@ -162,6 +183,10 @@ export interface BlockllmSimResult {
   /** Mean busy fraction of the GPUs until the last completion, and per sample window. */
   utilisation: number;
   utilisationTimeline: { tMs: number; busy: number }[];
+  /** Per GPU: busy fraction until the last completion, and the instances (engines) it holds at the end. */
+  deviceUtilisation: { device: string; busy: number; instances: number }[];
+  /** Per instance at the end: its batches and rows (the agent's counters). */
+  instanceStats: { instance: string; device: string; block: string; computeMs: number; batches: number; rows: number; returningRows: number; newRows: number }[];
   /** Mean device bytes of parameters and of request data (KV), over the samples; and their peaks. */
   memory: { paramBytes: number; requestBytes: number; peakParamBytes: number; peakRequestBytes: number };
   speculation: { speculations: number; accepted: number; rolledBack: number };
@@ -180,6 +205,10 @@ interface Device {
   server: string;
   busy: boolean;
   instances: Inst[];
+  /** Multiplexed GPU: the jobs sharing it (remaining standalone ms), when they were last advanced, a stale-event guard. */
+  jobs: { left: number; onDone: () => void }[];
+  since: number;
+  epoch: number;
 }
 
 interface Inst {
@@ -197,6 +226,13 @@ interface Inst {
   loadedAt: number;
   inflight: number;
   lastUsed: number;
+  /** The time a re-plan is scheduled for while the agent holds for a returning request. */
+  holdAt: number | null;
+  /** Standalone GPU time of its batches. */
+  computeMs: number;
+  /** Its running batch: the shared job (multiplex) or its end time (serial). */
+  job: { left: number; onDone: () => void } | null;
+  runEnd: number;
 }
 
 interface Req {
@@ -219,6 +255,9 @@ interface Req {
   lastInst: Inst | null;
   lastBlock: BlockManifest | null;
   touched: Set<Inst>;
+  /** Per instance: when the request last left it, and the round trip it took to come back (the countdown's estimate). */
+  leftAt: Map<Inst, number>;
+  roundTrip: Map<Inst, number>;
   done: boolean;
 }
 
@@ -256,8 +295,20 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const sampleEvery = options.sampleEveryMs ?? 10_000;
   const controlEvery = options.controlEveryMs ?? 1000;
   const acceptance = options.specAcceptance ?? 192 / 231;
-  const surrogateSpeedup = options.surrogateSpeedup ?? 2;
   const perfectSpeedup = options.perfectSpeedup ?? 50;
+  const sharing = options.gpuSharing ?? 'multiplex';
+  const warmReplicas = options.warmReplicas ?? true;
+  const countdownHold = options.countdownHold ?? true;
+  if (sharing !== 'multiplex' && sharing !== 'serial') throw new SimArgumentError(`gpuSharing must be 'multiplex' or 'serial', got ${JSON.stringify(sharing)}`);
+  // A surrogate's speedup: the pseudo-surrogate's for perfect speculation, the option when given, else the zoo's link.
+  const linkSpeedup = new Map<string, number>();
+  const surrogateSpeedupOf = (inst: Inst) => {
+    if (features.speculation === 'perfect') return perfectSpeedup;
+    if (options.surrogateSpeedup !== undefined) return options.surrogateSpeedup;
+    let v = linkSpeedup.get(inst.unit);
+    if (v === undefined) linkSpeedup.set(inst.unit, (v = zoo.surrogatesOf(inst.unit)[0]?.speedup ?? 2));
+    return v;
+  };
   const headroom = options.headroom ?? 0.3;
   const spread = options.placementSpread ?? 1.25;
   const scaleDivisor = options.scaleQueueDivisor ?? 4;
@@ -275,7 +326,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const specRng = substream(options.seed, 7);
   const events = new EventQueue();
   const clock = events.clock;
-  const devices: Device[] = topology.devices.map((d) => ({ id: d.id, server: d.server, busy: false, instances: [] }));
+  const devices: Device[] = topology.devices.map((d) => ({ id: d.id, server: d.server, busy: false, instances: [], jobs: [], since: 0, epoch: 0 }));
   const deviceById = new Map(devices.map((d) => [d.id, d]));
   const reqs = new Map<string, Req>();
   const records: RequestRecord[] = [];
@@ -295,7 +346,10 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   let swaps = 0;
   const busyBins: number[] = [];
   const memSamples: { params: number; request: number }[] = [];
+  const busyByDevice = new Map<string, number>();
+  let busyDevice = '';
   const addBusy = (from: number, to: number) => {
+    busyByDevice.set(busyDevice, (busyByDevice.get(busyDevice) ?? 0) + (to - from));
     let t = from;
     while (t < to) {
       const bin = Math.floor(t / sampleEvery);
@@ -305,12 +359,15 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     }
   };
 
-  const newAgent = (id: string, bytes: BlockBytes, maxBatch: number, memory: number) => new BlockAgent({ instance: id, block: bytes, clock, maxBatch, memoryBytes: Math.max(1, memory) });
+  // BlockLLM's instances hold a batch for a returning request due within one weight read of the block (its fixed
+  // step cost): running without it would cost the GPU that read again, waiting costs the queued rows at most as much.
+  const holdOf = (profile: ComputeProfile) => (policy === 'blockllm' && countdownHold ? profile.fixedMs : 0);
+  const newAgent = (id: string, bytes: BlockBytes, maxBatch: number, memory: number, profile: ComputeProfile) => new BlockAgent({ instance: id, block: bytes, clock, maxBatch, memoryBytes: Math.max(1, memory), holdForReturningMs: holdOf(profile) });
   const instances = new Map<string, Inst>();
   const addInst = (dev: Device, unit: string, bytes: BlockBytes, profile: ComputeProfile, maxBatch: number, memory: number, readyAt: number): Inst => {
     let id = `${unit.slice(0, 16)}@${dev.id}`;
     for (let k = 2; instances.has(id); k++) id = `${unit.slice(0, 16)}@${dev.id}#${k}`;
-    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt };
+    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory, profile), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt, holdAt: null, computeMs: 0, job: null, runEnd: 0 };
     instances.set(id, inst);
     dev.instances.push(inst);
     return inst;
@@ -329,44 +386,99 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     trace.set(r.spec.id, list);
   };
 
-  // Device scheduling: one batch at a time; the instance whose head row waited longest goes first.
+  // Device scheduling. 'serial': one batch at a time per GPU, the instance whose head row waited longest first.
+  // 'multiplex': every resident instance is its own engine (paper §3: a block runs as its own engine; §6 profiles
+  // their multiplexing), so each instance with queued rows starts its batch at once and the GPU's time is shared
+  // equally among the batches (and surrogates) running on it: processor sharing, work-conserving — k concurrent
+  // batches each progress at 1/k, so sharing moves no work and creates none, it only stops a one-layer block's
+  // step from waiting behind a 28-layer block's whole step on the same GPU.
   let onBatchDone: (inst: Inst, plan: NonNullable<ReturnType<BlockAgent['plan']>>, started: number, epochs: Map<string, number>) => void = () => {};
   let durationOf: (inst: Inst, rows: number, tokens: number, appsInBatch: number) => number = () => 0;
   let onSurrogate: ((inst: Inst, plan: NonNullable<ReturnType<BlockAgent['plan']>>, epochs: Map<string, number>) => void) | null = null;
-  const tryRun = (dev: Device) => {
-    if (dev.busy) return;
+  /** Advances the device's shared jobs to now (and books its busy time). */
+  const progress = (dev: Device) => {
     const now = clock.now();
-    let best: Inst | null = null;
-    let bestAt = Infinity;
-    for (const inst of dev.instances) {
-      if (inst.readyAt > now || inst.agent.queueLength === 0) continue;
-      const head = inst.agent.queue()[0]!.enqueuedAt;
-      if (head < bestAt) (best = inst), (bestAt = head);
+    const k = dev.jobs.length;
+    if (k > 0 && now > dev.since) {
+      busyDevice = dev.id;
+      addBusy(dev.since, now);
+      const each = (now - dev.since) / k;
+      for (const j of dev.jobs) j.left -= each;
     }
-    if (!best) return;
-    const plan = best.agent.plan();
-    if (!plan) return;
+    dev.since = now;
+  };
+  const reschedule = (dev: Device) => {
+    const epoch = ++dev.epoch;
+    if (dev.jobs.length === 0) return;
+    const first = Math.max(0, Math.min(...dev.jobs.map((j) => j.left)));
+    events.schedule(clock.now() + first * dev.jobs.length, () => {
+      if (dev.epoch !== epoch) return;
+      progress(dev);
+      const done = dev.jobs.filter((j) => j.left <= 1e-9);
+      dev.jobs = dev.jobs.filter((j) => j.left > 1e-9);
+      dev.busy = dev.jobs.length > 0;
+      reschedule(dev);
+      for (const j of done) j.onDone();
+    });
+  };
+  /** Starts `work` ms of GPU time on the device (shared with whatever else runs there); `onDone` when it is through. */
+  const startJob = (dev: Device, work: number, onDone: () => void) => {
+    progress(dev);
+    const job = { left: work, onDone };
+    dev.jobs.push(job);
+    dev.busy = true;
+    reschedule(dev);
+    return job;
+  };
+  /** Wall time until the instance's running batch ends at the device's current sharing (0 when idle). */
+  const runningLeftMs = (inst: Inst) => {
+    if (!inst.agent.busy) return 0;
+    if (sharing === 'serial') return Math.max(0, inst.runEnd - clock.now());
+    const dev = inst.device;
+    const k = dev.jobs.length;
+    if (!inst.job || k === 0) return 0;
+    return Math.max(0, inst.job.left * k - (clock.now() - dev.since));
+  };
+  const startBatch = (dev: Device, inst: Inst) => {
+    const now = clock.now();
+    // The hold bound in wall time: the block's weight read as long as it takes on this GPU now (shared with the
+    // batches running there), i.e. what running without the returning request would cost in time.
+    const hold = holdOf(inst.profile) * (sharing === 'multiplex' ? dev.jobs.length + 1 : 1);
+    const plan = inst.agent.plan({ holdForReturningMs: hold });
+    if (!plan) {
+      const at = inst.agent.holdUntil;
+      // Waiting for a returning request: look again when it is due (an arrival before then looks at once).
+      if (at !== null && inst.holdAt !== at) {
+        inst.holdAt = at;
+        events.schedule(at, () => {
+          if (inst.holdAt === at) inst.holdAt = null;
+          tryRun(dev);
+        });
+      }
+      return false;
+    }
     const epochs = new Map<string, number>();
     const appsIn = new Set<string>();
     for (const row of plan.rows) {
       const r = reqs.get(row.requestId)!;
       epochs.set(row.requestId, r.epoch);
       appsIn.add(r.spec.app);
-      if (r.queuedAt === best) r.queuedAt = null;
-      r.running.add(best);
+      if (r.queuedAt === inst) r.queuedAt = null;
+      r.running.add(inst);
     }
-    const dur = durationOf(best, plan.rows.length, plan.tokens, appsIn.size);
-    dev.busy = true;
-    best.lastUsed = now;
+    const dur = durationOf(inst, plan.rows.length, plan.tokens, appsIn.size);
+    inst.lastUsed = now;
+    inst.computeMs += dur;
     computeTotal += dur;
-    addBusy(now, now + dur);
-    const inst = best;
     if (onSurrogate && inst.speculating) {
-      const speedup = features.speculation === 'perfect' ? perfectSpeedup : surrogateSpeedup;
-      events.schedule(now + dur / speedup, () => onSurrogate!(inst, plan, epochs));
+      const speedup = surrogateSpeedupOf(inst);
+      if (sharing === 'multiplex') {
+        // The surrogate runs on its own stream on the same device (paper §5.3): its compute shares the GPU.
+        computeTotal += dur / speedup;
+        startJob(dev, dur / speedup, () => onSurrogate!(inst, plan, epochs));
+      } else events.schedule(now + dur / speedup, () => onSurrogate!(inst, plan, epochs));
     }
-    events.schedule(now + dur, () => {
-      dev.busy = false;
+    const finish = () => {
       const waiting: (() => void)[] = [];
       for (const row of plan.rows) {
         const r = reqs.get(row.requestId)!;
@@ -377,7 +489,35 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       onBatchDone(inst, plan, now, epochs);
       for (const w of waiting) w();
       tryRun(dev);
-    });
+    };
+    if (sharing === 'multiplex') {
+      inst.job = startJob(dev, dur, () => {
+        inst.job = null;
+        finish();
+      });
+    } else {
+      inst.runEnd = now + dur;
+      dev.busy = true;
+      busyDevice = dev.id;
+      addBusy(now, now + dur);
+      events.schedule(now + dur, () => {
+        dev.busy = false;
+        finish();
+      });
+    }
+    return true;
+  };
+  const tryRun = (dev: Device) => {
+    const now = clock.now();
+    if (sharing === 'multiplex') {
+      for (const inst of dev.instances) if (inst.readyAt <= now && !inst.agent.busy && inst.agent.queueLength > 0) startBatch(dev, inst);
+      return;
+    }
+    if (dev.busy) return;
+    // The instance whose head row waited longest first; one that holds for a returning request lets the next run.
+    const ready = dev.instances.filter((i) => i.readyAt <= now && i.agent.queueLength > 0).map((i) => ({ i, head: i.agent.queue()[0]!.enqueuedAt }));
+    ready.sort((a, b) => a.head - b.head);
+    for (const { i } of ready) if (startBatch(dev, i)) return;
   };
 
   // ─── PM / PS: whole-model (or whole-family) engines, one per GPU, swapped on demand ─────────────────────────
@@ -531,7 +671,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   };
 
   const newReq = (spec: BlockllmRequest): Req => {
-    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, running: new Set(), deferred: new Map(), lastInst: null, lastBlock: null, touched: new Set(), done: false };
+    const r: Req = { spec, iteration: 0, chainPos: 0, route: null, routeIndex: 0, step: 0, epoch: 0, adaptive: false, held: false, queuedAt: null, running: new Set(), deferred: new Map(), lastInst: null, lastBlock: null, touched: new Set(), leftAt: new Map(), roundTrip: new Map(), done: false };
     reqs.set(spec.id, r);
     return r;
   };
@@ -554,15 +694,21 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       if (!p) profiles.set(b.blockId, (p = blockProfile(b, blockLayers(b), gpu)));
       return p;
     };
+    const restMemo = new Map<string, number>();
+    const restOfChainMs = (app: string, block: BlockId) => {
+      const k = `${app}#${block}`;
+      let v = restMemo.get(k);
+      if (v === undefined) restMemo.set(k, (v = chains.get(app)!.blocks.reduce((t, b) => (b.blockId === block ? t : t + computeMs(profileOf(b), { rows: 1, tokens: 1 })), 0)));
+      return v;
+    };
     const withSurrogate = new Set(zoo.blocks().filter((b) => zoo.surrogatesOf(b.blockId).length > 0).map((b) => b.blockId));
     const chainIds = [...chains.values()].map((c) => c.blocks.map((b) => b.blockId));
     const placementPolicy = features.placement;
-    // Initial placement spreads the blocks: each device takes at most its share of the parameters (the largest
-    // block at least), so the chains' blocks do not serialise on a few GPUs; scale-out then fills the rest.
+    // Initial placement spreads the blocks: a device that holds instances takes more only up to its even share of
+    // the parameters (× placementSpread), so the chains' blocks — and the load that goes with them — reach every
+    // GPU instead of filling the first server's (locality still picks the server and the device among those with
+    // room). A block larger than the share goes alone on a device.
     const sizes = new Map([...manifests].map(([id, m]) => [id, m.paramBytes] as [BlockId, number]));
-    const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
-    const share = Math.max(Math.max(...sizes.values()), (spread * totalParams) / devices.length);
-    const placeHeadroom = Math.max(headroom * gpu.memoryBytes, gpu.memoryBytes - share);
     // The equivalent routes' blocks are placed too (adaptive serving can only pick what is deployed).
     const routeChains: BlockId[][] = [];
     if (features.adaptive) {
@@ -576,13 +722,31 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
         }
       }
     }
-    let placed: PlacedInstance[];
-    try {
-      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: placeHeadroom });
-    } catch (e) {
-      // The even share fragments too much for the largest blocks: place under the plain headroom instead.
-      if (!(e instanceof ServingCapacityError)) throw e;
-      placed = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes });
+    const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
+    const placed: PlacedInstance[] = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: (spread * totalParams) / devices.length });
+    // GPUs the placement left empty take replicas of the blocks expected to carry the most load per instance (the
+    // apps' rates through the block × its decode step), one per GPU: as PM's warm start fills every GPU with the
+    // most popular engines, BlockLLM starts with its popular blocks scaled onto the GPUs that would sit idle (the
+    // paper's third reason for Table 2's gain). Scale-out adds more under load.
+    if (warmReplicas) {
+      const load = new Map<BlockId, number>();
+      for (const a of apps) for (const b of new Set(chains.get(a.id)!.blocks)) load.set(b.blockId, (load.get(b.blockId) ?? 0) + workload.weights.get(a.id)! * computeMs(profileOf(b), { rows: 1, tokens: 1 }));
+      const count = (b: BlockId) => placed.filter((p) => p.block === b).length;
+      for (;;) {
+        const used = new Set(placed.map((p) => p.device));
+        if (devices.every((d) => used.has(d.id))) break;
+        const ranked = [...load].sort((x, y) => y[1] / (count(y[0]) + 1) - x[1] / (count(x[0]) + 1) || (x[0] < y[0] ? -1 : 1));
+        let done = false;
+        for (const [b] of ranked) {
+          // An empty device only (any held bytes exceed a 1-byte cap), chosen by the placement policy.
+          const d = pickDevice(topology, placed, b, sizes.get(b)!, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: 1 });
+          if (!d || used.has(d.id)) continue;
+          placed.push({ instance: `${b}@${d.id}`, block: b, device: d.id, bytes: sizes.get(b)! });
+          done = true;
+          break;
+        }
+        if (!done) break;
+      }
     }
     const byBlock = new Map<BlockId, Inst[]>();
     const requestMemory = (dev: Device) => gpu.memoryBytes - placed.filter((p) => p.device === dev.id).reduce((n, p) => n + p.bytes, 0);
@@ -650,6 +814,11 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
             deviceIdle: !inst.device.busy,
             victimBytes: 0,
             blockBytes: inst.readyAt <= now ? 0 : inst.bytes.paramBytes * (inst.readyAt - now) / Math.max(1e-9, inst.readyAt - inst.loadedAt + 1e-9),
+            // Multiplexed GPU: the batch shares the device with what runs there (its own batch, if any, ends first).
+            slowdown: sharing === 'multiplex' ? Math.max(1, inst.device.jobs.length + (inst.agent.busy ? 0 : 1)) : 1,
+            // The row joins a batch the instance runs anyway (its marginal cost, design note 5.5), after the running one.
+            runningMs: runningLeftMs(inst),
+            packed: inst.agent.busy || inst.agent.queueLength > 0,
           };
           cands.push({ instance: inst.id, block: o.block.blockId, device: inst.device.id, family: o.route.family, designated: o.route.designated, available: available(inst), latency, inst, option: o });
         }
@@ -727,6 +896,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
           } else kv.materialize(r.spec.id, inst.unit, inst.id, context);
           inst.agent.adopt(r.spec.id, context);
         }
+        const left = r.leftAt.get(inst);
+        if (left !== undefined) r.roundTrip.set(inst, clock.now() - left);
         inst.agent.arrive([{ requestId: r.spec.id, iteration: r.iteration, position: r.step, tokens, contextTokens: context }]);
         r.queuedAt = inst;
         r.touched.add(inst);
@@ -796,7 +967,11 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const stale = new Set(plan.rows.filter((row) => reqs.get(row.requestId)!.epoch !== epochs.get(row.requestId)).map((row) => row.requestId));
       const outcomes = plan.rows.map((row) => {
         const r = reqs.get(row.requestId)!;
-        return { requestId: row.requestId, finished: !stale.has(row.requestId) && r.done, returnInMs: chains.get(r.spec.app)!.blocks.length * inst.profile.fixedMs };
+        // The countdown: the round trip this request last took back to this instance (InferCept's T_INT, §4.4),
+        // or before it has one, the profiled rest of its chain; none in its last iteration (it will not be back).
+        r.leftAt.set(inst, clock.now());
+        const back = r.iteration + 1 >= r.spec.outputTokens ? undefined : (r.roundTrip.get(inst) ?? restOfChainMs(r.spec.app, inst.unit));
+        return { requestId: row.requestId, finished: !stale.has(row.requestId) && r.done, ...(back !== undefined ? { returnInMs: back } : {}) };
       });
       inst.agent.complete(plan.planId, outcomes);
       const spec = forwardedKey.get(planKey(inst, plan.planId)) ?? new Set<string>();
@@ -854,6 +1029,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
 
     for (const spec of workload.requests) events.schedule(spec.arrivalMs, () => dispatch(newReq(spec), null));
 
+    const lastBusy = new Map<string, number>();
     const control = () => {
       const list = [...instances.values()];
       if (features.speculation !== 'off') {
@@ -862,12 +1038,20 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       }
       if (kv.scanDue()) for (const f of kv.redundancyScan()) instances.get(f.instance)?.agent.evict(f.request);
       const now = clock.now();
+      // Each GPU's busy fraction over the last control period: scale-out goes to GPUs with capacity to spare.
+      const deviceLoad = new Map<string, number>();
+      for (const d of devices) {
+        progress(d);
+        const b = busyByDevice.get(d.id) ?? 0;
+        deviceLoad.set(d.id, (b - (lastBusy.get(d.id) ?? 0)) / controlEvery);
+        lastBusy.set(d.id, b);
+      }
       const plans = planScaleOut(
         topology,
         list.map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes })),
-        list.filter((i) => i.readyAt <= now).map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes, queue: i.agent.queue().map((q) => q.requestId), maxQueueLen: Math.ceil(i.agent.maxBatch / scaleDivisor) })),
+        list.filter((i) => i.readyAt <= now).map((i) => ({ instance: i.id, block: i.unit, device: i.device.id, bytes: i.bytes.paramBytes, queue: [...i.agent.runningRows(), ...i.agent.queue()].map((q) => q.requestId), maxQueueLen: Math.ceil(i.agent.maxBatch / scaleDivisor) })),
         traffic,
-        { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, threshold: options.scaleThreshold ?? 0.8 },
+        { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, threshold: options.scaleThreshold ?? 0.8, deviceLoad },
       );
       for (const p of plans) {
         const src = instances.get(p.from)!;
@@ -942,6 +1126,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     interServerBytes: interBytes,
     utilisation: busyTotal / (makespan * devices.length),
     utilisationTimeline: timeline,
+    deviceUtilisation: devices.map((d) => ({ device: d.id, busy: (busyByDevice.get(d.id) ?? 0) / makespan, instances: d.instances.length })),
+    instanceStats: [...instances.values()].map((i) => ({ instance: i.id, device: i.device.id, block: i.unit, computeMs: i.computeMs, ...i.agent.stats() })),
     memory: { paramBytes: mean((s) => s.params), requestBytes: mean((s) => s.request), peakParamBytes: Math.max(0, ...memSamples.map((s) => s.params)), peakRequestBytes: Math.max(0, ...memSamples.map((s) => s.request)) },
     speculation: (({ speculations, accepted, rolledBack }) => ({ speculations, accepted, rolledBack }))(specStats()),
     adaptiveRequests: records.filter((r) => r.adaptive).length,

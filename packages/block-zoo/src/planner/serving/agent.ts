@@ -70,6 +70,13 @@ export interface AgentOptions {
    * packing stops at it ('stop', strict FIFO). Default 'skip'.
    */
   packing?: 'skip' | 'stop';
+  /**
+   * Countdown-aware loose batching (§4.2: the instance prioritises the return of its in-flight auto-regressive
+   * requests): when a resident request that is away is due back within this many ms, the batch waits for it (so
+   * the block's weights are read once for both) — but never once the oldest queued row has waited this long, and
+   * never for an overdue countdown. Default 0: a batch runs as soon as the instance is free.
+   */
+  holdForReturningMs?: number;
 }
 
 export interface AgentStats {
@@ -106,6 +113,8 @@ export class BlockAgent {
   /** Expected return time of each resident request that is away. */
   private readonly countdowns = new Map<string, number>();
   private running: AgentBatchPlan | null = null;
+  private readonly holdMs: number;
+  private holdingUntil: number | null = null;
   private nextPlan = 1;
   private readonly counters: AgentStats = { batches: 0, rows: 0, returningRows: 0, newRows: 0 };
 
@@ -116,6 +125,7 @@ export class BlockAgent {
     this.maxBatch = checkInteger(options.maxBatch, `maxBatch of instance ${options.instance}`, 1);
     this.memoryBytes = checkNonNegative(options.memoryBytes, `memoryBytes of instance ${options.instance}`);
     this.packing = options.packing ?? 'skip';
+    this.holdMs = checkNonNegative(options.holdForReturningMs ?? 0, `holdForReturningMs of instance ${options.instance}`);
     if (this.packing !== 'skip' && this.packing !== 'stop') throw new ServingInvalidError(`packing must be 'skip' or 'stop', got ${JSON.stringify(options.packing)}`);
   }
 
@@ -157,18 +167,47 @@ export class BlockAgent {
     return this.returning.length + this.fresh.length;
   }
 
+  /**
+   * When the last {@link plan} returned null to wait for a returning request: the time to plan again (the driver
+   * calls plan() then, or sooner when a row arrives). Null otherwise.
+   */
+  get holdUntil(): number | null {
+    return this.holdingUntil;
+  }
+
   get busy(): boolean {
     return this.running !== null;
   }
 
+  /** The rows of the batch running now (empty when idle). */
+  runningRows(): readonly QueuedRow[] {
+    return this.running?.rows ?? [];
+  }
+
   /**
-   * The next batch, or null when the instance is running one or nothing is queued. An arriving batch on an empty,
-   * free instance runs at once (nothing to wait for); otherwise queued neighbours are packed up to the limits.
+   * The next batch, or null when the instance is running one or nothing is queued (or, with holdForReturningMs, it
+   * waits for a returning request: see {@link holdUntil}). An arriving batch on an empty, free instance runs at once
+   * unless a resident request is due back within the hold; otherwise queued neighbours are packed up to the limits.
+   * `holdForReturningMs` overrides the instance's hold for this call (e.g. scaled by the device's current sharing).
    */
-  plan(): AgentBatchPlan | null {
+  plan(options: { holdForReturningMs?: number } = {}): AgentBatchPlan | null {
+    this.holdingUntil = null;
+    const holdMs = options.holdForReturningMs === undefined ? this.holdMs : checkNonNegative(options.holdForReturningMs, `holdForReturningMs of instance ${this.instance}`);
     if (this.running || this.queueLength === 0) return null;
     const rows = packRows(this.queue(), this.maxBatch, this.memoryBytes, this.packing);
     if (rows.length === 0) return null;
+    if (holdMs > 0 && rows.length < this.maxBatch) {
+      // Wait for a returning request due soon, within the hold bound of the oldest queued row.
+      const now = this.clock.now();
+      const oldest = Math.min(...this.queue().map((r) => r.enqueuedAt));
+      const limit = oldest + holdMs;
+      let due = Number.POSITIVE_INFINITY;
+      for (const t of this.countdowns.values()) if (t > now && t <= limit && t < due) due = t;
+      if (due !== Number.POSITIVE_INFINITY) {
+        this.holdingUntil = due;
+        return null;
+      }
+    }
     const taken = new Set(rows);
     for (const q of [this.returning, this.fresh]) {
       const keep = q.filter((r) => !taken.has(r));

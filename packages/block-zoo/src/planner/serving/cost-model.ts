@@ -157,6 +157,22 @@ export interface LatencyInput {
   victimBytes: number;
   /** Bytes of the candidate's block (b), loaded when not resident. */
   blockBytes: number;
+  /**
+   * Multiplexing slowdown on the candidate's device (§6: the profiler measures block instances co-running on one
+   * GPU): the profiled compute times of T_queue and T_compute are stretched by it. Default 1 (the device to itself).
+   */
+  slowdown?: number;
+  /**
+   * Remaining compute of the batch running at the candidate now (part of T_queue: the request waits for it).
+   * Default 0.
+   */
+  runningMs?: number;
+  /**
+   * The request will be packed into a batch the candidate runs anyway (it has a batch running or queued): T_compute
+   * is then its marginal cost, rows and tokens without the block's fixed step cost (design note 5.5 [I]). Default
+   * false: the request's own batch, fixed cost included.
+   */
+  packed?: boolean;
 }
 
 export interface LatencyEstimate {
@@ -169,8 +185,11 @@ export interface LatencyEstimate {
 
 /** Latency(d_c) = T_queue + T_compute + T_transfer + T_load (§4.3, A11, A12). */
 export function estimateLatency(topology: Topology, input: LatencyInput): LatencyEstimate {
-  const queueMs = input.queued.reduce((t, b) => t + computeMs(input.profile, b), 0);
-  const compute = computeMs(input.profile, input.request);
+  const slow = input.slowdown === undefined ? 1 : checkPositive(input.slowdown, 'slowdown');
+  if (slow < 1) throw new ServingInvalidError(`slowdown must be ≥ 1 (co-running instances only slow a block down), got ${slow}`);
+  const queueMs = slow * input.queued.reduce((t, b) => t + computeMs(input.profile, b), 0) + checkNonNegative(input.runningMs ?? 0, 'runningMs');
+  const own = computeMs(input.profile, input.request);
+  const compute = slow * (input.packed === true && input.request.rows > 0 ? own - input.profile.fixedMs : own);
   if (input.dispatcher === 'scheduler' && input.kvMigrationMs !== 0) throw new ServingInvalidError(`a scheduler dispatch carries no KV, got kvMigrationMs ${input.kvMigrationMs}`);
   const transfer = transferMs(topology, input.from, input.to, input.transferBytes) + checkNonNegative(input.kvMigrationMs, 'kvMigrationMs');
   let loadMs = 0;

@@ -64,6 +64,19 @@ export interface PlacementOptions {
   headroomBytes?: number;
   /** Weight of the fragmentation penalty (leftover fraction of the device) against locality. Default 1e-3. */
   lambda?: number;
+  /**
+   * A device already holding instances takes a new one only while its placed bytes stay within this (an empty
+   * device takes any block that fits). Spreads an initial placement over the devices instead of filling the first
+   * ones (the blocks' load goes where their bytes go). Default: no limit.
+   */
+  maxBytesPerDevice?: number;
+  /**
+   * Recent busy fraction of each device (0–1). When given, devices at or above `saturatedLoad` are passed over while
+   * any device below it has room: scaling out onto a saturated GPU adds no capacity (§4.6 scales "onto more devices").
+   */
+  deviceLoad?: ReadonlyMap<string, number>;
+  /** Default 0.9. */
+  saturatedLoad?: number;
 }
 
 /** Free bytes per device after the placed instances (and the headroom). */
@@ -82,7 +95,15 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
   const policy = options.policy ?? 'locality';
   const lambda = options.lambda ?? 1e-3;
   const free = freeBytes(topology, placed, options.headroomBytes ?? 0);
-  const fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block));
+  const cap = options.maxBytesPerDevice ?? Number.POSITIVE_INFINITY;
+  const held = (d: DeviceSpec) => placed.reduce((n, p) => (p.device === d.id ? n + p.bytes : n), 0);
+  let fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block) && (held(d) === 0 || held(d) + bytes <= cap));
+  if (options.deviceLoad) {
+    const load = options.deviceLoad;
+    const limit = options.saturatedLoad ?? 0.9;
+    const spare = fits.filter((d) => (load.get(d.id) ?? 0) < limit);
+    if (spare.length > 0) fits = spare;
+  }
   if (fits.length === 0) return null;
   const score = (d: DeviceSpec) => {
     const leftover = (free.get(d.id)! - bytes) / d.memoryBytes;
@@ -104,6 +125,7 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
  * Places one instance of every block the chains need (an initial placement), each on pickDevice's choice. For
  * 'locality' blocks are taken so that a chain's blocks come one after another: next is the unplaced block with the
  * most traffic to blocks already placed (ties: the most traffic overall, then first appearance in the chains). The
+ * `maxBytesPerDevice` cap is soft: a block that fits under it nowhere goes wherever it fits. The
  * 'frag-min' baseline is best-fit decreasing: largest block first (ties: first appearance). Throws when a block fits
  * on no device.
  */
@@ -124,7 +146,9 @@ export function placeChains(topology: Topology, chains: readonly (readonly Block
     const block = remaining.splice(pick, 1)[0]!;
     const bytes = blockBytes.get(block);
     if (bytes === undefined) throw new ServingInvalidError(`no size given for block ${block}`);
-    const d = pickDevice(topology, placed, block, bytes, traffic, options);
+    // The per-device cap is soft here: a block that fits nowhere under it goes where it fits at all.
+    const { maxBytesPerDevice: _cap, ...uncapped } = options;
+    const d = pickDevice(topology, placed, block, bytes, traffic, options) ?? pickDevice(topology, placed, block, bytes, traffic, uncapped);
     if (!d) {
       const most = Math.max(...freeBytes(topology, placed, options.headroomBytes ?? 0).values());
       throw new ServingCapacityError(bytes, most, `block ${block} (${bytes} bytes) fits on no device: the most free memory left is ${most} bytes`);
