@@ -1,0 +1,556 @@
+/**
+ * Several devices under one coordinator (the engine worker): the device workers, the placement registry (which
+ * block instance lives on which device) and the step across devices.
+ *
+ * Placement comes from the serving core's policy (@tessera/block-zoo's placeChains / pickDevice, locality-aware by
+ * default): an initial placement of every served chain's blocks, one instance each, and on-demand deployment for a
+ * chain whose block has no instance (design note §4.1: "deploys a new instance on an available device"). Two
+ * provisioning modes share the devices and the step:
+ *
+ *   'blocks'     BlockLLM: one instance per block, shared by every application whose chain uses it; the device's
+ *                pool holds each tensor once.
+ *   'per-model'  per-model provisioning (PM, the baseline of design note §6.3): each application's whole model is
+ *                its own set of instances in a pool of its own on one device (nothing shared, no cross-application
+ *                batching); a model that does not fit next to the resident ones waits until an idle one is evicted
+ *                (LRU), and is loaded again in full when it comes back.
+ *
+ * A step (DeviceChainExecutor.step) walks the chains block by block in lockstep, as the ChainExecutor does, so that
+ * every application reaching a block at the same point runs in one batch there. Groups are appended to their
+ * device's program; a program is sent only when another device needs rows it produces (or at the end of the step),
+ * so consecutive blocks on one device run back to back on its hidden state, and devices whose programs do not depend
+ * on each other run at the same time. The step is all or nothing: every device that ran part of it commits or aborts.
+ */
+import { type BlockManifest, type BlockZoo, formatBlock } from '@tessera/block-zoo';
+import { pickDevice, type PlacedInstance, placeChains, type Topology, TrafficCounter } from '@tessera/block-zoo';
+import { ServingCapacityError } from '@tessera/block-zoo';
+import type { ChainSequence } from '@tessera/block-zoo/chain';
+import type { WorkerEngineClient } from '@tessera/server-kit';
+
+import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
+import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+
+export type Provisioning = 'blocks' | 'per-model';
+export type PlacementPolicy = 'locality' | 'frag-min';
+
+export interface DeviceSetOptions {
+  devices: number;
+  /** Bytes of block parameters each device holds at most. */
+  deviceBytes: number;
+  zooDir: string;
+  kvPages: number;
+  maxPositions: number;
+  provisioning?: Provisioning;
+  policy?: PlacementPolicy;
+}
+
+export interface InstanceInfo {
+  instance: string;
+  block: string;
+  label: string;
+  device: string;
+  /** Pool key: 'shared' (BlockLLM) or the application (per-model provisioning). */
+  pool: string;
+  bytes: number;
+}
+
+/** Counters of the cross-device step, cumulative. */
+export interface DeviceCounters {
+  steps: number;
+  programs: number;
+  /** Hidden-state bytes that crossed from one device to another. */
+  crossBytes: number;
+  crossRows: number;
+  /** Wall time of the device steps, and the part of it not spent running blocks on a device (hand-offs, messages). */
+  stepMs: number;
+  overheadMs: number;
+  /** Instances deployed and evicted (placement jobs, on-demand deployment, per-model swaps). */
+  deploys: number;
+  evictions: number;
+  /** Bytes loaded onto devices by deployments. */
+  loadedBytes: number;
+}
+
+export interface PlacementView {
+  provisioning: Provisioning;
+  policy: PlacementPolicy;
+  devices: { id: string; budgetBytes: number; residentBytes: number; utilisation: number; instances: string[] }[];
+  instances: InstanceInfo[];
+  chains: { app: string; instances: string[]; devices: string[] }[];
+}
+
+type DeviceClient = WorkerEngineClient<DeviceProtocol>;
+
+/** A promise chain: steps and placement jobs take turns. */
+class Turns {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+}
+
+export class DeviceSet {
+  readonly provisioning: Provisioning;
+  policy: PlacementPolicy;
+  readonly topology: Topology;
+  readonly traffic = new TrafficCounter();
+  readonly counters: DeviceCounters = { steps: 0, programs: 0, crossBytes: 0, crossRows: 0, stepMs: 0, overheadMs: 0, deploys: 0, evictions: 0, loadedBytes: 0 };
+  private readonly instances = new Map<string, InstanceInfo>();
+  /** Per-model provisioning: when each application's model was last used (LRU). */
+  private readonly lastUsed = new Map<string, number>();
+  private useClock = 0;
+  private readonly seeded = new Set<string>();
+  /** Live sequences per application (they hold KV in that application's instances). */
+  readonly live = new Map<string, Set<string>>();
+  readonly turns = new Turns();
+
+  private constructor(
+    readonly zoo: BlockZoo,
+    readonly clients: ReadonlyMap<string, DeviceClient>,
+    readonly options: DeviceSetOptions,
+  ) {
+    this.provisioning = options.provisioning ?? 'blocks';
+    this.policy = options.policy ?? 'locality';
+    // One machine: every device on one server; the links only matter to the policy's locality score.
+    this.topology = {
+      devices: [...clients.keys()].map((id) => ({ id, server: 'local', memoryBytes: options.deviceBytes, memBandwidth: 1e6, loadBandwidth: 1e6 })),
+      intraServer: { bandwidth: 1e6, latencyMs: 0.01 },
+      interServer: { bandwidth: 1e6, latencyMs: 0.01 },
+      schedulerServer: 'local',
+    };
+  }
+
+  static async start(zoo: BlockZoo, options: DeviceSetOptions): Promise<DeviceSet> {
+    if (!Number.isSafeInteger(options.devices) || options.devices < 1) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `devices must be a positive integer, got ${options.devices}`);
+    const ids = Array.from({ length: options.devices }, (_, i) => `device-${i}`);
+    const started = await Promise.allSettled(
+      ids.map((device) => startDevice({ device, zooDir: options.zooDir, budgetBytes: options.deviceBytes, kvPages: options.kvPages, maxPositions: options.maxPositions })),
+    );
+    const failed = started.find((s) => s.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(started.map((s) => (s.status === 'fulfilled' ? s.value.close() : undefined)));
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    const clients = new Map(ids.map((id, i) => [id, (started[i] as PromiseFulfilledResult<DeviceClient>).value]));
+    return new DeviceSet(zoo, clients, options);
+  }
+
+  get deviceIds(): string[] {
+    return [...this.clients.keys()];
+  }
+
+  /** The instance keys of an application's chain under this provisioning. */
+  instanceKeys(app: string): { key: string; manifest: BlockManifest }[] {
+    return this.zoo.chain(app).blocks.map((manifest) => ({ key: this.provisioning === 'blocks' ? manifest.blockId : `${app}/${manifest.blockId}`, manifest }));
+  }
+
+  instance(key: string): InstanceInfo | undefined {
+    return this.instances.get(key);
+  }
+
+  placed(): PlacedInstance[] {
+    return [...this.instances.values()].map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: i.bytes }));
+  }
+
+  /** Sequences holding KV in the instance (the applications whose chains run it). */
+  usersOf(key: string): number {
+    let n = 0;
+    for (const [app, seqs] of this.live) if (seqs.size > 0 && this.instanceKeys(app).some((k) => k.key === key)) n += seqs.size;
+    return n;
+  }
+
+  private client(device: string): DeviceClient {
+    const c = this.clients.get(device);
+    if (!c) throw new BlockllmPlacementNotFoundError(`no device ${device}; the devices are ${this.deviceIds.join(', ')}`);
+    return c;
+  }
+
+  async deploy(key: string, manifest: BlockManifest, device: string, pool: string): Promise<InstanceInfo> {
+    if (this.instances.has(key)) throw new BlockllmPlacementConflictError(`${key} is already deployed on ${this.instances.get(key)!.device}`);
+    if (manifest.span === null) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `block ${manifest.blockId} is a ${manifest.kind}, not a chain block`);
+    await this.client(device).call('deploy', { instance: key, manifest, pool });
+    const info: InstanceInfo = { instance: key, block: manifest.blockId, label: formatBlock(manifest), device, pool, bytes: manifest.paramBytes };
+    this.instances.set(key, info);
+    this.counters.deploys++;
+    this.counters.loadedBytes += manifest.paramBytes;
+    return info;
+  }
+
+  async evict(key: string): Promise<void> {
+    const info = this.instances.get(key);
+    if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
+    await this.client(info.device).call('evict', { instance: key });
+    this.instances.delete(key);
+    this.counters.evictions++;
+  }
+
+  /** Free parameter bytes per device by the registry (the policy's view). */
+  private free(): Map<string, number> {
+    const free = new Map(this.deviceIds.map((d) => [d, this.options.deviceBytes]));
+    for (const i of this.instances.values()) free.set(i.device, free.get(i.device)! - i.bytes);
+    return free;
+  }
+
+  /**
+   * Deploys what the applications' chains lack. BlockLLM: each missing block on pickDevice's choice. Per-model
+   * provisioning: the application's whole model on one device, evicting idle models (least recently used) for room.
+   * Returns per application 'wait' (per-model: no room until a running model finishes) or the error that keeps it
+   * from being served.
+   */
+  async ensure(apps: Iterable<string>, busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    const out = new Map<string, 'wait' | Error>();
+    // Models made resident for this round are as busy as the running ones: a later one must not evict them.
+    const held = new Set(busy);
+    for (const app of apps) {
+      try {
+        if (this.provisioning === 'blocks') await this.ensureBlocks(app);
+        else if (await this.ensureModel(app, held)) held.add(app);
+        else out.set(app, 'wait');
+      } catch (err) {
+        out.set(app, err as Error);
+      }
+    }
+    return out;
+  }
+
+  private async ensureBlocks(app: string): Promise<void> {
+    for (const { key, manifest } of this.instanceKeys(app)) {
+      if (this.instances.has(key)) continue;
+      if (!this.seeded.has(app)) {
+        // The chain's adjacent blocks are traffic neighbours: the locality policy keeps them on one device.
+        this.seeded.add(app);
+        const c = this.zoo.chain(app).blocks;
+        for (let i = 0; i + 1 < c.length; i++) this.traffic.record(c[i]!.blockId, c[i + 1]!.blockId);
+      }
+      let d = pickDevice(this.topology, this.placed(), manifest.blockId, manifest.paramBytes, this.traffic, { policy: this.policy });
+      if (!d) {
+        await this.pruneUnused();
+        d = pickDevice(this.topology, this.placed(), manifest.blockId, manifest.paramBytes, this.traffic, { policy: this.policy });
+      }
+      if (!d) {
+        const most = Math.max(...this.free().values());
+        throw new ServingCapacityError(manifest.paramBytes, most, `block ${formatBlock(manifest)} of ${app} (${manifest.paramBytes} bytes) fits on no device: the most free is ${most} bytes`);
+      }
+      await this.deploy(key, manifest, d.id, 'shared');
+    }
+  }
+
+  private async ensureModel(app: string, busy: ReadonlySet<string>): Promise<boolean> {
+    this.lastUsed.set(app, ++this.useClock);
+    const keys = this.instanceKeys(app);
+    if (keys.every((k) => this.instances.has(k.key))) return true;
+    const bytes = keys.reduce((n, k) => n + k.manifest.paramBytes, 0);
+    if (bytes > this.options.deviceBytes) throw new ServingCapacityError(bytes, this.options.deviceBytes, `the model of ${app} (${bytes} bytes) is larger than a device (${this.options.deviceBytes} bytes)`);
+    const modelsOn = (device: string) => [...new Set([...this.instances.values()].filter((i) => i.device === device && i.pool !== app).map((i) => i.pool))];
+    let target: string | null = null;
+    for (const [device, free] of this.free()) if (free >= bytes) (target ??= device);
+    if (target === null) {
+      // Evict idle models (least recently used first) on the device where that frees room soonest.
+      for (const device of this.deviceIds) {
+        const idle = modelsOn(device).filter((m) => !busy.has(m) && (this.live.get(m)?.size ?? 0) === 0).sort((a, b) => (this.lastUsed.get(a) ?? 0) - (this.lastUsed.get(b) ?? 0));
+        let free = this.free().get(device)!;
+        const victims: string[] = [];
+        for (const m of idle) {
+          if (free >= bytes) break;
+          victims.push(m);
+          free += [...this.instances.values()].filter((i) => i.device === device && i.pool === m).reduce((n, i) => n + i.bytes, 0);
+        }
+        if (free < bytes) continue;
+        for (const m of victims) for (const i of [...this.instances.values()]) if (i.device === device && i.pool === m) await this.evict(i.instance);
+        target = device;
+        break;
+      }
+    }
+    if (target === null) return false;
+    for (const k of keys) if (!this.instances.has(k.key)) await this.deploy(k.key, k.manifest, target, app);
+    return true;
+  }
+
+  /** Evicts instances no served chain uses any more (after a zoo re-partition). */
+  async pruneUnused(): Promise<string[]> {
+    const used = new Set(this.zoo.apps().flatMap((a) => this.instanceKeys(a).map((k) => k.key)));
+    const gone: string[] = [];
+    for (const key of [...this.instances.keys()]) {
+      if (!used.has(key)) {
+        await this.evict(key);
+        gone.push(key);
+      }
+    }
+    return gone;
+  }
+
+  /**
+   * The initial placement (and the 'place' job): placeChains over the served chains, then the moves that turn
+   * the current registry into it (evictions first, so the new instances have room).
+   */
+  async place(apps: readonly string[], policy: PlacementPolicy = this.policy): Promise<{ deployed: string[]; evicted: string[] }> {
+    if (this.provisioning !== 'blocks') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'per-model provisioning places whole models on demand; a block placement applies to BlockLLM provisioning');
+    const chains = apps.map((a) => this.zoo.chain(a).blocks);
+    const manifests = new Map(chains.flat().map((m) => [m.blockId, m]));
+    const traffic = TrafficCounter.fromChains(chains.map((c) => ({ blocks: c.map((m) => m.blockId) })));
+    const plan = placeChains(this.topology, chains.map((c) => c.map((m) => m.blockId)), new Map([...manifests].map(([id, m]) => [id, m.paramBytes])), traffic, { policy });
+    const want = new Map(plan.map((p) => [p.block, p.device]));
+    const evicted: string[] = [];
+    const deployed: string[] = [];
+    for (const i of [...this.instances.values()]) {
+      if (want.get(i.block) !== i.device) {
+        await this.evict(i.instance);
+        evicted.push(i.instance);
+      }
+    }
+    for (const p of plan) {
+      if (this.instances.has(p.block)) continue;
+      await this.deploy(p.block, manifests.get(p.block)!, p.device, 'shared');
+      deployed.push(p.block);
+    }
+    this.policy = policy;
+    return { deployed, evicted };
+  }
+
+  async deviceStats(): Promise<DeviceStats[]> {
+    return Promise.all([...this.clients.values()].map((c) => c.call('stats', null)));
+  }
+
+  async view(apps: readonly string[]): Promise<PlacementView> {
+    const stats = await this.deviceStats();
+    return {
+      provisioning: this.provisioning,
+      policy: this.policy,
+      devices: stats.map((s) => ({
+        id: s.device,
+        budgetBytes: s.budgetBytes,
+        residentBytes: s.residentBytes,
+        utilisation: s.upMs > 0 ? s.busyMs / s.upMs : 0,
+        instances: s.instances.map((i) => i.instance),
+      })),
+      instances: [...this.instances.values()],
+      chains: apps.map((app) => {
+        const keys = this.instanceKeys(app).map((k) => k.key);
+        return { app, instances: keys, devices: keys.map((k) => this.instances.get(k)?.device ?? '') };
+      }),
+    };
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.clients.values()].map((c) => c.close()));
+  }
+}
+
+interface Walker {
+  index: number;
+  seq: ChainSequence;
+  chain: { key: string; manifest: BlockManifest; device: string }[];
+  cursor: number;
+  /** Device holding the sequence's hidden rows now (null before its first block). */
+  at: string | null;
+}
+
+interface Pending {
+  program: DeviceProgram;
+  /** Sent programs whose exports this one imports (awaited before sending). */
+  from: Promise<ProgramResult>[];
+  importIds: Set<string>;
+}
+
+/** What a block run reports to the step loop's counters. */
+export interface DeviceBlockRun {
+  rows: number;
+  apps: number;
+  copiedRows: number;
+}
+
+/**
+ * The step loop's executor over a DeviceSet: the ChainExecutor's surface (load, step, release, dispose), with an
+ * asynchronous step and `prepare` (deployment before admission).
+ */
+export class DeviceChainExecutor {
+  private stepNo = 0;
+  private releases: string[] = [];
+  private readonly sequenceApps = new Map<string, string>();
+
+  constructor(
+    readonly set: DeviceSet,
+    private readonly onBlockRun?: (run: DeviceBlockRun) => void,
+  ) {}
+
+  load(app: string): void {
+    this.set.zoo.chain(app);
+  }
+
+  prepare(apps: ReadonlySet<string>, busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    return this.set.turns.run(() => this.set.ensure(apps, busy));
+  }
+
+  release(id: string): void {
+    const app = this.sequenceApps.get(id);
+    if (app === undefined) return;
+    this.sequenceApps.delete(id);
+    this.set.live.get(app)?.delete(id);
+    this.releases.push(id);
+  }
+
+  dispose(): void {
+    for (const id of [...this.sequenceApps.keys()]) this.release(id);
+  }
+
+  step(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+    return this.set.turns.run(() => this.runStep(sequences));
+  }
+
+  private async runStep(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+    const set = this.set;
+    const step = ++this.stepNo;
+    const t0 = performance.now();
+    const walkers: Walker[] = sequences.map((seq, index) => {
+      if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
+      const chain = set.instanceKeys(seq.app).map(({ key, manifest }) => {
+        const info = set.instance(key);
+        if (!info) throw new BlockllmPlacementNotFoundError(`block ${formatBlock(manifest)} of ${seq.app} has no instance on any device`);
+        return { key, manifest, device: info.device };
+      });
+      return { index, seq, chain, cursor: 0, at: null };
+    });
+    const appOrder = [...new Set(sequences.map((s) => s.app))];
+    const order = [...walkers].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
+    const releases = this.releases;
+    this.releases = [];
+
+    const pending = new Map<string, Pending>();
+    const sent: { device: string; result: Promise<ProgramResult> }[] = [];
+    const touched = new Set<string>();
+    const pendingOf = (device: string): Pending => {
+      let p = pending.get(device);
+      if (!p) {
+        const first = !touched.has(device);
+        touched.add(device);
+        p = { program: { step, release: first ? releases : [], imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
+        pending.set(device, p);
+      }
+      return p;
+    };
+    // Programs to one device are posted in the order they were made (a later one may hand on rows an earlier one
+    // left there), each after the programs whose rows it imports have answered.
+    const posted = new Map<string, Promise<void>>();
+    const send = (device: string): Promise<ProgramResult> => {
+      const p = pendingOf(device);
+      pending.delete(device);
+      const previous = posted.get(device) ?? Promise.resolve();
+      let markPosted!: () => void;
+      posted.set(device, new Promise<void>((resolve) => (markPosted = resolve)));
+      const result = (async () => {
+        try {
+          await previous;
+          const sources = await Promise.all(p.from);
+          const blocks = sources.map((r) => r.exports).filter((b): b is RowBlock => b !== null && b.ids.some((id) => p.importIds.has(id)));
+          if (blocks.length > 0) p.program.imports = concatRows(blocks, p.importIds);
+          const transfer: ArrayBuffer[] = [];
+          if (p.program.imports) {
+            set.counters.crossBytes += p.program.imports.data.byteLength;
+            set.counters.crossRows += p.program.imports.rows.reduce((a, b) => a + b, 0);
+            transfer.push(p.program.imports.data.buffer as ArrayBuffer);
+          }
+          return set.clients.get(device)!.call('run', p.program, transfer);
+        } finally {
+          markPosted();
+        }
+      })();
+      sent.push({ device, result });
+      return result;
+    };
+
+    let failure: unknown = null;
+    const results = new Array<Float32Array>(sequences.length);
+    try {
+      for (;;) {
+        const active = order.filter((w) => w.cursor < w.chain.length);
+        if (active.length === 0) break;
+        const start = Math.min(...active.map((w) => w.chain[w.cursor]!.manifest.span!.start));
+        const groups = new Map<string, Walker[]>();
+        for (const w of active) {
+          const hop = w.chain[w.cursor]!;
+          if (hop.manifest.span!.start !== start) continue;
+          groups.set(hop.key, [...(groups.get(hop.key) ?? []), w]);
+        }
+        for (const [key, group] of groups) {
+          const device = group[0]!.chain[group[0]!.cursor]!.device;
+          // Rows living on another device: that device's program hands them on (sent now if still pending).
+          const bySource = new Map<string, Walker[]>();
+          for (const w of group) if (w.at !== null && w.at !== device) bySource.set(w.at, [...(bySource.get(w.at) ?? []), w]);
+          for (const [source, ws] of bySource) {
+            const src = pendingOf(source);
+            src.program.exports.push(...ws.map((w) => String(w.seq.id)));
+            const result = send(source);
+            const dst = pendingOf(device);
+            dst.from.push(result);
+            for (const w of ws) dst.importIds.add(String(w.seq.id));
+            for (const w of ws) set.traffic.record(w.chain[w.cursor - 1]!.manifest.blockId, w.chain[w.cursor]!.manifest.blockId);
+          }
+          pendingOf(device).program.groups.push({ instance: key, seqs: group.map((w) => ({ id: String(w.seq.id), app: w.seq.app, tokens: Array.from(w.seq.tokens) })) });
+          for (const w of group) {
+            w.at = device;
+            w.cursor++;
+          }
+        }
+      }
+      for (const device of [...pending.keys()]) send(device);
+      const outcomes = await Promise.allSettled(sent.map((s) => s.result));
+      const bad = outcomes.find((o) => o.status === 'rejected');
+      if (bad) throw (bad as PromiseRejectedResult).reason;
+      let computeOnPath = 0;
+      for (const o of outcomes) {
+        const r = (o as PromiseFulfilledResult<ProgramResult>).value;
+        computeOnPath += r.computeMs;
+        for (const run of r.runs) this.onBlockRun?.({ rows: run.rows, apps: run.apps, copiedRows: 0 });
+        if (r.copiedRows > 0) this.onBlockRun?.({ rows: 0, apps: 0, copiedRows: r.copiedRows });
+        for (const l of r.logits) {
+          const w = walkers.find((x) => String(x.seq.id) === l.id)!;
+          results[w.index] = l.data;
+        }
+      }
+      set.counters.programs += sent.length;
+      const wall = performance.now() - t0;
+      set.counters.stepMs += wall;
+      // Devices that ran at the same time count once: the overhead is the wall time no device program covers.
+      set.counters.overheadMs += Math.max(0, wall - Math.min(computeOnPath, wall));
+    } catch (err) {
+      failure = err;
+    }
+    // Every device that ran part of the step commits it, or all give its pages back; every device forgets the
+    // released sequences (again, where its program did already: a release is idempotent and ids are never reused).
+    await Promise.allSettled(set.deviceIds.map((device) => set.clients.get(device)!.call('end', { step, commit: failure === null && touched.has(device), release: releases })));
+    if (failure !== null) throw failure;
+    set.counters.steps++;
+    for (const w of walkers) {
+      const id = String(w.seq.id);
+      this.sequenceApps.set(id, w.seq.app);
+      let s = set.live.get(w.seq.app);
+      if (!s) set.live.set(w.seq.app, (s = new Set()));
+      s.add(id);
+    }
+    return results;
+  }
+}
+
+/** The rows of `ids` (in the blocks' order) as one RowBlock. */
+function concatRows(blocks: RowBlock[], ids: ReadonlySet<string>): RowBlock {
+  const width = blocks[0]!.width;
+  const out: RowBlock = { ids: [], rows: [], width, data: new Float32Array(0) };
+  const parts: Float32Array[] = [];
+  for (const b of blocks) {
+    let at = 0;
+    b.ids.forEach((id, k) => {
+      const n = b.rows[k]! * width;
+      if (ids.has(id)) {
+        out.ids.push(id);
+        out.rows.push(b.rows[k]!);
+        parts.push(b.data.subarray(at, at + n));
+      }
+      at += n;
+    });
+  }
+  out.data = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) out.data.set(p, at), (at += p.length);
+  return out;
+}
