@@ -32,7 +32,19 @@ const FLAGS = flagTable([
     [
       { flag: 'max-batch', arg: '<n>', help: 'most running sequences per chain step (default 32)', env: 'BLOCKLLM_MAX_BATCH' },
       { flag: 'kv-pages', arg: '<n>', help: "KV pages (16 tokens) of each block's own cache (default 64)", env: 'BLOCKLLM_KV_PAGES' },
-      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'BLOCKLLM_THREADS' },
+      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores; 1 per device with --devices > 1)', env: 'BLOCKLLM_THREADS' },
+    ],
+  ],
+  [
+    'Devices and placement',
+    [
+      { flag: 'devices', arg: '<n>', help: 'engine devices, each a worker thread with its own byte budget (default 1)', env: 'BLOCKLLM_DEVICES' },
+      { flag: 'device-mb', arg: '<mb>', help: 'block parameter MiB per device (default 1.5 × the served blocks / devices)', env: 'BLOCKLLM_DEVICE_MB' },
+      { flag: 'placement-policy', arg: '<p>', help: 'locality|frag-min: the serving core placement policy (locality)', env: 'BLOCKLLM_PLACEMENT_POLICY' },
+      { flag: 'provisioning', arg: '<p>', help: 'blocks|per-model: shared blocks (BlockLLM) or one whole model per application (blocks)', env: 'BLOCKLLM_PROVISIONING' },
+      { flag: 'redis', help: 'run the placement control plane on BullMQ/Redis (else in-process)', env: 'BLOCKLLM_REDIS=1' },
+      { flag: 'redis-url', arg: '<url>', help: 'Redis for --redis (default REDIS_URL or redis://127.0.0.1:6379)', env: 'REDIS_URL' },
+      { flag: 'redis-prefix', arg: '<p>', help: 'key and queue prefix for --redis (default tessera-blockllm)', env: 'BLOCKLLM_REDIS_PREFIX' },
       { flag: 'help', short: 'h', help: 'show this help' },
     ],
   ],
@@ -73,5 +85,12 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'BLOCKLLM_MAX_BATCH'), 1, 4096) ?? 32,
     kvPages: parseIntegerFlag('--kv-pages', str('kv-pages', 'BLOCKLLM_KV_PAGES'), 1, 1 << 20) ?? 64,
     threads: parseIntegerFlag('--threads', str('threads', 'BLOCKLLM_THREADS'), 1, 1024),
+    devices: parseIntegerFlag('--devices', str('devices', 'BLOCKLLM_DEVICES'), 1, 16) ?? 1,
+    deviceMb: parseIntegerFlag('--device-mb', str('device-mb', 'BLOCKLLM_DEVICE_MB'), 1, 1 << 20),
+    placementPolicy: parseChoiceFlag('--placement-policy', str('placement-policy', 'BLOCKLLM_PLACEMENT_POLICY'), ['locality', 'frag-min'] as const, 'locality'),
+    provisioning: parseChoiceFlag('--provisioning', str('provisioning', 'BLOCKLLM_PROVISIONING'), ['blocks', 'per-model'] as const, 'blocks'),
+    redis: values.redis === true || (parseBooleanFlag('BLOCKLLM_REDIS', env.BLOCKLLM_REDIS) ?? false),
+    redisUrl: str('redis-url', 'REDIS_URL') ?? 'redis://127.0.0.1:6379',
+    redisPrefix: str('redis-prefix', 'BLOCKLLM_REDIS_PREFIX') ?? 'tessera-blockllm',
   };
 }

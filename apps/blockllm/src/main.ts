@@ -32,6 +32,11 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     maxBatch: config.maxBatch,
     kvPages: config.kvPages,
     threads: config.threads,
+    devices: config.devices,
+    deviceBytes: config.deviceMb !== undefined ? config.deviceMb * 1024 * 1024 : undefined,
+    placementPolicy: config.placementPolicy,
+    provisioning: config.provisioning,
+    redis: config.redis ? { url: config.redisUrl, prefix: config.redisPrefix } : undefined,
     ingestAdmin: config.ingest,
     ingestRoot: config.ingestRoot,
     logger: { level: config.logLevel },
@@ -44,6 +49,9 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       '',
       `[blockllm] serving ${apps.length} application(s) of ${app.engine.ready.model.foundation} as chains of shared blocks (${app.engine.ready.model.device}) on ${address}`,
       ...apps.map((a) => `[blockllm]   ${a.id.padEnd(20)} ${a.labels.join(' | ')}`),
+      ...(config.devices > 1 || config.provisioning === 'per-model'
+        ? [`[blockllm] ${config.devices} device(s), ${config.provisioning} provisioning, control plane ${config.redis ? `on BullMQ (${config.redisPrefix})` : 'in-process'}: curl ${address}/v1/placement`]
+        : []),
       '[blockllm] try:',
       `  curl ${address}/v1/completions -H 'content-type: application/json' \\`,
       `    -d '{"model": "${example}", "prompt": "The quick brown fox", "max_tokens": 16, "temperature": 0}'`,

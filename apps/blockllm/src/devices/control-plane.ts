@@ -120,9 +120,11 @@ export class BullmqControlPlane implements ControlPlane {
   }
 
   async get(id: string): Promise<JobStatus | null> {
+    // The state first, then the job: a job read before it finished would lack its result or failure reason.
+    const state = await this.queue.getJobState(id);
     const j = await this.queue.getJob(id);
-    if (!j) return null;
-    return this.statusOf(j.id!, j.data, await j.getState(), j.returnvalue, j.failedReason);
+    if (!j || state === 'unknown') return null;
+    return this.statusOf(j.id!, j.data, state, j.returnvalue, j.failedReason);
   }
 
   async list(limit = 50): Promise<JobStatus[]> {
