@@ -40,6 +40,7 @@ const FLAGS = flagTable([
     [
       { flag: 'devices', arg: '<n>', help: 'engine devices, each a worker thread with its own byte budget (default 1)', env: 'BLOCKLLM_DEVICES' },
       { flag: 'device-mb', arg: '<mb>', help: 'block parameter MiB per device (default 1.5 × the served blocks / devices)', env: 'BLOCKLLM_DEVICE_MB' },
+      { flag: 'device-bytes', arg: '<n>', help: 'the same in bytes (wins over --device-mb)', env: 'BLOCKLLM_DEVICE_BYTES' },
       { flag: 'placement-policy', arg: '<p>', help: 'locality|frag-min: the serving core placement policy (locality)', env: 'BLOCKLLM_PLACEMENT_POLICY' },
       { flag: 'provisioning', arg: '<p>', help: 'blocks|per-model: shared blocks (BlockLLM) or one whole model per application (blocks)', env: 'BLOCKLLM_PROVISIONING' },
       { flag: 'redis', help: 'run the placement control plane on BullMQ/Redis (else in-process)', env: 'BLOCKLLM_REDIS=1' },
@@ -87,6 +88,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     threads: parseIntegerFlag('--threads', str('threads', 'BLOCKLLM_THREADS'), 1, 1024),
     devices: parseIntegerFlag('--devices', str('devices', 'BLOCKLLM_DEVICES'), 1, 16) ?? 1,
     deviceMb: parseIntegerFlag('--device-mb', str('device-mb', 'BLOCKLLM_DEVICE_MB'), 1, 1 << 20),
+    deviceBytes: parseIntegerFlag('--device-bytes', str('device-bytes', 'BLOCKLLM_DEVICE_BYTES'), 1),
     placementPolicy: parseChoiceFlag('--placement-policy', str('placement-policy', 'BLOCKLLM_PLACEMENT_POLICY'), ['locality', 'frag-min'] as const, 'locality'),
     provisioning: parseChoiceFlag('--provisioning', str('provisioning', 'BLOCKLLM_PROVISIONING'), ['blocks', 'per-model'] as const, 'blocks'),
     redis: values.redis === true || (parseBooleanFlag('BLOCKLLM_REDIS', env.BLOCKLLM_REDIS) ?? false),

@@ -33,7 +33,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     kvPages: config.kvPages,
     threads: config.threads,
     devices: config.devices,
-    deviceBytes: config.deviceMb !== undefined ? config.deviceMb * 1024 * 1024 : undefined,
+    deviceBytes: config.deviceBytes ?? (config.deviceMb !== undefined ? config.deviceMb * 1024 * 1024 : undefined),
     placementPolicy: config.placementPolicy,
     provisioning: config.provisioning,
     redis: config.redis ? { url: config.redisUrl, prefix: config.redisPrefix } : undefined,
