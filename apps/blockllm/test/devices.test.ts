@@ -3,7 +3,7 @@
  * spreads the chains over both, a request's chain runs block by block across them with the hidden state handed on
  * between devices, and every application gives the tokens — and, greedy, the bit-identical logits (its logprobs) —
  * of its chain run on one device; applications sharing blocks served together batch per block on each device and
- * still give the tokens of alone; placement jobs move and evict instances (the in-process control plane), bad ones
+ * still give the tokens of alone, also when a block's KV cache is full and a step across devices is rolled back; placement jobs move and evict instances (the in-process control plane), bad ones
  * are 4xx and the server keeps serving.
  */
 import { tokenLogprobs } from '@tessera/engine';
@@ -16,8 +16,9 @@ import { metric, placementJob, type PlacementBody } from './support/placement.js
 const fixture = makeFixture();
 let app: FastifyInstance;
 let url: string;
-// Each device holds about half of the served blocks' bytes (2.6 MB in all for the demo), so chains must spread.
-beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 1_400_000 })));
+// Each device holds about half of the served blocks' bytes (2.6 MB in all for the demo), so chains must spread;
+// each block instance's KV cache is 4 pages of 16 tokens, so concurrent requests exhaust it and steps roll back.
+beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 1_400_000, kvPages: 4 })));
 afterAll(async () => {
   await app?.close();
   fixture.cleanup();
@@ -73,6 +74,8 @@ describe('a chain spread over two devices', () => {
     expect(together.map((t) => t.tokens)).toEqual(alone);
     const after = await app.engine.call('stats', null);
     expect(after.sharedBatches).toBeGreaterThan(before.sharedBatches);
+    // Seven requests do not fit a shared block's 4 pages at once: steps were rolled back on every device and retried.
+    expect(after.kvExhausted).toBeGreaterThan(before.kvExhausted);
     expect(after.devices!.crossRows).toBeGreaterThan(before.devices!.crossRows);
     const text = await (await fetch(`${url}/metrics`)).text();
     expect(metric(text, 'tessera_blockllm_cross_device_bytes_total')).toBeGreaterThan(0);

@@ -104,6 +104,10 @@ export class DeviceSet {
   /** Live sequences per application (they hold KV in that application's instances). */
   readonly live = new Map<string, Set<string>>();
   readonly turns = new Turns();
+  /** Per device: its last step, run and not yet committed there (it commits with the device's next program). */
+  readonly unsettled = new Map<string, number>();
+  /** Per device: released sequences it has not been told of yet. */
+  readonly releases = new Map<string, string[]>();
 
   private constructor(
     readonly zoo: BlockZoo,
@@ -166,7 +170,37 @@ export class DeviceSet {
     return c;
   }
 
+  /** Forgets a sequence on every device (with each device's next program, or at the next settle). */
+  release(id: string): void {
+    for (const d of this.deviceIds) {
+      let list = this.releases.get(d);
+      if (!list) this.releases.set(d, (list = []));
+      list.push(id);
+    }
+  }
+
+  /** What a device has to be told before anything else: the step to commit and the sequences to forget. */
+  takeNews(device: string): { commit: number | null; release: string[] } {
+    const commit = this.unsettled.get(device) ?? null;
+    this.unsettled.delete(device);
+    const release = this.releases.get(device) ?? [];
+    this.releases.delete(device);
+    return { commit, release };
+  }
+
+  /** Commits every device's last step and delivers the releases (before its instances change). */
+  async settle(): Promise<void> {
+    await Promise.all(
+      this.deviceIds.map((d) => {
+        const news = this.takeNews(d);
+        if (news.commit === null && news.release.length === 0) return null;
+        return this.client(d).call('end', { step: news.commit ?? -1, commit: news.commit !== null, release: news.release });
+      }),
+    );
+  }
+
   async deploy(key: string, manifest: BlockManifest, device: string, pool: string): Promise<InstanceInfo> {
+    await this.settle();
     if (this.instances.has(key)) throw new BlockllmPlacementConflictError(`${key} is already deployed on ${this.instances.get(key)!.device}`);
     if (manifest.span === null) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `block ${manifest.blockId} is a ${manifest.kind}, not a chain block`);
     await this.client(device).call('deploy', { instance: key, manifest, pool });
@@ -180,6 +214,7 @@ export class DeviceSet {
   async evict(key: string): Promise<void> {
     const info = this.instances.get(key);
     if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
+    await this.settle();
     await this.client(info.device).call('evict', { instance: key });
     this.instances.delete(key);
     this.counters.evictions++;
@@ -337,6 +372,9 @@ export class DeviceSet {
   }
 }
 
+/** Step numbers, unique in the process (a rebuilt executor continues them, so a device never sees one twice). */
+let stepCounter = 0;
+
 interface Walker {
   index: number;
   seq: ChainSequence;
@@ -365,8 +403,6 @@ export interface DeviceBlockRun {
  * asynchronous step and `prepare` (deployment before admission).
  */
 export class DeviceChainExecutor {
-  private stepNo = 0;
-  private releases: string[] = [];
   private readonly sequenceApps = new Map<string, string>();
 
   constructor(
@@ -387,7 +423,7 @@ export class DeviceChainExecutor {
     if (app === undefined) return;
     this.sequenceApps.delete(id);
     this.set.live.get(app)?.delete(id);
-    this.releases.push(id);
+    this.set.release(id);
   }
 
   dispose(): void {
@@ -400,7 +436,7 @@ export class DeviceChainExecutor {
 
   private async runStep(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
     const set = this.set;
-    const step = ++this.stepNo;
+    const step = ++stepCounter;
     const t0 = performance.now();
     const walkers: Walker[] = sequences.map((seq, index) => {
       if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
@@ -413,8 +449,6 @@ export class DeviceChainExecutor {
     });
     const appOrder = [...new Set(sequences.map((s) => s.app))];
     const order = [...walkers].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
-    const releases = this.releases;
-    this.releases = [];
 
     const pending = new Map<string, Pending>();
     const sent: { device: string; result: Promise<ProgramResult> }[] = [];
@@ -422,9 +456,8 @@ export class DeviceChainExecutor {
     const pendingOf = (device: string): Pending => {
       let p = pending.get(device);
       if (!p) {
-        const first = !touched.has(device);
         touched.add(device);
-        p = { program: { step, release: first ? releases : [], imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
+        p = { program: { step, ...set.takeNews(device), imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
         pending.set(device, p);
       }
       return p;
@@ -441,7 +474,14 @@ export class DeviceChainExecutor {
       const result = (async () => {
         try {
           await previous;
-          const sources = await Promise.all(p.from);
+          let sources: ProgramResult[];
+          try {
+            sources = await Promise.all(p.from);
+          } catch (err) {
+            // Not posted: the device still gets what the program carried for it (the last commit, the releases).
+            await deliver(device, p.program);
+            throw err;
+          }
           const blocks = sources.map((r) => r.exports).filter((b): b is RowBlock => b !== null && b.ids.some((id) => p.importIds.has(id)));
           if (blocks.length > 0) p.program.imports = concatRows(blocks, p.importIds);
           const transfer: ArrayBuffer[] = [];
@@ -458,6 +498,12 @@ export class DeviceChainExecutor {
       sent.push({ device, result });
       return result;
     };
+
+    const deliver = (device: string, program: DeviceProgram) =>
+      set.clients
+        .get(device)!
+        .call('end', { step: program.commit ?? -1, commit: program.commit !== null, release: program.release })
+        .catch(() => null);
 
     let failure: unknown = null;
     const results = new Array<Float32Array>(sequences.length);
@@ -516,10 +562,15 @@ export class DeviceChainExecutor {
     } catch (err) {
       failure = err;
     }
-    // Every device that ran part of the step commits it, or all give its pages back; every device forgets the
-    // released sequences (again, where its program did already: a release is idempotent and ids are never reused).
-    await Promise.allSettled(set.deviceIds.map((device) => set.clients.get(device)!.call('end', { step, commit: failure === null && touched.has(device), release: releases })));
-    if (failure !== null) throw failure;
+    if (failure !== null) {
+      // Every device that ran part of the step gives its pages back now; the releases its programs carried were
+      // applied (a release is idempotent), the ones of devices whose program never went out are sent too.
+      await Promise.allSettled([...pending].map(([device, p]) => deliver(device, p.program)));
+      await Promise.allSettled([...touched].map((device) => set.clients.get(device)!.call('end', { step, commit: false, release: set.takeNews(device).release })));
+      throw failure;
+    }
+    // The devices commit this step with their next program (or at the next settle).
+    for (const device of touched) set.unsettled.set(device, step);
     set.counters.steps++;
     for (const w of walkers) {
       const id = String(w.seq.id);

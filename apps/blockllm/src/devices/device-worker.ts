@@ -137,8 +137,10 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
   }
 
   function run(program: DeviceProgram): ProgramResult {
+    // The previous step this device ran is committed here, with the next program it gets (saving a round trip per
+    // step); a failed step was aborted by an explicit end.
+    if (program.commit !== null && program.commit === stepNo) endStep(true);
     if (program.step !== stepNo) {
-      // A new step: whatever the previous one left uncommitted is rolled back (its end never came).
       if (contexts.length > 0 || bases.size > 0) endStep(false);
       stepNo = program.step;
     }

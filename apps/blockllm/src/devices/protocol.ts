@@ -31,7 +31,9 @@ export interface ProgramGroup {
 export interface DeviceProgram {
   /** The coordinator's step number: every program of one step carries it; commit/abort name it. */
   step: number;
-  /** Sequences to forget first (finished or cancelled since the previous step). */
+  /** The step this device ran last, which succeeded everywhere: commit its KV appends first (null: nothing to commit). */
+  commit: number | null;
+  /** Sequences to forget first (finished or cancelled since this device last heard). */
   release: string[];
   /** Rows arriving from other devices (they become those sequences' hidden state here). */
   imports: RowBlock | null;
