@@ -35,6 +35,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     devices: config.devices,
     deviceBytes: config.deviceBytes ?? (config.deviceMb !== undefined ? config.deviceMb * 1024 * 1024 : undefined),
     placementPolicy: config.placementPolicy,
+    scaleOutQueue: config.scaleOutQueue,
     provisioning: config.provisioning,
     redis: config.redis ? { url: config.redisUrl, prefix: config.redisPrefix } : undefined,
     ingestAdmin: config.ingest,

@@ -68,6 +68,8 @@ export interface ServerOptions extends ServerBaseOptions {
   deviceBytes?: number | undefined;
   /** 'blocks' (BlockLLM, default) or 'per-model' (each application's whole model on its own: the PM baseline). */
   provisioning?: 'blocks' | 'per-model' | undefined;
+  /** Scale-out: an instance routed more than 0.8 × this many sequences gets a replica on another device (default maxBatch; 0 off). */
+  scaleOutQueue?: number | undefined;
   /** The placement policy of the serving core (default 'locality'). */
   placementPolicy?: 'locality' | 'frag-min' | undefined;
   /** Run the placement control plane on BullMQ at this Redis (else in-process). */
@@ -162,6 +164,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           deviceBytes: options.deviceBytes ?? null,
           provisioning: options.provisioning ?? 'blocks',
           placementPolicy: options.placementPolicy ?? 'locality',
+          scaleOutQueue: options.scaleOutQueue ?? null,
           redis: options.redis ?? null,
         },
         { onProgress: (line) => app.log.info(line), ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}) },

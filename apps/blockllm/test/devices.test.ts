@@ -119,7 +119,7 @@ describe('a chain spread over two devices', () => {
     const [b0] = p.instances;
     const post = (body: unknown) => postJson(`${url}/v1/placement/jobs`, body);
     const cases: [unknown, number, RegExp][] = [
-      [{ kind: 'deploy', block: b0!.block, device: 'device-0' }, 409, /already deployed/],
+      [{ kind: 'deploy', block: b0!.block, device: b0!.device }, 409, /already deployed/],
       [{ kind: 'migrate', block: b0!.block, device: 'device-9' }, 404, /no device "device-9"/],
       [{ kind: 'migrate', block: b0!.block, device: b0!.device }, 409, /already on/],
       [{ kind: 'evict', block: 'no-such-block' }, 404, /no instance/],

@@ -21,7 +21,7 @@
  * on each other run at the same time. The step is all or nothing: every device that ran part of it commits or aborts.
  */
 import { type BlockManifest, type BlockZoo, formatBlock } from '@tessera/block-zoo';
-import { pickDevice, type PlacedInstance, placeChains, type Topology, TrafficCounter } from '@tessera/block-zoo';
+import { pickDevice, type PlacedInstance, placeChains, planScaleOut, type ScaleCandidate, type Topology, TrafficCounter } from '@tessera/block-zoo';
 import { ServingCapacityError } from '@tessera/block-zoo';
 import type { ChainSequence } from '@tessera/block-zoo/chain';
 import type { WorkerEngineClient } from '@tessera/server-kit';
@@ -41,6 +41,11 @@ export interface DeviceSetOptions {
   maxPositions: number;
   provisioning?: Provisioning;
   policy?: PlacementPolicy;
+  /**
+   * Scale-out (design note §4.6, the serving core's planScaleOut): an instance whose queue — the sequences routed
+   * to it — exceeds 0.8 × this gets a replica on another device. 0 turns scale-out off (default).
+   */
+  scaleOutQueue?: number;
 }
 
 export interface InstanceInfo {
@@ -63,8 +68,10 @@ export interface DeviceCounters {
   /** Wall time of the device steps, and the part of it not spent running blocks on a device (hand-offs, messages). */
   stepMs: number;
   overheadMs: number;
-  /** Instances deployed and evicted (placement jobs, on-demand deployment, per-model swaps). */
+  /** Instances deployed and evicted (placement jobs, on-demand deployment, scale-out, per-model swaps). */
   deploys: number;
+  /** Replicas deployed by scale-out. */
+  scaleOuts: number;
   evictions: number;
   /** Bytes loaded onto devices by deployments. */
   loadedBytes: number;
@@ -95,14 +102,14 @@ export class DeviceSet {
   policy: PlacementPolicy;
   readonly topology: Topology;
   readonly traffic = new TrafficCounter();
-  readonly counters: DeviceCounters = { steps: 0, programs: 0, crossBytes: 0, crossRows: 0, stepMs: 0, overheadMs: 0, deploys: 0, evictions: 0, loadedBytes: 0 };
+  readonly counters: DeviceCounters = { steps: 0, programs: 0, crossBytes: 0, crossRows: 0, stepMs: 0, overheadMs: 0, deploys: 0, scaleOuts: 0, evictions: 0, loadedBytes: 0 };
   private readonly instances = new Map<string, InstanceInfo>();
   /** Per-model provisioning: when each application's model was last used (LRU). */
   private readonly lastUsed = new Map<string, number>();
   private useClock = 0;
   private readonly seeded = new Set<string>();
-  /** Live sequences per application (they hold KV in that application's instances). */
-  readonly live = new Map<string, Set<string>>();
+  /** Each live sequence's route: one instance per block of its chain, kept while it lives (its KV is there). */
+  readonly routes = new Map<string, { app: string; keys: string[] }>();
   readonly turns = new Turns();
   /** Per device: its last step, run and not yet committed there (it commits with the device's next program). */
   readonly unsettled = new Map<string, number>();
@@ -157,11 +164,92 @@ export class DeviceSet {
     return [...this.instances.values()].map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: i.bytes }));
   }
 
-  /** Sequences holding KV in the instance (the applications whose chains run it). */
+  /** Live sequences routed through the instance (they hold KV in it). */
   usersOf(key: string): number {
     let n = 0;
-    for (const [app, seqs] of this.live) if (seqs.size > 0 && this.instanceKeys(app).some((k) => k.key === key)) n += seqs.size;
+    for (const r of this.routes.values()) if (r.keys.includes(key)) n++;
     return n;
+  }
+
+  /** Live sequences of an application. */
+  liveOf(app: string): number {
+    let n = 0;
+    for (const r of this.routes.values()) if (r.app === app) n++;
+    return n;
+  }
+
+  /** The instances of a block (BlockLLM provisioning: the first one, keyed by the block id, and scale-out replicas). */
+  instancesOf(blockId: string): InstanceInfo[] {
+    return [...this.instances.values()].filter((i) => i.block === blockId && i.pool === 'shared');
+  }
+
+  /** The key of a new instance of a block on a device: the block id for its first instance, else `block@device`. */
+  keyFor(blockId: string, device: string): string {
+    return this.instances.has(blockId) ? `${blockId}@${device}` : blockId;
+  }
+
+  /**
+   * A sequence's instances, one per block of its chain: the route it has (sticky: its KV lives there), or a new one.
+   * BlockLLM: a home device — the least loaded, counting a block the device lacks as one more sequence (a hop) —
+   * and per block its instance there, else the instance on the previous block's device, else the first.
+   */
+  route(id: string, app: string): { key: string; manifest: BlockManifest; device: string }[] {
+    const chain = this.instanceKeys(app);
+    const known = this.routes.get(id);
+    if (known && known.keys.every((k) => this.instances.has(k))) return known.keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
+    let keys: string[];
+    if (this.provisioning !== 'blocks') keys = chain.map((c) => c.key);
+    else {
+      const load = new Map(this.deviceIds.map((d) => [d, 0]));
+      for (const r of this.routes.values()) for (const k of r.keys) load.set(this.instances.get(k)!.device, load.get(this.instances.get(k)!.device)! + 1 / r.keys.length);
+      const options = chain.map((c) => this.instancesOf(c.manifest.blockId));
+      let home = this.deviceIds[0]!;
+      let best = Infinity;
+      for (const d of this.deviceIds) {
+        const cost = load.get(d)! + options.filter((o) => !o.some((i) => i.device === d)).length;
+        if (cost < best) (best = cost), (home = d);
+      }
+      let prev = home;
+      keys = options.map((o, i) => {
+        const pick = o.find((x) => x.device === home) ?? o.find((x) => x.device === prev) ?? o[0];
+        if (!pick) throw new BlockllmPlacementNotFoundError(`block ${formatBlock(chain[i]!.manifest)} of ${app} has no instance on any device`);
+        prev = pick.device;
+        return pick.instance;
+      });
+    }
+    for (const k of keys) if (!this.instances.has(k)) throw new BlockllmPlacementNotFoundError(`instance ${k} of ${app} is not deployed`);
+    this.routes.set(id, { app, keys });
+    return keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
+  }
+
+  /**
+   * Scale-out: the serving core's planScaleOut over every shared instance, its queue being the sequences routed
+   * through it plus the admitted ones about to be; each planned replica is deployed (a device that turns out to lack
+   * the room keeps the plan from happening, nothing else). Requests are not moved: new sequences route by load.
+   */
+  private async scaleOut(admitted: readonly string[]): Promise<void> {
+    const maxQueueLen = this.options.scaleOutQueue ?? 0;
+    if (this.provisioning !== 'blocks' || maxQueueLen <= 0 || this.clients.size < 2) return;
+    const queues = new Map<string, string[]>();
+    for (const [id, r] of this.routes) for (const k of r.keys) queues.set(k, [...(queues.get(k) ?? []), id]);
+    admitted.forEach((app, n) => {
+      for (const c of this.instanceKeys(app)) {
+        const least = this.instancesOf(c.manifest.blockId).sort((a, b) => (queues.get(a.instance)?.length ?? 0) - (queues.get(b.instance)?.length ?? 0))[0];
+        if (least) queues.set(least.instance, [...(queues.get(least.instance) ?? []), `admitted-${n}`]);
+      }
+    });
+    const candidates: ScaleCandidate[] = [...this.instances.values()]
+      .filter((i) => i.pool === 'shared')
+      .map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: i.bytes, queue: queues.get(i.instance) ?? [], maxQueueLen }));
+    for (const plan of planScaleOut(this.topology, this.placed(), candidates, this.traffic, { policy: this.policy })) {
+      if (this.instancesOf(plan.block).some((i) => i.device === plan.device)) continue;
+      try {
+        await this.deploy(this.keyFor(plan.block, plan.device), this.zoo.block(plan.block), plan.device, 'shared');
+        this.counters.scaleOuts++;
+      } catch (err) {
+        if (!(err instanceof BlockllmPlacementConflictError)) throw err;
+      }
+    }
   }
 
   private client(device: string): DeviceClient {
@@ -233,7 +321,8 @@ export class DeviceSet {
    * Returns per application 'wait' (per-model: no room until a running model finishes) or the error that keeps it
    * from being served.
    */
-  async ensure(apps: Iterable<string>, busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+  async ensure(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    const apps = new Set(admitted);
     const out = new Map<string, 'wait' | Error>();
     // Models made resident for this round are as busy as the running ones: a later one must not evict them.
     const held = new Set(busy);
@@ -246,12 +335,13 @@ export class DeviceSet {
         out.set(app, err as Error);
       }
     }
+    await this.scaleOut(admitted.filter((a) => !out.has(a)));
     return out;
   }
 
   private async ensureBlocks(app: string): Promise<void> {
-    for (const { key, manifest } of this.instanceKeys(app)) {
-      if (this.instances.has(key)) continue;
+    for (const { manifest } of this.instanceKeys(app)) {
+      if (this.instancesOf(manifest.blockId).length > 0) continue;
       if (!this.seeded.has(app)) {
         // The chain's adjacent blocks are traffic neighbours: the locality policy keeps them on one device.
         this.seeded.add(app);
@@ -267,7 +357,7 @@ export class DeviceSet {
         const most = Math.max(...this.free().values());
         throw new ServingCapacityError(manifest.paramBytes, most, `block ${formatBlock(manifest)} of ${app} (${manifest.paramBytes} bytes) fits on no device: the most free is ${most} bytes`);
       }
-      await this.deploy(key, manifest, d.id, 'shared');
+      await this.deploy(this.keyFor(manifest.blockId, d.id), manifest, d.id, 'shared');
     }
   }
 
@@ -283,7 +373,7 @@ export class DeviceSet {
     if (target === null) {
       // Evict idle models (least recently used first) on the device where that frees room soonest.
       for (const device of this.deviceIds) {
-        const idle = modelsOn(device).filter((m) => !busy.has(m) && (this.live.get(m)?.size ?? 0) === 0).sort((a, b) => (this.lastUsed.get(a) ?? 0) - (this.lastUsed.get(b) ?? 0));
+        const idle = modelsOn(device).filter((m) => !busy.has(m) && this.liveOf(m) === 0).sort((a, b) => (this.lastUsed.get(a) ?? 0) - (this.lastUsed.get(b) ?? 0));
         let free = this.free().get(device)!;
         const victims: string[] = [];
         for (const m of idle) {
@@ -302,12 +392,13 @@ export class DeviceSet {
     return true;
   }
 
-  /** Evicts instances no served chain uses any more (after a zoo re-partition). */
+  /** Evicts instances no served chain uses any more (after a zoo re-partition) and idle scale-out replicas. */
   async pruneUnused(): Promise<string[]> {
-    const used = new Set(this.zoo.apps().flatMap((a) => this.instanceKeys(a).map((k) => k.key)));
+    const used = new Set(this.zoo.apps().flatMap((a) => this.instanceKeys(a).map((k) => k.manifest.blockId)));
     const gone: string[] = [];
-    for (const key of [...this.instances.keys()]) {
-      if (!used.has(key)) {
+    for (const [key, i] of [...this.instances]) {
+      const replica = key !== i.block && this.instancesOf(i.block).length > 1;
+      if (this.usersOf(key) === 0 && (!used.has(i.block) || replica)) {
         await this.evict(key);
         gone.push(key);
       }
@@ -329,14 +420,14 @@ export class DeviceSet {
     const evicted: string[] = [];
     const deployed: string[] = [];
     for (const i of [...this.instances.values()]) {
-      if (want.get(i.block) !== i.device) {
+      if (want.get(i.block) !== i.device || i.instance !== i.block) {
         await this.evict(i.instance);
         evicted.push(i.instance);
       }
     }
     for (const p of plan) {
-      if (this.instances.has(p.block)) continue;
-      await this.deploy(p.block, manifests.get(p.block)!, p.device, 'shared');
+      if (this.instancesOf(p.block).some((i) => i.device === p.device)) continue;
+      await this.deploy(this.keyFor(p.block, p.device), manifests.get(p.block)!, p.device, 'shared');
       deployed.push(p.block);
     }
     this.policy = policy;
@@ -361,7 +452,8 @@ export class DeviceSet {
       })),
       instances: [...this.instances.values()],
       chains: apps.map((app) => {
-        const keys = this.instanceKeys(app).map((k) => k.key);
+        // The chain's first instances (a scale-out replica serves some of its sequences too).
+        const keys = this.instanceKeys(app).map((k) => (this.provisioning === 'blocks' ? (this.instancesOf(k.manifest.blockId)[0]?.instance ?? k.key) : k.key));
         return { app, instances: keys, devices: keys.map((k) => this.instances.get(k)?.device ?? '') };
       }),
     };
@@ -403,8 +495,6 @@ export interface DeviceBlockRun {
  * asynchronous step and `prepare` (deployment before admission).
  */
 export class DeviceChainExecutor {
-  private readonly sequenceApps = new Map<string, string>();
-
   constructor(
     readonly set: DeviceSet,
     private readonly onBlockRun?: (run: DeviceBlockRun) => void,
@@ -414,20 +504,17 @@ export class DeviceChainExecutor {
     this.set.zoo.chain(app);
   }
 
-  prepare(apps: ReadonlySet<string>, busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
-    return this.set.turns.run(() => this.set.ensure(apps, busy));
+  prepare(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    return this.set.turns.run(() => this.set.ensure(admitted, busy));
   }
 
   release(id: string): void {
-    const app = this.sequenceApps.get(id);
-    if (app === undefined) return;
-    this.sequenceApps.delete(id);
-    this.set.live.get(app)?.delete(id);
+    if (!this.set.routes.delete(id)) return;
     this.set.release(id);
   }
 
   dispose(): void {
-    for (const id of [...this.sequenceApps.keys()]) this.release(id);
+    for (const id of [...this.set.routes.keys()]) this.release(id);
   }
 
   step(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
@@ -440,12 +527,7 @@ export class DeviceChainExecutor {
     const t0 = performance.now();
     const walkers: Walker[] = sequences.map((seq, index) => {
       if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
-      const chain = set.instanceKeys(seq.app).map(({ key, manifest }) => {
-        const info = set.instance(key);
-        if (!info) throw new BlockllmPlacementNotFoundError(`block ${formatBlock(manifest)} of ${seq.app} has no instance on any device`);
-        return { key, manifest, device: info.device };
-      });
-      return { index, seq, chain, cursor: 0, at: null };
+      return { index, seq, chain: set.route(String(seq.id), seq.app), cursor: 0, at: null };
     });
     const appOrder = [...new Set(sequences.map((s) => s.app))];
     const order = [...walkers].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
@@ -572,13 +654,6 @@ export class DeviceChainExecutor {
     // The devices commit this step with their next program (or at the next settle).
     for (const device of touched) set.unsettled.set(device, step);
     set.counters.steps++;
-    for (const w of walkers) {
-      const id = String(w.seq.id);
-      this.sequenceApps.set(id, w.seq.app);
-      let s = set.live.get(w.seq.app);
-      if (!s) set.live.set(w.seq.app, (s = new Set()));
-      s.add(id);
-    }
     return results;
   }
 }

@@ -147,6 +147,8 @@ export interface WorkerInit {
   /** 'blocks' (BlockLLM) or 'per-model' (each application's model on its own; the baseline). */
   provisioning: Provisioning;
   placementPolicy: 'locality' | 'frag-min';
+  /** Scale-out: a replica for an instance routed more than 0.8 × this many sequences (default maxBatch; 0: off). */
+  scaleOutQueue: number | null;
   /** The control plane on BullMQ/Redis (else in-process). */
   redis: { url: string; prefix: string } | null;
 }

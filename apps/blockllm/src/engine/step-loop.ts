@@ -53,7 +53,7 @@ export interface StepExecutor {
   release(id: string): void;
   dispose(): void;
   /** Before a step: deploy what `apps` need. Per application: 'wait' (not now: it stays queued) or its error. */
-  prepare?(apps: ReadonlySet<string>, busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>>;
+  prepare?(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>>;
 }
 
 /** One block run of a step, as the loop counts it. */
@@ -214,7 +214,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
       // Deploy what the admitted applications need; one that must wait goes back to the queue (in order), one that
       // cannot be served ends with its error.
       const busy = new Set(this.running.map((s) => s.app));
-      const verdicts = await this.executor.prepare(new Set(admitted.map((s) => s.app)), busy);
+      const verdicts = await this.executor.prepare(admitted.map((s) => s.app), busy);
       const back: Sequence[] = [];
       admitted = admitted.filter((s) => {
         const v = verdicts.get(s.app);

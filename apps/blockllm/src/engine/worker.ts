@@ -61,7 +61,16 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     const blocks = new Map(zoo.apps().flatMap((a) => zoo.chain(a).blocks.map((b) => [b.blockId, b.paramBytes] as const)));
     const total = [...blocks.values()].reduce((a, b) => a + b, 0);
     const deviceBytes = init.deviceBytes ?? Math.ceil((1.5 * total) / init.devices);
-    devices = await DeviceSet.start(zoo, { devices: init.devices, deviceBytes, zooDir: init.zooDir, kvPages: init.kvPages, maxPositions: config.maxPositions, provisioning: init.provisioning, policy: init.placementPolicy });
+    devices = await DeviceSet.start(zoo, {
+      devices: init.devices,
+      deviceBytes,
+      zooDir: init.zooDir,
+      kvPages: init.kvPages,
+      maxPositions: config.maxPositions,
+      provisioning: init.provisioning,
+      policy: init.placementPolicy,
+      scaleOutQueue: init.scaleOutQueue ?? init.maxBatch,
+    });
     progress(`${init.devices} device(s) of ${deviceBytes} bytes each (${init.provisioning} provisioning)`);
     if (init.provisioning === 'blocks') {
       try {
@@ -164,8 +173,9 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       case 'deploy': {
         const b = chainBlock(job.block);
         device(job.device);
-        const at = devices.instance(job.block);
-        if (at) throw new BlockllmPlacementConflictError(`block ${job.block} is already deployed on ${at.device} (one instance per block: migrate it)`);
+        // Another instance of a deployed block is a replica (its own KV; new sequences route to it by load).
+        const here = devices.instancesOf(job.block).find((i) => i.device === job.device);
+        if (here) throw new BlockllmPlacementConflictError(`block ${job.block} is already deployed on ${job.device} (instance ${here.instance})`);
         if (free(job.device) < b.paramBytes) throw new BlockllmPlacementConflictError(`block ${job.block} (${b.paramBytes} bytes) does not fit ${job.device}: ${free(job.device)} bytes are free`);
         return;
       }
@@ -184,7 +194,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         return;
       }
       case 'place': {
-        const live = [...devices.live.values()].reduce((n, s) => n + s.size, 0);
+        const live = devices.routes.size;
         if (live > 0) throw new BlockllmPlacementConflictError(`${live} running sequence(s) hold KV in the current placement; re-place when the server is idle`);
         return;
       }
@@ -200,7 +210,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       const set = devices!;
       switch (job.kind) {
         case 'deploy':
-          return { deployed: [(await set.deploy(job.block, zoo.block(job.block), job.device, 'shared')).instance], evicted: [] };
+          return { deployed: [(await set.deploy(set.keyFor(job.block, job.device), zoo.block(job.block), job.device, 'shared')).instance], evicted: [] };
         case 'evict':
           await set.evict(job.block);
           return { deployed: [], evicted: [job.block] };
