@@ -18,11 +18,12 @@ afterAll(() => rmSync(demoDir, { recursive: true, force: true }));
 
 describe('blockllm real miniature (toy size)', () => {
   it('serves one trace with per-model provisioning and with BlockLLM at equal memory', async () => {
-    const out = await runBlockllmRealMiniature(ctx, { quick: true, apps: 3, requests: 9, rate: 200, output: [2, 4], demoDir });
+    const out = await runBlockllmRealMiniature(ctx, { quick: true, apps: 3, requests: 9, rate: 200, output: [2, 4], rounds: 2, demoSize: 'tiny', demoDir });
     expect(out.rows.map((r) => r.config)).toEqual(['PM', 'BlockLLM']);
     const [pm, blocks] = out.rows;
     for (const r of out.rows) {
       expect(r.requests).toBe(9);
+      expect(r.rounds).toBe(2);
       expect(r.apps).toBe(3);
       expect(r.devices).toBe(2);
       expect(r.tokens as number).toBeGreaterThanOrEqual(9 * 2);

@@ -16,7 +16,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   let { modelDir, modelName, zooDir } = config;
   let demoRoot: string | undefined;
   if (modelDir === undefined || config.demo) {
-    const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say);
+    const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say, config.demoSize);
     if (!demo.generated) say(`using the demo in ${demo.dir}`);
     modelDir = demo.modelDir;
     modelName = demo.modelName;

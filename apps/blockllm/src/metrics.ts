@@ -48,6 +48,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     deviceBytes: { type: 'gauge', name: 'tessera_blockllm_device_bytes', help: 'Per device: its byte budget and the bytes of the distinct tensors resident on it.', labels: ['device', 'kind'] },
     instances: { type: 'gauge', name: 'tessera_blockllm_device_instances', help: 'Block instances deployed on each device.', labels: ['device'] },
     deploys: { type: 'counter', name: 'tessera_blockllm_deploys_total', help: 'Block instances deployed on devices (placement, jobs, on-demand, per-model swaps).' },
+    scaleOuts: { type: 'counter', name: 'tessera_blockllm_scale_outs_total', help: 'Replicas of hot instances deployed on another device by scale-out.' },
     evictions: { type: 'counter', name: 'tessera_blockllm_evictions_total', help: 'Block instances evicted from devices.' },
     loadedBytes: { type: 'counter', name: 'tessera_blockllm_loaded_bytes_total', help: 'Parameter bytes loaded onto devices by deployments.' },
   });
@@ -88,6 +89,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.crossRows, d.crossRows);
     totals.advance(m.deploys, d.deploys);
     totals.advance(m.evictions, d.evictions);
+    totals.advance(m.scaleOuts, d.scaleOuts);
     totals.advance(m.loadedBytes, d.loadedBytes);
     for (const dev of d.perDevice) {
       m.utilisation.set({ device: dev.id }, dev.upMs > 0 ? dev.busyMs / dev.upMs : 0);

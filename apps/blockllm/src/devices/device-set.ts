@@ -55,6 +55,11 @@ export interface InstanceInfo {
   device: string;
   /** Pool key: 'shared' (BlockLLM) or the application (per-model provisioning). */
   pool: string;
+  /**
+   * What the instance adds to its device: the bytes of its tensors no earlier instance of the same pool there holds
+   * (a fused LoRA block next to the foundation's block adds only the LoRA), so a device's instances sum to what its
+   * pool really holds, the budget the device enforces.
+   */
   bytes: number;
 }
 
@@ -104,6 +109,7 @@ export class DeviceSet {
   readonly traffic = new TrafficCounter();
   readonly counters: DeviceCounters = { steps: 0, programs: 0, crossBytes: 0, crossRows: 0, stepMs: 0, overheadMs: 0, deploys: 0, scaleOuts: 0, evictions: 0, loadedBytes: 0 };
   private readonly instances = new Map<string, InstanceInfo>();
+  private readonly manifests = new Map<string, BlockManifest>();
   /** Per-model provisioning: when each application's model was last used (LRU). */
   private readonly lastUsed = new Map<string, number>();
   private useClock = 0;
@@ -205,8 +211,10 @@ export class DeviceSet {
       const options = chain.map((c) => this.instancesOf(c.manifest.blockId));
       let home = this.deviceIds[0]!;
       let best = Infinity;
+      const hop = this.options.scaleOutQueue || 16;
       for (const d of this.deviceIds) {
-        const cost = load.get(d)! + options.filter((o) => !o.some((i) => i.device === d)).length;
+        // A block the device lacks is a hop back and forth every token: it costs as much as a full queue.
+        const cost = load.get(d)! + hop * options.filter((o) => !o.some((i) => i.device === d)).length;
         if (cost < best) (best = cost), (home = d);
       }
       let prev = home;
@@ -238,17 +246,40 @@ export class DeviceSet {
         if (least) queues.set(least.instance, [...(queues.get(least.instance) ?? []), `admitted-${n}`]);
       }
     });
+    // A replica's size is what it adds where it would go (the least among the devices without the block).
+    const addedBytes = (block: string) => {
+      const m = this.zoo.block(block);
+      const there = new Set(this.instancesOf(block).map((i) => i.device));
+      return Math.min(...this.deviceIds.filter((d) => !there.has(d)).map((d) => this.marginal(m, d)));
+    };
     const candidates: ScaleCandidate[] = [...this.instances.values()]
-      .filter((i) => i.pool === 'shared')
-      .map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: i.bytes, queue: queues.get(i.instance) ?? [], maxQueueLen }));
+      .filter((i) => i.pool === 'shared' && this.instancesOf(i.block).length < this.clients.size)
+      .map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: addedBytes(i.block), queue: queues.get(i.instance) ?? [], maxQueueLen }));
+    const hotApps = new Set([...admitted, ...[...this.routes.values()].map((r) => r.app)]);
     for (const plan of planScaleOut(this.topology, this.placed(), candidates, this.traffic, { policy: this.policy })) {
-      if (this.instancesOf(plan.block).some((i) => i.device === plan.device)) continue;
-      try {
-        await this.deploy(this.keyFor(plan.block, plan.device), this.zoo.block(plan.block), plan.device, 'shared');
-        this.counters.scaleOuts++;
-      } catch (err) {
-        if (!(err instanceof BlockllmPlacementConflictError)) throw err;
+      if (!(await this.tryReplica(plan.block, plan.device))) continue;
+      // Locality (§4.7): the chains through the replica follow it to its device where they fit, so a sequence
+      // routed there runs its whole chain on one device instead of hopping back for its own blocks.
+      for (const app of hotApps) {
+        const chain = this.zoo.chain(app).blocks;
+        if (!chain.some((b) => b.blockId === plan.block)) continue;
+        for (const b of chain) if (!this.instancesOf(b.blockId).some((i) => i.device === plan.device)) await this.tryReplica(b.blockId, plan.device);
       }
+    }
+  }
+
+  /** Deploys a scale-out replica when the device has room (by the registry, then by the device's own budget). */
+  private async tryReplica(block: string, device: string): Promise<boolean> {
+    if (this.instancesOf(block).some((i) => i.device === device)) return true;
+    const m = this.zoo.block(block);
+    if (this.marginal(m, device) > this.free().get(device)!) return false;
+    try {
+      await this.deploy(this.keyFor(block, device), m, device, 'shared');
+      this.counters.scaleOuts++;
+      return true;
+    } catch (err) {
+      if (err instanceof BlockllmPlacementConflictError) return false;
+      throw err;
     }
   }
 
@@ -292,8 +323,9 @@ export class DeviceSet {
     if (this.instances.has(key)) throw new BlockllmPlacementConflictError(`${key} is already deployed on ${this.instances.get(key)!.device}`);
     if (manifest.span === null) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `block ${manifest.blockId} is a ${manifest.kind}, not a chain block`);
     await this.client(device).call('deploy', { instance: key, manifest, pool });
-    const info: InstanceInfo = { instance: key, block: manifest.blockId, label: formatBlock(manifest), device, pool, bytes: manifest.paramBytes };
+    const info: InstanceInfo = { instance: key, block: manifest.blockId, label: formatBlock(manifest), device, pool, bytes: this.marginal(manifest, device, pool) };
     this.instances.set(key, info);
+    this.manifests.set(key, manifest);
     this.counters.deploys++;
     this.counters.loadedBytes += manifest.paramBytes;
     return info;
@@ -305,7 +337,40 @@ export class DeviceSet {
     await this.settle();
     await this.client(info.device).call('evict', { instance: key });
     this.instances.delete(key);
+    this.manifests.delete(key);
+    this.recount(info.device);
     this.counters.evictions++;
+  }
+
+  /** The bytes `manifest` would add to `device` (its tensors that no instance of `pool` there holds). */
+  marginal(manifest: BlockManifest, device: string, pool = 'shared'): number {
+    const held = new Set<string>();
+    for (const [key, i] of this.instances) if (i.device === device && i.pool === pool) for (const t of this.manifests.get(key)!.tensors) held.add(t.id);
+    let n = 0;
+    const seen = new Set<string>();
+    for (const t of manifest.tensors) {
+      if (held.has(t.id) || seen.has(t.id)) continue;
+      seen.add(t.id);
+      n += this.zoo.tensor(t.id).bytes;
+    }
+    return n;
+  }
+
+  /** Re-derives the device's instances' bytes in deployment order (after an eviction took tensors others share). */
+  private recount(device: string): void {
+    const held = new Map<string, Set<string>>();
+    for (const [key, i] of this.instances) {
+      if (i.device !== device) continue;
+      let h = held.get(i.pool);
+      if (!h) held.set(i.pool, (h = new Set()));
+      let n = 0;
+      for (const t of this.manifests.get(key)!.tensors) {
+        if (h.has(t.id)) continue;
+        h.add(t.id);
+        n += this.zoo.tensor(t.id).bytes;
+      }
+      i.bytes = n;
+    }
   }
 
   /** Free parameter bytes per device by the registry (the policy's view). */
@@ -348,16 +413,27 @@ export class DeviceSet {
         const c = this.zoo.chain(app).blocks;
         for (let i = 0; i + 1 < c.length; i++) this.traffic.record(c[i]!.blockId, c[i + 1]!.blockId);
       }
-      let d = pickDevice(this.topology, this.placed(), manifest.blockId, manifest.paramBytes, this.traffic, { policy: this.policy });
-      if (!d) {
+      // The policy's choice among the devices, by what the block would add at the cheapest of them (its tensors
+      // may be there already, held by a fused block); where that device cannot take it after all, the device that
+      // can with the least added.
+      const pick = (): string | null => {
+        const free = this.free();
+        const adds = new Map(this.deviceIds.map((d) => [d, this.marginal(manifest, d)]));
+        const chosen = pickDevice(this.topology, this.placed(), manifest.blockId, Math.min(...adds.values()), this.traffic, { policy: this.policy });
+        if (chosen && adds.get(chosen.id)! <= free.get(chosen.id)!) return chosen.id;
+        const fits = this.deviceIds.filter((d) => adds.get(d)! <= free.get(d)!).sort((a, b) => adds.get(a)! - adds.get(b)!);
+        return fits[0] ?? null;
+      };
+      let d = pick();
+      if (d === null) {
         await this.pruneUnused();
-        d = pickDevice(this.topology, this.placed(), manifest.blockId, manifest.paramBytes, this.traffic, { policy: this.policy });
+        d = pick();
       }
-      if (!d) {
+      if (d === null) {
         const most = Math.max(...this.free().values());
         throw new ServingCapacityError(manifest.paramBytes, most, `block ${formatBlock(manifest)} of ${app} (${manifest.paramBytes} bytes) fits on no device: the most free is ${most} bytes`);
       }
-      await this.deploy(this.keyFor(manifest.blockId, d.id), manifest, d.id, 'shared');
+      await this.deploy(this.keyFor(manifest.blockId, d), manifest, d, 'shared');
     }
   }
 
@@ -415,7 +491,18 @@ export class DeviceSet {
     const chains = apps.map((a) => this.zoo.chain(a).blocks);
     const manifests = new Map(chains.flat().map((m) => [m.blockId, m]));
     const traffic = TrafficCounter.fromChains(chains.map((c) => ({ blocks: c.map((m) => m.blockId) })));
-    const plan = placeChains(this.topology, chains.map((c) => c.map((m) => m.blockId)), new Map([...manifests].map(([id, m]) => [id, m.paramBytes])), traffic, { policy });
+    // The policy sees each block's bytes with shared tensors charged once, to the first block (in chain order) that
+    // holds them: a fused LoRA block costs its LoRA, its base weights being the foundation block's. The devices then
+    // check the real bytes; a block its planned device cannot take goes where it fits.
+    const seen = new Set<string>();
+    const sizes = new Map<string, number>();
+    for (const m of chains.flat()) {
+      if (sizes.has(m.blockId)) continue;
+      let n = 0;
+      for (const t of m.tensors) if (!seen.has(t.id)) (seen.add(t.id), (n += this.zoo.tensor(t.id).bytes));
+      sizes.set(m.blockId, n);
+    }
+    const plan = placeChains(this.topology, chains.map((c) => c.map((m) => m.blockId)), sizes, traffic, { policy });
     const want = new Map(plan.map((p) => [p.block, p.device]));
     const evicted: string[] = [];
     const deployed: string[] = [];
@@ -427,7 +514,14 @@ export class DeviceSet {
     }
     for (const p of plan) {
       if (this.instancesOf(p.block).some((i) => i.device === p.device)) continue;
-      await this.deploy(this.keyFor(p.block, p.device), manifests.get(p.block)!, p.device, 'shared');
+      const m = manifests.get(p.block)!;
+      const free = this.free();
+      const device = [p.device, ...this.deviceIds.filter((d) => d !== p.device)].find((d) => this.marginal(m, d) <= free.get(d)!);
+      if (device === undefined) {
+        const most = Math.max(...free.values());
+        throw new ServingCapacityError(m.paramBytes, most, `block ${formatBlock(m)} (${this.marginal(m, p.device)} bytes more) fits on no device: the most free is ${most} bytes`);
+      }
+      await this.deploy(this.keyFor(p.block, device), m, device, 'shared');
       deployed.push(p.block);
     }
     this.policy = policy;

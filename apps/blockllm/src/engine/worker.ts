@@ -176,7 +176,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         // Another instance of a deployed block is a replica (its own KV; new sequences route to it by load).
         const here = devices.instancesOf(job.block).find((i) => i.device === job.device);
         if (here) throw new BlockllmPlacementConflictError(`block ${job.block} is already deployed on ${job.device} (instance ${here.instance})`);
-        if (free(job.device) < b.paramBytes) throw new BlockllmPlacementConflictError(`block ${job.block} (${b.paramBytes} bytes) does not fit ${job.device}: ${free(job.device)} bytes are free`);
+        const adds = devices.marginal(b, job.device);
+        if (free(job.device) < adds) throw new BlockllmPlacementConflictError(`block ${job.block} (${adds} bytes more) does not fit ${job.device}: ${free(job.device)} bytes are free`);
         return;
       }
       case 'evict': {
@@ -189,7 +190,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         if (!at) throw new BlockllmPlacementNotFoundError(`no instance of block ${JSON.stringify(job.block)} is deployed`);
         device(job.device);
         if (at.device === job.device) throw new BlockllmPlacementConflictError(`block ${job.block} is already on ${job.device}`);
-        if (free(job.device) < at.bytes) throw new BlockllmPlacementConflictError(`block ${job.block} (${at.bytes} bytes) does not fit ${job.device}: ${free(job.device)} bytes are free`);
+        const adds = devices.marginal(zoo.block(at.block), job.device);
+        if (free(job.device) < adds) throw new BlockllmPlacementConflictError(`block ${job.block} (${adds} bytes more) does not fit ${job.device}: ${free(job.device)} bytes are free`);
         idle(job.block);
         return;
       }
@@ -215,13 +217,15 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
           await set.evict(job.block);
           return { deployed: [], evicted: [job.block] };
         case 'migrate': {
-          // The new instance first, then the old one goes: the block is never without an instance.
+          // One key per instance: the old one goes first (its device may need the room for nothing else, the new one
+          // needs its key) and comes back where it was if the new one cannot be deployed.
           const from = set.instance(job.block)!.device;
+          const block = set.instance(job.block)!.block;
           await set.evict(job.block);
           try {
-            await set.deploy(job.block, zoo.block(job.block), job.device, 'shared');
+            await set.deploy(job.block, zoo.block(block), job.device, 'shared');
           } catch (err) {
-            await set.deploy(job.block, zoo.block(job.block), from, 'shared');
+            await set.deploy(job.block, zoo.block(block), from, 'shared');
             throw err;
           }
           return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${from}`] };
