@@ -56,6 +56,8 @@ describe('a chain spread over two devices', () => {
     }
     const stats = await app.engine.call('stats', null);
     expect(stats.devices!.crossBytes).toBeGreaterThan(0);
+    // The zoo's memory split counts what the devices hold.
+    expect(stats.memory.residentBytes).toBe(stats.devices!.perDevice.reduce((n, d) => n + d.residentBytes, 0));
     expect(stats.devices!.perDevice.every((d) => d.busyMs > 0)).toBe(true);
   });
 
@@ -83,6 +85,23 @@ describe('a chain spread over two devices', () => {
     expect(share).toBeGreaterThan(0);
     expect(share).toBeLessThan(1);
     expect(metric(text, 'tessera_blockllm_device_utilisation{device="device-0"}')).toBeGreaterThan(0);
+  });
+
+  it('cancels a request mid-generation across devices; the others keep their tokens', async () => {
+    const long = app.engine.submit({ request: { id: 'to-cancel', adapter: 'chat-lora', prompt: PROMPT, maxTokens: 40, sampling: {}, stop: [], ignoreEos: true }, attempt: 0, generated: [] });
+    const other = served('summarizer', PROMPT, N, 'beside-cancel');
+    let seen = 0;
+    let reason = '';
+    for await (const ev of long) {
+      if (ev.type === 'token' && ++seen === 3) app.engine.cancel('to-cancel');
+      if (ev.type === 'finish') {
+        reason = ev.result.finishReason;
+        expect(ev.result.tokens.length).toBeLessThan(40);
+      }
+    }
+    expect(reason).toBe('cancelled');
+    expect((await other).tokens).toEqual(await app.engine.call('alone', { app: 'summarizer', prompt: PROMPT, maxTokens: N }));
+    expect((await served('chat-lora', PROMPT, N, 'after-cancel')).tokens).toEqual(await app.engine.call('alone', { app: 'chat-lora', prompt: PROMPT, maxTokens: N }));
   });
 
   it('migrates and evicts instances by placement job; requests keep their tokens', async () => {

@@ -111,18 +111,28 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       sharedFraction: zoo.sharedFraction(id).fraction,
     };
   };
-  const memory = (): MemorySplit => {
+  // Resident: in this worker's pool on one device; on several, what the devices hold (this worker's pool then only
+  // serves the one-device reference runs).
+  const memory = async (): Promise<MemorySplit> => {
     const s = zoo.storage();
     const sharedBlocks = zoo.blocks().filter((b) => b.span !== null && zoo.usersOf(b.blockId).length > 1).length;
-    return { uniqueBytes: s.uniqueBytes, logicalBytes: s.logicalBytes, uniqueBlocks: s.uniqueBlocks, sharedBlocks, residentBytes: pool.stats().nativeBytes };
+    const residentBytes = devices ? (await devices.deviceStats()).reduce((n, d) => n + d.residentBytes, 0) : pool.stats().nativeBytes;
+    return { uniqueBytes: s.uniqueBytes, logicalBytes: s.logicalBytes, uniqueBlocks: s.uniqueBlocks, sharedBlocks, residentBytes };
   };
-  const listing = (): ZooListing => ({
+  const listing = async (): Promise<ZooListing> => ({
     apps: zoo.apps().map(summary),
     blocks: zoo
       .blocks()
       .filter((b) => b.span !== null)
-      .map((b) => ({ id: b.blockId, label: formatBlock(b), kind: b.kind, bytes: b.paramBytes, users: zoo.usersOf(b.blockId), resident: pool.isResident(b.blockId) })),
-    storage: memory(),
+      .map((b) => ({
+        id: b.blockId,
+        label: formatBlock(b),
+        kind: b.kind,
+        bytes: b.paramBytes,
+        users: zoo.usersOf(b.blockId),
+        resident: devices ? devices.placed().some((i) => i.block === b.blockId) : pool.isResident(b.blockId),
+      })),
+    storage: await memory(),
   });
 
   function ingest(args: IngestArgs): AppSummary {
@@ -280,7 +290,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
           solo.dispose();
         }
       },
-      stats: async (): Promise<EngineStats> => ({ ...loop.sizes, ...loop.counters, memory: memory(), devices: await deviceMetrics() }),
+      stats: async (): Promise<EngineStats> => ({ ...loop.sizes, ...loop.counters, memory: await memory(), devices: await deviceMetrics() }),
       placement: async (): Promise<PlacementStatus> => {
         if (!devices || !control) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'one device: every block runs in the engine worker (start the server with --devices 2 or more for a placement)');
         return { ...(await devices.view(zoo.apps())), transport: control.transport, jobs: await control.list(20) };
