@@ -2,13 +2,15 @@
  * Several devices under one coordinator (the engine worker): the device workers, the placement registry (which
  * block instance lives on which device) and the step across devices.
  *
- * Placement comes from the serving core's policy (@tessera/block-zoo's placeChains / pickDevice, locality-aware by
- * default): an initial placement of every served chain's blocks, one instance each, and on-demand deployment for a
- * chain whose block has no instance (design note §4.1: "deploys a new instance on an available device"). Two
- * provisioning modes share the devices and the step:
+ * Placement comes from the serving core's policy (@tessera/block-zoo's placeChains / pickDevice / planScaleOut,
+ * locality-aware by default; used as they are): an initial placement of every served chain's blocks, one instance
+ * each, on-demand deployment for a chain whose block has no instance (design note §4.1: "deploys a new instance on
+ * an available device"), and scale-out replicas of instances routed too many sequences (§4.6). Two provisioning
+ * modes share the devices and the step:
  *
- *   'blocks'     BlockLLM: one instance per block, shared by every application whose chain uses it; the device's
- *                pool holds each tensor once.
+ *   'blocks'     BlockLLM: an instance per block (plus scale-out replicas), shared by every application whose chain
+ *                uses it; the device's pool holds each tensor once. Each sequence keeps a route (one instance per
+ *                block) while it lives: its KV is there.
  *   'per-model'  per-model provisioning (PM, the baseline of design note §6.3): each application's whole model is
  *                its own set of instances in a pool of its own on one device (nothing shared, no cross-application
  *                batching); a model that does not fit next to the resident ones waits until an idle one is evicted
@@ -20,9 +22,19 @@
  * so consecutive blocks on one device run back to back on its hidden state, and devices whose programs do not depend
  * on each other run at the same time. The step is all or nothing: every device that ran part of it commits or aborts.
  */
-import { type BlockManifest, type BlockZoo, formatBlock } from '@tessera/block-zoo';
-import { pickDevice, type PlacedInstance, placeChains, planScaleOut, type ScaleCandidate, type Topology, TrafficCounter } from '@tessera/block-zoo';
-import { ServingCapacityError } from '@tessera/block-zoo';
+import {
+  type BlockManifest,
+  type BlockZoo,
+  formatBlock,
+  pickDevice,
+  type PlacedInstance,
+  placeChains,
+  planScaleOut,
+  type ScaleCandidate,
+  ServingCapacityError,
+  type Topology,
+  TrafficCounter,
+} from '@tessera/block-zoo';
 import type { ChainSequence } from '@tessera/block-zoo/chain';
 import type { WorkerEngineClient } from '@tessera/server-kit';
 
