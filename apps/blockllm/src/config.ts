@@ -15,6 +15,7 @@ const FLAGS = flagTable([
       { flag: 'zoo', arg: '<dir>', help: "the zoo's tensor store; an existing zoo there is served (default <model>/../zoo)", env: 'BLOCKLLM_ZOO' },
       { flag: 'demo', help: 'serve the demo even if --model is set', env: 'BLOCKLLM_DEMO=1' },
       { flag: 'demo-dir', arg: '<dir>', help: 'where the demo is generated and cached', env: 'BLOCKLLM_DEMO_DIR' },
+      { flag: 'demo-size', arg: '<size>', help: "tiny|small: the demo foundation's size (tiny)", env: 'BLOCKLLM_DEMO_SIZE' },
     ],
   ],
   [
@@ -32,7 +33,21 @@ const FLAGS = flagTable([
     [
       { flag: 'max-batch', arg: '<n>', help: 'most running sequences per chain step (default 32)', env: 'BLOCKLLM_MAX_BATCH' },
       { flag: 'kv-pages', arg: '<n>', help: "KV pages (16 tokens) of each block's own cache (default 64)", env: 'BLOCKLLM_KV_PAGES' },
-      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'BLOCKLLM_THREADS' },
+      { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores; 1 per device with --devices > 1)', env: 'BLOCKLLM_THREADS' },
+    ],
+  ],
+  [
+    'Devices and placement',
+    [
+      { flag: 'devices', arg: '<n>', help: 'engine devices, each a worker thread with its own byte budget (default 1)', env: 'BLOCKLLM_DEVICES' },
+      { flag: 'device-mb', arg: '<mb>', help: 'block parameter MiB per device (default 1.5 × the served blocks / devices)', env: 'BLOCKLLM_DEVICE_MB' },
+      { flag: 'device-bytes', arg: '<n>', help: 'the same in bytes (wins over --device-mb)', env: 'BLOCKLLM_DEVICE_BYTES' },
+      { flag: 'placement-policy', arg: '<p>', help: 'locality|frag-min: the serving core placement policy (locality)', env: 'BLOCKLLM_PLACEMENT_POLICY' },
+      { flag: 'scale-out-queue', arg: '<n>', help: 'a replica for an instance routed > 0.8 × n sequences (default --max-batch; 0 off)', env: 'BLOCKLLM_SCALE_OUT_QUEUE' },
+      { flag: 'provisioning', arg: '<p>', help: 'blocks|per-model: shared blocks (BlockLLM) or one whole model per application (blocks)', env: 'BLOCKLLM_PROVISIONING' },
+      { flag: 'redis', help: 'run the placement control plane on BullMQ/Redis (else in-process)', env: 'BLOCKLLM_REDIS=1' },
+      { flag: 'redis-url', arg: '<url>', help: 'Redis for --redis (default REDIS_URL or redis://127.0.0.1:6379)', env: 'REDIS_URL' },
+      { flag: 'redis-prefix', arg: '<p>', help: 'key and queue prefix for --redis (default tessera-blockllm)', env: 'BLOCKLLM_REDIS_PREFIX' },
       { flag: 'help', short: 'h', help: 'show this help' },
     ],
   ],
@@ -65,6 +80,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     zooDir: str('zoo', 'BLOCKLLM_ZOO'),
     demo: values.demo === true || (parseBooleanFlag('BLOCKLLM_DEMO', env.BLOCKLLM_DEMO) ?? false),
     demoDir: str('demo-dir', 'BLOCKLLM_DEMO_DIR'),
+    demoSize: parseChoiceFlag('--demo-size', str('demo-size', 'BLOCKLLM_DEMO_SIZE'), ['tiny', 'small'] as const, 'tiny'),
     host: str('host', 'BLOCKLLM_HOST') ?? '127.0.0.1',
     port: parseIntegerFlag('--port', str('port', 'BLOCKLLM_PORT'), 0, 65_535) ?? 8000,
     ingest: values['no-ingest'] === true ? false : (parseBooleanFlag('BLOCKLLM_INGEST', env.BLOCKLLM_INGEST) ?? true),
@@ -73,5 +89,14 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'BLOCKLLM_MAX_BATCH'), 1, 4096) ?? 32,
     kvPages: parseIntegerFlag('--kv-pages', str('kv-pages', 'BLOCKLLM_KV_PAGES'), 1, 1 << 20) ?? 64,
     threads: parseIntegerFlag('--threads', str('threads', 'BLOCKLLM_THREADS'), 1, 1024),
+    devices: parseIntegerFlag('--devices', str('devices', 'BLOCKLLM_DEVICES'), 1, 16) ?? 1,
+    deviceMb: parseIntegerFlag('--device-mb', str('device-mb', 'BLOCKLLM_DEVICE_MB'), 1, 1 << 20),
+    deviceBytes: parseIntegerFlag('--device-bytes', str('device-bytes', 'BLOCKLLM_DEVICE_BYTES'), 1),
+    scaleOutQueue: parseIntegerFlag('--scale-out-queue', str('scale-out-queue', 'BLOCKLLM_SCALE_OUT_QUEUE'), 0, 1 << 20),
+    placementPolicy: parseChoiceFlag('--placement-policy', str('placement-policy', 'BLOCKLLM_PLACEMENT_POLICY'), ['locality', 'frag-min'] as const, 'locality'),
+    provisioning: parseChoiceFlag('--provisioning', str('provisioning', 'BLOCKLLM_PROVISIONING'), ['blocks', 'per-model'] as const, 'blocks'),
+    redis: values.redis === true || (parseBooleanFlag('BLOCKLLM_REDIS', env.BLOCKLLM_REDIS) ?? false),
+    redisUrl: str('redis-url', 'REDIS_URL') ?? 'redis://127.0.0.1:6379',
+    redisPrefix: str('redis-prefix', 'BLOCKLLM_REDIS_PREFIX') ?? 'tessera-blockllm',
   };
 }

@@ -30,6 +30,18 @@ const SEED = 20_241_117;
 /** The final norm's gain: logits with a standard deviation of a few units, so greedy tokens and equivalence scores mean something (§8.1). */
 const SHARPEN = 24;
 
+/**
+ * The demo foundation's size: 'tiny' (hidden 64, 2 layers: 0.9 MB per model, per-call overheads dominate) or
+ * 'small' (hidden 256, 4 layers, 8 heads over 4 KV heads, FFN 688: 14 MB per model in f32, where compute dominates,
+ * as the real miniature of the bench needs). The vocabulary (1024, the generator's tokenizer) is the same.
+ */
+export type DemoSize = 'tiny' | 'small';
+export const DEMO_SIZES: readonly DemoSize[] = ['tiny', 'small'];
+const SIZE_OVERRIDES: Record<DemoSize, Partial<DecoderConfig>> = {
+  tiny: {},
+  small: { hiddenSize: 256, numLayers: 4, numHeads: 8, numKvHeads: 4, headDim: 32, intermediateSize: 688 },
+};
+
 export interface Demo {
   dir: string;
   modelDir: string;
@@ -67,9 +79,9 @@ export function writeFullFineTune(foundationDir: string, dir: string, config: De
 }
 
 /** The demo's files under `root`: the foundation, the PEFT LoRAs (two for the zoo, one spare) and the full fine-tune. */
-export function generateDemoFiles(root: string, log: (line: string) => void = () => {}): { modelDir: string; config: DecoderConfig } {
+export function generateDemoFiles(root: string, log: (line: string) => void = () => {}, size: DemoSize = 'tiny'): { modelDir: string; config: DecoderConfig } {
   const modelDir = join(root, DEMO_MODEL_NAME);
-  const { config, bytes } = generateModel(modelDir, { family: 'decoder', size: 'tiny', seed: SEED, sharpen: SHARPEN });
+  const { config, bytes } = generateModel(modelDir, { family: 'decoder', size: 'tiny', seed: SEED, sharpen: SHARPEN, overrides: SIZE_OVERRIDES[size] });
   log(`foundation ${DEMO_MODEL_NAME}: ${config.numLayers} layers, hidden ${config.hiddenSize}, vocabulary ${config.vocabSize}, ${(bytes / 1024).toFixed(0)} KiB`);
   const lora = (dir: string, targets: string[], seed: number, rank = 8) =>
     generateLoraAdapter(dir, { base: config, rank, alpha: 2 * rank, targets, seed, baseModelNameOrPath: DEMO_MODEL_NAME });
@@ -114,11 +126,12 @@ export function defaultDemoDir(): string {
 }
 
 /** Returns the demo under `dir`, generating it first when it is missing or from an older recipe (DEMO_VERSION). */
-export function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) => void = () => {}): Demo {
-  const { dir: root, generated } = ensureGenerated(dir, DEMO_VERSION, (staging) => {
-    log(`generating the BlockLLM demo (seed ${SEED})`);
-    generateDemoFiles(staging, log);
-    return { model: DEMO_MODEL_NAME };
+export function ensureDemo(dir: string = defaultDemoDir(), log: (line: string) => void = () => {}, size: DemoSize = 'tiny'): Demo {
+  // The size is part of the recipe's version: a cached demo of the other size is regenerated.
+  const { dir: root, generated } = ensureGenerated(dir, DEMO_VERSION + (size === 'tiny' ? 0 : 1000), (staging) => {
+    log(`generating the BlockLLM demo (seed ${SEED}, ${size})`);
+    generateDemoFiles(staging, log, size);
+    return { model: DEMO_MODEL_NAME, size };
   });
   if (generated) log(`demo written to ${root}`);
   return { dir: root, modelDir: join(root, DEMO_MODEL_NAME), modelName: DEMO_MODEL_NAME, zooDir: join(root, 'zoo'), spareDir: join(root, 'spare'), generated };

@@ -7,7 +7,7 @@
  *   await listen(app, { port: 8000 });
  */
 export { buildServer, listen, type ListenOptions, type ServerOptions } from './server.js';
-export { defaultDemoDir, DEMO_MODEL_NAME, type Demo, ensureDemo, generateDemoFiles, populateDemoZoo, writeFullFineTune } from './demo.js';
+export { DEMO_SIZES, type DemoSize, defaultDemoDir, DEMO_MODEL_NAME, type Demo, ensureDemo, generateDemoFiles, populateDemoZoo, writeFullFineTune } from './demo.js';
 export { type CliConfig, parseCli, USAGE, UsageError } from './config.js';
 export type { AppSummary, BlockllmHost, BlockllmProtocol, BlockSummary, EngineStats, IngestArgs, MemorySplit, ModelSummary, WorkerInit, ZooListing } from './engine/protocol.js';
 export { startWorkerHost } from './engine/protocol.js';

@@ -16,7 +16,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   let { modelDir, modelName, zooDir } = config;
   let demoRoot: string | undefined;
   if (modelDir === undefined || config.demo) {
-    const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say);
+    const demo = ensureDemo(config.demoDir ?? defaultDemoDir(), say, config.demoSize);
     if (!demo.generated) say(`using the demo in ${demo.dir}`);
     modelDir = demo.modelDir;
     modelName = demo.modelName;
@@ -32,6 +32,12 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     maxBatch: config.maxBatch,
     kvPages: config.kvPages,
     threads: config.threads,
+    devices: config.devices,
+    deviceBytes: config.deviceBytes ?? (config.deviceMb !== undefined ? config.deviceMb * 1024 * 1024 : undefined),
+    placementPolicy: config.placementPolicy,
+    scaleOutQueue: config.scaleOutQueue,
+    provisioning: config.provisioning,
+    redis: config.redis ? { url: config.redisUrl, prefix: config.redisPrefix } : undefined,
     ingestAdmin: config.ingest,
     ingestRoot: config.ingestRoot,
     logger: { level: config.logLevel },
@@ -44,6 +50,9 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
       '',
       `[blockllm] serving ${apps.length} application(s) of ${app.engine.ready.model.foundation} as chains of shared blocks (${app.engine.ready.model.device}) on ${address}`,
       ...apps.map((a) => `[blockllm]   ${a.id.padEnd(20)} ${a.labels.join(' | ')}`),
+      ...(config.devices > 1 || config.provisioning === 'per-model'
+        ? [`[blockllm] ${config.devices} device(s), ${config.provisioning} provisioning, control plane ${config.redis ? `on BullMQ (${config.redisPrefix})` : 'in-process'}: curl ${address}/v1/placement`]
+        : []),
       '[blockllm] try:',
       `  curl ${address}/v1/completions -H 'content-type: application/json' \\`,
       `    -d '{"model": "${example}", "prompt": "The quick brown fox", "max_tokens": 16, "temperature": 0}'`,

@@ -37,6 +37,20 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     rebuilds: { type: 'counter', name: 'tessera_blockllm_executor_rebuilds_total', help: 'Chain executors replaced after an ingest re-partitioned a served chain.' },
     bytes: { type: 'gauge', name: 'tessera_blockllm_zoo_bytes', help: 'Zoo bytes: unique (stored once), logical (per-model provisioning), resident (device pool).', labels: ['kind'] },
     blocks: { type: 'gauge', name: 'tessera_blockllm_zoo_blocks', help: 'Zoo blocks: unique, and shared by two or more applications.', labels: ['kind'] },
+    crossBytes: { type: 'counter', name: 'tessera_blockllm_cross_device_bytes_total', help: 'Hidden-state bytes handed from one device to another between blocks (several devices).' },
+    crossRows: { type: 'counter', name: 'tessera_blockllm_cross_device_rows_total', help: 'Hidden-state rows handed from one device to another between blocks.' },
+    commShare: {
+      type: 'gauge',
+      name: 'tessera_blockllm_communication_share',
+      help: 'Share of the device steps\' wall time not spent running blocks on a device: hand-offs between devices and their messages (several devices; 0 on one).',
+    },
+    utilisation: { type: 'gauge', name: 'tessera_blockllm_device_utilisation', help: 'Busy fraction of each device since it started (time running blocks / time up).', labels: ['device'] },
+    deviceBytes: { type: 'gauge', name: 'tessera_blockllm_device_bytes', help: 'Per device: its byte budget and the bytes of the distinct tensors resident on it.', labels: ['device', 'kind'] },
+    instances: { type: 'gauge', name: 'tessera_blockllm_device_instances', help: 'Block instances deployed on each device.', labels: ['device'] },
+    deploys: { type: 'counter', name: 'tessera_blockllm_deploys_total', help: 'Block instances deployed on devices (placement, jobs, on-demand, per-model swaps).' },
+    scaleOuts: { type: 'counter', name: 'tessera_blockllm_scale_outs_total', help: 'Replicas of hot instances deployed on another device by scale-out.' },
+    evictions: { type: 'counter', name: 'tessera_blockllm_evictions_total', help: 'Block instances evicted from devices.' },
+    loadedBytes: { type: 'counter', name: 'tessera_blockllm_loaded_bytes_total', help: 'Parameter bytes loaded onto devices by deployments.' },
   });
   const latencies: number[] = [];
   engine.on('request-end', (end) => {
@@ -68,6 +82,21 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     m.bytes.set({ kind: 'resident' }, s.memory.residentBytes);
     m.blocks.set({ kind: 'unique' }, s.memory.uniqueBlocks);
     m.blocks.set({ kind: 'shared' }, s.memory.sharedBlocks);
+    const d = s.devices;
+    m.commShare.set(d && d.stepMs > 0 ? d.overheadMs / d.stepMs : 0);
+    if (!d) return;
+    totals.advance(m.crossBytes, d.crossBytes);
+    totals.advance(m.crossRows, d.crossRows);
+    totals.advance(m.deploys, d.deploys);
+    totals.advance(m.evictions, d.evictions);
+    totals.advance(m.scaleOuts, d.scaleOuts);
+    totals.advance(m.loadedBytes, d.loadedBytes);
+    for (const dev of d.perDevice) {
+      m.utilisation.set({ device: dev.id }, dev.upMs > 0 ? dev.busyMs / dev.upMs : 0);
+      m.deviceBytes.set({ device: dev.id, kind: 'budget' }, dev.budgetBytes);
+      m.deviceBytes.set({ device: dev.id, kind: 'resident' }, dev.residentBytes);
+      m.instances.set({ device: dev.id }, dev.instances);
+    }
   }
 
   return { collect: async () => sample(await engine.call('stats', null)) };

@@ -4,7 +4,8 @@
  *   server-kit   /v1/completions and /v1/chat/completions (OpenAI's schemas, chat template, SSE), /health, /metrics
  *   this file    `model` → the application (404 for a name the zoo does not serve); /v1/models; the zoo routes:
  *                POST /v1/zoo/models (ingest a HF Llama or PEFT LoRA directory by path), GET /v1/zoo/models,
- *                GET /v1/zoo/blocks (blocks with the applications sharing them), GET /v1/zoo (both + memory split)
+ *                GET /v1/zoo/blocks (blocks with the applications sharing them), GET /v1/zoo (both + memory split);
+ *                GET /v1/placement, POST /v1/placement/jobs, GET /v1/placement/jobs/:id (several devices)
  *     → BlockllmHost (engine/protocol.ts): server-kit's WorkerEngineClient ⇄ engine/worker.ts (zoo, DevicePool,
  *       ChainExecutor, the step loop of engine/step-loop.ts)
  *
@@ -61,6 +62,18 @@ export interface ServerOptions extends ServerBaseOptions {
   ingestAdmin?: boolean | undefined;
   /** When set, ingested directories must lie inside it. */
   ingestRoot?: string | undefined;
+  /** Engine devices, each a worker thread with its own byte budget (default 1: every block in the engine worker). */
+  devices?: number | undefined;
+  /** Parameter bytes per device (default 1.5 × the served blocks' bytes / devices). */
+  deviceBytes?: number | undefined;
+  /** 'blocks' (BlockLLM, default) or 'per-model' (each application's whole model on its own: the PM baseline). */
+  provisioning?: 'blocks' | 'per-model' | undefined;
+  /** Scale-out: an instance routed more than 0.8 × this many sequences gets a replica on another device (default maxBatch; 0 off). */
+  scaleOutQueue?: number | undefined;
+  /** The placement policy of the serving core (default 'locality'). */
+  placementPolicy?: 'locality' | 'frag-min' | undefined;
+  /** Run the placement control plane on BullMQ at this Redis (else in-process). */
+  redis?: { url: string; prefix: string } | undefined;
 }
 
 const IngestBody = Type.Object(
@@ -72,6 +85,23 @@ const IngestBody = Type.Object(
   },
   { additionalProperties: false },
 );
+
+const PlacementJobBody = Type.Union([
+  Type.Object({ kind: Type.Literal('deploy'), block: Type.String({ minLength: 1 }), device: Type.String({ minLength: 1 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal('evict'), block: Type.String({ minLength: 1 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal('migrate'), block: Type.String({ minLength: 1 }), device: Type.String({ minLength: 1 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal('place'), policy: Type.Optional(Type.Union([Type.Literal('locality'), Type.Literal('frag-min')])) }, { additionalProperties: false }),
+]);
+
+/** The placement across devices and its control plane: the view, and placement jobs (queued, run between steps). */
+const placementRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const errors = { 200: Type.Unknown(), 202: Type.Unknown(), '4xx': ErrorBody, '5xx': ErrorBody };
+  app.get('/v1/placement', { schema: { response: errors } }, () => app.engine.call('placement', null));
+  app.post('/v1/placement/jobs', { schema: { body: PlacementJobBody, response: errors } }, async (request, reply) => reply.code(202).send(await app.engine.call('placementSubmit', request.body)));
+  app.get('/v1/placement/jobs/:id', { schema: { params: Type.Object({ id: Type.String({ pattern: '^[0-9]{1,12}$' }) }), response: errors } }, (request) =>
+    app.engine.call('placementJob', { id: request.params.id }),
+  );
+};
 
 const zooRoutes: FastifyPluginAsyncTypebox<{ ingest: boolean }> = async (app, options) => {
   const errors = { 200: Type.Unknown(), 201: Type.Unknown(), '4xx': ErrorBody, '5xx': ErrorBody };
@@ -130,6 +160,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           threads: options.threads ?? null,
           demoRoot: options.demoRoot ?? null,
           ingestRoot: options.ingestRoot ?? null,
+          devices: options.devices ?? 1,
+          deviceBytes: options.deviceBytes ?? null,
+          provisioning: options.provisioning ?? 'blocks',
+          placementPolicy: options.placementPolicy ?? 'locality',
+          scaleOutQueue: options.scaleOutQueue ?? null,
+          redis: options.redis ?? null,
         },
         { onProgress: (line) => app.log.info(line), ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}) },
       );
@@ -157,6 +193,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       });
       await app.register(modelRoutes, { created: Math.floor(Date.now() / 1000), maxModelLen: config.maxPositions });
       await app.register(zooRoutes, { ingest: options.ingestAdmin ?? true });
+      await app.register(placementRoutes);
     },
   });
 }

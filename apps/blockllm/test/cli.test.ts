@@ -35,6 +35,15 @@ describe('parseCli', () => {
     expect(parseCli(flags, env)).toMatchObject({ modelDir: '/m', zooDir: '/z', port: 8100, maxBatch: 16, kvPages: 128, threads: 4, ingest: false, ingestRoot: '/r', modelName: 'llama' });
   });
 
+  it('reads the device and placement flags (one device, blocks, locality, in-process by default)', () => {
+    expect(parseCli([], {})).toMatchObject({ devices: 1, deviceMb: undefined, provisioning: 'blocks', placementPolicy: 'locality', redis: false, redisPrefix: 'tessera-blockllm' });
+    const flags = ['--devices', '3', '--device-mb', '64', '--device-bytes', '1500000', '--provisioning', 'per-model', '--placement-policy', 'frag-min', '--redis', '--redis-url', 'redis://h:1', '--redis-prefix', 'p1'];
+    expect(parseCli(flags, {})).toMatchObject({ devices: 3, deviceMb: 64, deviceBytes: 1_500_000, provisioning: 'per-model', placementPolicy: 'frag-min', redis: true, redisUrl: 'redis://h:1', redisPrefix: 'p1' });
+    expect(parseCli([], { BLOCKLLM_DEVICES: '2', BLOCKLLM_REDIS: '1', REDIS_URL: 'redis://env:2' })).toMatchObject({ devices: 2, redis: true, redisUrl: 'redis://env:2' });
+    for (const argv of [['--devices', '0'], ['--devices', '99'], ['--provisioning', 'both'], ['--placement-policy', 'random'], ['--device-mb', '0']]) expect(() => parseCli(argv, {}), argv.join(' ')).toThrow(UsageError);
+    for (const flag of ['--devices', '--device-mb', '--provisioning', '--placement-policy', '--redis', '--redis-prefix', 'BLOCKLLM_DEVICES']) expect(USAGE).toContain(flag);
+  });
+
   it('returns null for --help, and the usage names every flag and its variable', () => {
     expect(parseCli(['--help'], {})).toBeNull();
     expect(parseCli(['-h'], {})).toBeNull();

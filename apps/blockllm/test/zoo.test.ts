@@ -79,6 +79,14 @@ describe('bad input is a 4xx with a useful body, and the server keeps serving', 
     expect(tooLong.status).toBe(400);
     expect(tooLong.json.error.code).toBe('kv_cache_too_small');
     expect(tooLong.json.error.message).toMatch(/5 KV pages.*4/);
+
+    // One device: no placement to show or change.
+    const placement = await fetch(`${url}/v1/placement`);
+    expect(placement.status).toBe(400);
+    expect(((await placement.json()) as { error: { message: string } }).error.message).toMatch(/--devices 2/);
+    const job = await postJson(`${url}/v1/placement/jobs`, { kind: 'place' });
+    expect(job.status).toBe(400);
+    expect(job.json.error.message).toMatch(/several devices/);
   });
 
   it('refuses bad ingests, naming the problem', async () => {

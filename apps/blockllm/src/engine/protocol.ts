@@ -5,6 +5,9 @@
  * side is worker.ts: the zoo, its DevicePool and the ChainExecutor, driven by the step loop (step-loop.ts).
  */
 import type { FinishedResult, HostEvent, Placement } from '@tessera/cluster';
+
+import type { JobStatus, PlacementJob } from '../devices/control-plane.js';
+import type { DeviceCounters, PlacementView, Provisioning } from '../devices/device-set.js';
 import { type EngineHost, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
 
 /** What a POST to the ingest route asks: a directory by path, read unchanged. */
@@ -75,6 +78,12 @@ export interface EngineStats {
   /** Executors replaced after an ingest re-partitioned a served chain. */
   rebuilds: number;
   memory: MemorySplit;
+  /** Several devices (--devices > 1, or per-model provisioning): the cross-device counters and each device's state; null on one device. */
+  devices: DeviceMetrics | null;
+}
+
+export interface DeviceMetrics extends DeviceCounters {
+  perDevice: { id: string; budgetBytes: number; residentBytes: number; busyMs: number; upMs: number; instances: number }[];
 }
 
 export interface ModelSummary {
@@ -97,11 +106,24 @@ export interface BlockllmProtocol {
     stats: { args: null; result: EngineStats };
     /** Greedy tokens (exactly maxTokens, EOS not special) of one application run alone on a fresh executor: the reference the tests check served tokens against. */
     alone: { args: { app: string; prompt: number[]; maxTokens: number }; result: number[] };
+    /** The same run's last-token logits at every step (the bit-exact reference for a served request's logprobs). */
+    aloneLogits: { args: { app: string; prompt: number[]; maxTokens: number }; result: Float32Array[] };
+    /** Where every block instance lives, each application's chain across the devices, and the control plane. */
+    placement: { args: null; result: PlacementStatus };
+    /** Checks a placement job against the placement now (a bad one is refused with its 4xx error) and queues it. */
+    placementSubmit: { args: PlacementJob; result: JobStatus };
+    placementJob: { args: { id: string }; result: JobStatus };
   };
   ready: { model: ModelSummary; apps: AppSummary[] };
 }
 
 export type BlockllmHost = EngineHost<BlockllmProtocol>;
+
+export interface PlacementStatus extends PlacementView {
+  transport: 'in-process' | 'bullmq';
+  /** The latest placement jobs, newest first. */
+  jobs: JobStatus[];
+}
 
 /** workerData of the engine worker. */
 export interface WorkerInit {
@@ -118,6 +140,17 @@ export interface WorkerInit {
   demoRoot: string | null;
   /** Ingest paths must lie inside it when set. */
   ingestRoot: string | null;
+  /** Engine devices (worker threads), each with its own byte budget; 1 runs every block in this worker, as before. */
+  devices: number;
+  /** Parameter bytes each device holds (default: 1.5 × the served blocks' bytes / devices, so chains spread). */
+  deviceBytes: number | null;
+  /** 'blocks' (BlockLLM) or 'per-model' (each application's model on its own; the baseline). */
+  provisioning: Provisioning;
+  placementPolicy: 'locality' | 'frag-min';
+  /** Scale-out: a replica for an instance routed more than 0.8 × this many sequences (default maxBatch; 0: off). */
+  scaleOutQueue: number | null;
+  /** The control plane on BullMQ/Redis (else in-process). */
+  redis: { url: string; prefix: string } | null;
 }
 
 /** Starts the engine worker; resolves once the zoo is loaded. */
@@ -126,7 +159,6 @@ export function startWorkerHost(init: WorkerInit, options: { shutdownTimeoutMs?:
     entry: workerEntry(import.meta.url, { source: './worker.ts', built: './engine-worker.js' }),
     workerData: init,
     name: 'tessera-blockllm-engine',
-    oncePerProcess: 'the native addon supports one engine per process (run another process for another engine)',
     ...(options.shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.shutdownTimeoutMs } : {}),
     ...(options.onProgress ? { onProgress: options.onProgress } : {}),
   });

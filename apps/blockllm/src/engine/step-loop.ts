@@ -18,7 +18,7 @@
 import { serializeError } from '@tessera/cluster';
 import type { FinishedResult, HostEvent, Placement, ProtocolEngine } from '@tessera/cluster';
 import { KvCacheExhaustedError } from '@tessera/core';
-import type { BlockRun, ChainExecutor } from '@tessera/block-zoo/chain';
+import type { ChainSequence } from '@tessera/block-zoo/chain';
 import { createSampler, type Sampler, StopChecker, tokenLogprobs } from '@tessera/engine';
 
 import { BlockllmRequestError } from '../errors.js';
@@ -39,6 +39,29 @@ interface Sequence {
   started: boolean;
   /** Engine sequence id: request id + a counter, so a recompute never meets its old pages. */
   seqId: string;
+  /** Cancelled while a step that carries it was in flight (its result is dropped). */
+  gone: boolean;
+}
+
+/**
+ * What the loop steps: block-zoo's ChainExecutor (one device, synchronous) or the multi-device executor (a step is
+ * a round of programs on device workers, asynchronous; `prepare` deploys what the admitted applications need).
+ */
+export interface StepExecutor {
+  load(app: string): unknown;
+  step(sequences: readonly ChainSequence[]): Float32Array[] | Promise<Float32Array[]>;
+  release(id: string): void;
+  dispose(): void;
+  /** Before a step: deploy what `apps` need. Per application: 'wait' (not now: it stays queued) or its error. */
+  prepare?(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>>;
+}
+
+/** One block run of a step, as the loop counts it. */
+export interface BlockRunCount {
+  rows: number;
+  /** Applications whose rows were in the batch. */
+  apps: number;
+  copiedRows: number;
 }
 
 export interface StepLoopOptions {
@@ -70,21 +93,25 @@ let nextSequence = 0;
 export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   readonly counters: StepCounters = { steps: 0, tokens: 0, blockRuns: 0, blockRows: 0, sharedBatches: 0, copiedRows: 0, kvExhausted: 0, rebuilds: 0 };
   private waiting: Sequence[] = [];
+  /** Admitted to the step in flight (not in `waiting` nor yet in `running`). */
+  private inflight: Sequence[] = [];
   private running: Sequence[] = [];
   private wake: (() => void) | null = null;
-  private rebuildWanted: (() => ChainExecutor) | null = null;
+  private rebuildWanted: (() => StepExecutor) | null = null;
 
   constructor(
-    private executor: ChainExecutor,
+    private executor: StepExecutor,
     private readonly options: StepLoopOptions,
   ) {}
 
   /** What each block run of the executor reports (the executor's onBlockRun). */
-  onBlockRun = (run: BlockRun): void => {
-    this.counters.blockRuns++;
-    this.counters.blockRows += run.rows;
+  onBlockRun = (run: BlockRunCount): void => {
+    if (run.rows > 0) {
+      this.counters.blockRuns++;
+      this.counters.blockRows += run.rows;
+      if (run.apps > 1) this.counters.sharedBatches++;
+    }
     this.counters.copiedRows += run.copiedRows;
-    if (run.apps.length > 1) this.counters.sharedBatches++;
   };
 
   get sizes(): { running: number; waiting: number } {
@@ -92,7 +119,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   }
 
   /** Swaps the executor once the running sequences finished (admission pauses until then). */
-  requestRebuild(make: () => ChainExecutor): void {
+  requestRebuild(make: () => StepExecutor): void {
     this.rebuildWanted = make;
     this.wake?.();
   }
@@ -115,15 +142,24 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     let text = '';
     for (const t of placement.generated) text += stop.push(t).text;
     const { temperature, topK, topP, seed } = r.sampling;
-    this.waiting.push({ placement, app: r.adapter, sink, sampler: createSampler({ temperature, topK, topP, seed }), stop, generated: [...placement.generated], text, started: false, seqId: `${r.id}#${nextSequence++}` });
+    this.waiting.push({ placement, app: r.adapter, sink, sampler: createSampler({ temperature, topK, topP, seed }), stop, generated: [...placement.generated], text, started: false, seqId: `${r.id}#${nextSequence++}`, gone: false });
     this.wake?.();
   }
 
   cancel(id: string): boolean {
+    const inflight = this.inflight.find((s) => s.placement.request.id === id && !s.gone && !this.running.includes(s));
+    if (inflight) {
+      // Admitted to the step in flight (an asynchronous step): answered now, its result dropped when the step ends.
+      inflight.gone = true;
+      this.executor.release(inflight.seqId);
+      this.finish(inflight, 'cancelled');
+      return true;
+    }
     for (const list of [this.waiting, this.running]) {
       const i = list.findIndex((s) => s.placement.request.id === id);
       if (i < 0) continue;
       const [s] = list.splice(i, 1);
+      s!.gone = true;
       this.executor.release(s!.seqId);
       this.finish(s!, 'cancelled');
       return true;
@@ -151,7 +187,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         this.wake = null;
         continue;
       }
-      this.step();
+      await this.step();
       await new Promise((resolve) => setImmediate(resolve));
     }
   }
@@ -162,14 +198,44 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     this.executor.dispose();
   }
 
-  private step(): void {
-    const admitted: Sequence[] = [];
+  private async step(): Promise<void> {
+    try {
+      await this.stepOnce();
+    } finally {
+      this.inflight = [];
+    }
+  }
+
+  private async stepOnce(): Promise<void> {
+    let admitted: Sequence[] = [];
     if (!this.rebuildWanted) while (this.running.length + admitted.length < this.options.maxBatch && this.waiting.length > 0) admitted.push(this.waiting.shift()!);
+    this.inflight = admitted;
+    if (this.executor.prepare && admitted.length > 0) {
+      // Deploy what the admitted applications need; one that must wait goes back to the queue (in order), one that
+      // cannot be served ends with its error.
+      const busy = new Set(this.running.map((s) => s.app));
+      const verdicts = await this.executor.prepare(admitted.map((s) => s.app), busy);
+      const back: Sequence[] = [];
+      admitted = admitted.filter((s) => {
+        const v = verdicts.get(s.app);
+        if (s.gone) return false;
+        if (v === 'wait') back.push(s);
+        else if (v !== undefined) this.fail(s, v);
+        return v === undefined;
+      });
+      this.waiting.unshift(...back);
+      this.inflight = admitted;
+      if (admitted.length === 0 && this.running.length === 0) {
+        // Nothing can run until a model frees its device: wait for a submit, a cancel or a finish elsewhere.
+        if (back.length > 0) await new Promise((resolve) => setTimeout(resolve, 1));
+        return;
+      }
+    }
     let batch = [...this.running, ...admitted];
     let logits: Float32Array[] | null = null;
     while (logits === null) {
       try {
-        logits = this.executor.step(batch.map((s) => ({ app: s.app, id: s.seqId, tokens: s.started ? [s.generated.at(-1)!] : [...s.placement.request.prompt, ...s.generated] })));
+        logits = await this.executor.step(batch.map((s) => ({ app: s.app, id: s.seqId, tokens: s.started ? [s.generated.at(-1)!] : [...s.placement.request.prompt, ...s.generated] })));
       } catch (err) {
         if (!(err instanceof KvCacheExhaustedError)) {
           // Not a capacity problem of this step: every request in it ends with the error, the loop goes on.
@@ -201,12 +267,15 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         if (batch.length === 0) return;
       }
     }
+    // Cancelled while the step ran: already answered, and released.
+    const rows = logits.filter((_, b) => !batch[b]!.gone);
+    batch = batch.filter((s) => !s.gone);
     this.running = batch;
     this.counters.steps++;
     const done = new Set<Sequence>();
     batch.forEach((s, b) => {
       s.started = true;
-      const row = logits[b]!;
+      const row = rows[b]!;
       const token = s.sampler.sample(row);
       const { request, attempt } = s.placement;
       const step = s.stop.push(token);
@@ -234,6 +303,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
 
   private fail(s: Sequence, err: unknown): void {
     this.executor.release(s.seqId);
+    if (s.gone) return;
     s.sink({ kind: 'error', id: s.placement.request.id, attempt: s.placement.attempt, error: serializeError(err) });
   }
 }

@@ -13,14 +13,16 @@ import { ChainExecutor } from '@tessera/block-zoo/chain';
 import { ingestFoundation, ingestFullFineTune, ingestLora } from '@tessera/block-zoo/ingest';
 import { DevicePool, DiskTensorStore } from '@tessera/block-zoo/store';
 import { type HostEvent, serveWorkerHost } from '@tessera/cluster';
-import { readHfConfig, TextTokenizer } from '@tessera/engine';
+import { argmax, readHfConfig, TextTokenizer } from '@tessera/engine';
 import { setThreads } from '@tessera/native';
 import { isInside } from '@tessera/server-kit';
 
 import { populateDemoZoo } from '../demo.js';
-import { BlockllmRequestError } from '../errors.js';
-import type { AppSummary, BlockllmProtocol, EngineStats, IngestArgs, MemorySplit, WorkerInit, ZooListing } from './protocol.js';
-import { ChainStepLoop } from './step-loop.js';
+import { BullmqControlPlane, type ControlPlane, InProcessControlPlane, type PlacementJob } from '../devices/control-plane.js';
+import { DeviceChainExecutor, DeviceSet } from '../devices/device-set.js';
+import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
+import type { AppSummary, BlockllmProtocol, DeviceMetrics, EngineStats, IngestArgs, MemorySplit, PlacementStatus, WorkerInit, ZooListing } from './protocol.js';
+import { ChainStepLoop, type StepExecutor } from './step-loop.js';
 
 type P = BlockllmProtocol;
 
@@ -36,7 +38,11 @@ function calibration(vocab: number): number[][] {
 
 serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async ({ workerData, fatal, progress }) => {
   const init = workerData as WorkerInit;
-  if (init.threads !== null) setThreads(init.threads);
+  const multi = init.devices > 1 || init.provisioning === 'per-model';
+  // Several devices: one kernel thread each (the process-wide pool serialises parallel kernels of two threads, and
+  // is set here once, before any device starts).
+  if (multi) setThreads(1);
+  else if (init.threads !== null) setThreads(init.threads);
   const store = DiskTensorStore.open(init.zooDir);
   const zoo = existsSync(join(init.zooDir, 'zoo.json')) ? store.loadZoo() : new BlockZoo();
   if (!zoo.hasModel(init.foundation)) {
@@ -49,7 +55,36 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
   const tokenizer = TextTokenizer.fromDir(init.foundationDir);
 
   const pool = new DevicePool(store);
-  const makeExecutor = () => new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions, onBlockRun: (run) => loop.onBlockRun(run) });
+  let devices: DeviceSet | null = null;
+  if (multi) {
+    // The served blocks' bytes by the registry's count (a fused block counts the base weights it holds).
+    const blocks = new Map(zoo.apps().flatMap((a) => zoo.chain(a).blocks.map((b) => [b.blockId, b.paramBytes] as const)));
+    const total = [...blocks.values()].reduce((a, b) => a + b, 0);
+    const deviceBytes = init.deviceBytes ?? Math.ceil((1.5 * total) / init.devices);
+    devices = await DeviceSet.start(zoo, {
+      devices: init.devices,
+      deviceBytes,
+      zooDir: init.zooDir,
+      kvPages: init.kvPages,
+      maxPositions: config.maxPositions,
+      provisioning: init.provisioning,
+      policy: init.placementPolicy,
+      scaleOutQueue: init.scaleOutQueue ?? init.maxBatch,
+    });
+    progress(`${init.devices} device(s) of ${deviceBytes} bytes each (${init.provisioning} provisioning)`);
+    if (init.provisioning === 'blocks') {
+      try {
+        await devices.place(zoo.apps());
+      } catch (err) {
+        await devices.close();
+        throw err;
+      }
+    }
+  }
+  const makeExecutor = (): StepExecutor =>
+    devices
+      ? new DeviceChainExecutor(devices, (run) => loop.onBlockRun(run))
+      : new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions, onBlockRun: (run) => loop.onBlockRun({ rows: run.rows, apps: run.apps.length, copiedRows: run.copiedRows }) });
   const prefixOf = (app: string): number => {
     const pe = zoo.model(app).pe;
     return pe?.method === 'prefix' ? Number(pe.config['tokens'] ?? 0) : 0;
@@ -76,18 +111,28 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       sharedFraction: zoo.sharedFraction(id).fraction,
     };
   };
-  const memory = (): MemorySplit => {
+  // Resident: in this worker's pool on one device; on several, what the devices hold (this worker's pool then only
+  // serves the one-device reference runs).
+  const memory = async (): Promise<MemorySplit> => {
     const s = zoo.storage();
     const sharedBlocks = zoo.blocks().filter((b) => b.span !== null && zoo.usersOf(b.blockId).length > 1).length;
-    return { uniqueBytes: s.uniqueBytes, logicalBytes: s.logicalBytes, uniqueBlocks: s.uniqueBlocks, sharedBlocks, residentBytes: pool.stats().nativeBytes };
+    const residentBytes = devices ? (await devices.deviceStats()).reduce((n, d) => n + d.residentBytes, 0) : pool.stats().nativeBytes;
+    return { uniqueBytes: s.uniqueBytes, logicalBytes: s.logicalBytes, uniqueBlocks: s.uniqueBlocks, sharedBlocks, residentBytes };
   };
-  const listing = (): ZooListing => ({
+  const listing = async (): Promise<ZooListing> => ({
     apps: zoo.apps().map(summary),
     blocks: zoo
       .blocks()
       .filter((b) => b.span !== null)
-      .map((b) => ({ id: b.blockId, label: formatBlock(b), kind: b.kind, bytes: b.paramBytes, users: zoo.usersOf(b.blockId), resident: pool.isResident(b.blockId) })),
-    storage: memory(),
+      .map((b) => ({
+        id: b.blockId,
+        label: formatBlock(b),
+        kind: b.kind,
+        bytes: b.paramBytes,
+        users: zoo.usersOf(b.blockId),
+        resident: devices ? devices.placed().some((i) => i.block === b.blockId) : pool.isResident(b.blockId),
+      })),
+    storage: await memory(),
   });
 
   function ingest(args: IngestArgs): AppSummary {
@@ -116,6 +161,109 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     return summary(args.id);
   }
 
+  /** A placement job checked against the placement now: what it names exists, fits, and is not in use. */
+  function checkJob(job: PlacementJob): void {
+    if (!devices) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'placement jobs need several devices (start the server with --devices 2 or more)');
+    if (devices.provisioning !== 'blocks') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'per-model provisioning places whole models on demand; placement jobs apply to BlockLLM provisioning');
+    const device = (id: string) => {
+      if (!devices!.deviceIds.includes(id)) throw new BlockllmPlacementNotFoundError(`no device ${JSON.stringify(id)}; the devices are ${devices!.deviceIds.join(', ')}`);
+    };
+    const chainBlock = (id: string) => {
+      if (!zoo.blocks().some((b) => b.blockId === id)) throw new BlockllmPlacementNotFoundError(`the zoo has no block ${JSON.stringify(id)}`);
+      const b = zoo.block(id);
+      if (b.span === null || b.kind === 'surrogate') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `block ${id} is a ${b.kind}, not a chain block`);
+      return b;
+    };
+    const free = (d: string) => devices!.options.deviceBytes - devices!.placed().filter((p) => p.device === d).reduce((n, p) => n + p.bytes, 0);
+    const idle = (id: string) => {
+      const n = devices!.usersOf(id);
+      if (n > 0) throw new BlockllmPlacementConflictError(`instance ${id} holds the KV of ${n} running sequence(s); retry when they finish`);
+    };
+    switch (job.kind) {
+      case 'deploy': {
+        const b = chainBlock(job.block);
+        device(job.device);
+        // Another instance of a deployed block is a replica (its own KV; new sequences route to it by load).
+        const here = devices.instancesOf(job.block).find((i) => i.device === job.device);
+        if (here) throw new BlockllmPlacementConflictError(`block ${job.block} is already deployed on ${job.device} (instance ${here.instance})`);
+        const adds = devices.marginal(b, job.device);
+        if (free(job.device) < adds) throw new BlockllmPlacementConflictError(`block ${job.block} (${adds} bytes more) does not fit ${job.device}: ${free(job.device)} bytes are free`);
+        return;
+      }
+      case 'evict': {
+        if (!devices.instance(job.block)) throw new BlockllmPlacementNotFoundError(`no instance of block ${JSON.stringify(job.block)} is deployed`);
+        idle(job.block);
+        return;
+      }
+      case 'migrate': {
+        const at = devices.instance(job.block);
+        if (!at) throw new BlockllmPlacementNotFoundError(`no instance of block ${JSON.stringify(job.block)} is deployed`);
+        device(job.device);
+        if (at.device === job.device) throw new BlockllmPlacementConflictError(`block ${job.block} is already on ${job.device}`);
+        const adds = devices.marginal(zoo.block(at.block), job.device);
+        if (free(job.device) < adds) throw new BlockllmPlacementConflictError(`block ${job.block} (${adds} bytes more) does not fit ${job.device}: ${free(job.device)} bytes are free`);
+        idle(job.block);
+        return;
+      }
+      case 'place': {
+        const live = devices.routes.size;
+        if (live > 0) throw new BlockllmPlacementConflictError(`${live} running sequence(s) hold KV in the current placement; re-place when the server is idle`);
+        return;
+      }
+      default:
+        throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `unknown placement job ${JSON.stringify((job as { kind: unknown }).kind)}`);
+    }
+  }
+
+  /** Runs a job between steps (the device set's turns), checked again against the placement it meets. */
+  const runJob = (job: PlacementJob): Promise<unknown> =>
+    devices!.turns.run(async () => {
+      checkJob(job);
+      const set = devices!;
+      switch (job.kind) {
+        case 'deploy':
+          return { deployed: [(await set.deploy(set.keyFor(job.block, job.device), zoo.block(job.block), job.device, 'shared')).instance], evicted: [] };
+        case 'evict':
+          await set.evict(job.block);
+          return { deployed: [], evicted: [job.block] };
+        case 'migrate': {
+          // One key per instance: the old one goes first (its device may need the room for nothing else, the new one
+          // needs its key) and comes back where it was if the new one cannot be deployed.
+          const from = set.instance(job.block)!.device;
+          const block = set.instance(job.block)!.block;
+          await set.evict(job.block);
+          try {
+            await set.deploy(job.block, zoo.block(block), job.device, 'shared');
+          } catch (err) {
+            await set.deploy(job.block, zoo.block(block), from, 'shared');
+            throw err;
+          }
+          return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${from}`] };
+        }
+        case 'place':
+          return set.place(zoo.apps(), job.policy ?? set.policy);
+      }
+    });
+
+  let control: ControlPlane | null = null;
+  if (devices) {
+    try {
+      control = init.redis ? await BullmqControlPlane.start(init.redis, runJob) : new InProcessControlPlane(runJob);
+    } catch (err) {
+      await devices.close();
+      throw err;
+    }
+  }
+
+  async function deviceMetrics(): Promise<DeviceMetrics | null> {
+    if (!devices) return null;
+    const per = await devices.deviceStats();
+    return {
+      ...devices.counters,
+      perDevice: per.map((d) => ({ id: d.device, budgetBytes: d.budgetBytes, residentBytes: d.residentBytes, busyMs: d.busyMs, upMs: d.upMs, instances: d.instances.length })),
+    };
+  }
+
   const abort = new AbortController();
   let stopping = false;
   const running = loop.run(abort.signal).catch((err: unknown) => {
@@ -127,7 +275,36 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     admin: {
       ingest,
       zoo: listing,
-      stats: (): EngineStats => ({ ...loop.sizes, ...loop.counters, memory: memory() }),
+      aloneLogits: ({ app, prompt, maxTokens }) => {
+        const solo = new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions });
+        const out: Float32Array[] = [];
+        try {
+          let next = [...prompt];
+          for (let i = 0; i < maxTokens; i++) {
+            const [row] = solo.step([{ app, id: 'alone', tokens: next }]);
+            out.push(row!);
+            next = [argmax(row!)];
+          }
+          return out;
+        } finally {
+          solo.dispose();
+        }
+      },
+      stats: async (): Promise<EngineStats> => ({ ...loop.sizes, ...loop.counters, memory: await memory(), devices: await deviceMetrics() }),
+      placement: async (): Promise<PlacementStatus> => {
+        if (!devices || !control) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'one device: every block runs in the engine worker (start the server with --devices 2 or more for a placement)');
+        return { ...(await devices.view(zoo.apps())), transport: control.transport, jobs: await control.list(20) };
+      },
+      placementSubmit: async (job) => {
+        checkJob(job);
+        return control!.submit(job);
+      },
+      placementJob: async ({ id }) => {
+        if (!control) throw new BlockllmPlacementNotFoundError(`no placement job ${id}: one device has no control plane`);
+        const s = await control.get(id);
+        if (!s) throw new BlockllmPlacementNotFoundError(`no placement job ${JSON.stringify(id)}`);
+        return s;
+      },
       alone: ({ app, prompt, maxTokens }) => {
         const solo = new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions });
         try {
@@ -146,6 +323,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       abort.abort();
       await running;
       loop.dispose();
+      await control?.close();
+      await devices?.close();
       pool.dispose();
     },
   };

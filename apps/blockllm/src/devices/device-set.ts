@@ -1,0 +1,788 @@
+/**
+ * Several devices under one coordinator (the engine worker): the device workers, the placement registry (which
+ * block instance lives on which device) and the step across devices.
+ *
+ * Placement comes from the serving core's policy (@tessera/block-zoo's placeChains / pickDevice / planScaleOut,
+ * locality-aware by default; used as they are): an initial placement of every served chain's blocks, one instance
+ * each, on-demand deployment for a chain whose block has no instance (design note §4.1: "deploys a new instance on
+ * an available device"), and scale-out replicas of instances routed too many sequences (§4.6). Two provisioning
+ * modes share the devices and the step:
+ *
+ *   'blocks'     BlockLLM: an instance per block (plus scale-out replicas), shared by every application whose chain
+ *                uses it; the device's pool holds each tensor once. Each sequence keeps a route (one instance per
+ *                block) while it lives: its KV is there.
+ *   'per-model'  per-model provisioning (PM, the baseline of design note §6.3): each application's whole model is
+ *                its own set of instances in a pool of its own on one device (nothing shared, no cross-application
+ *                batching); a model that does not fit next to the resident ones waits until an idle one is evicted
+ *                (LRU), and is loaded again in full when it comes back.
+ *
+ * A step (DeviceChainExecutor.step) walks the chains block by block in lockstep, as the ChainExecutor does, so that
+ * every application reaching a block at the same point runs in one batch there. Groups are appended to their
+ * device's program; a program is sent only when another device needs rows it produces (or at the end of the step),
+ * so consecutive blocks on one device run back to back on its hidden state, and devices whose programs do not depend
+ * on each other run at the same time. The step is all or nothing: every device that ran part of it commits or aborts.
+ */
+import {
+  type BlockManifest,
+  type BlockZoo,
+  formatBlock,
+  pickDevice,
+  type PlacedInstance,
+  placeChains,
+  planScaleOut,
+  type ScaleCandidate,
+  ServingCapacityError,
+  type Topology,
+  TrafficCounter,
+} from '@tessera/block-zoo';
+import type { ChainSequence } from '@tessera/block-zoo/chain';
+import type { WorkerEngineClient } from '@tessera/server-kit';
+
+import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
+import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+
+export type Provisioning = 'blocks' | 'per-model';
+export type PlacementPolicy = 'locality' | 'frag-min';
+
+export interface DeviceSetOptions {
+  devices: number;
+  /** Bytes of block parameters each device holds at most. */
+  deviceBytes: number;
+  zooDir: string;
+  kvPages: number;
+  maxPositions: number;
+  provisioning?: Provisioning;
+  policy?: PlacementPolicy;
+  /**
+   * Scale-out (design note §4.6, the serving core's planScaleOut): an instance whose queue — the sequences routed
+   * to it — exceeds 0.8 × this gets a replica on another device. 0 turns scale-out off (default).
+   */
+  scaleOutQueue?: number;
+}
+
+export interface InstanceInfo {
+  instance: string;
+  block: string;
+  label: string;
+  device: string;
+  /** Pool key: 'shared' (BlockLLM) or the application (per-model provisioning). */
+  pool: string;
+  /**
+   * What the instance adds to its device: the bytes of its tensors no earlier instance of the same pool there holds
+   * (a fused LoRA block next to the foundation's block adds only the LoRA), so a device's instances sum to what its
+   * pool really holds, the budget the device enforces.
+   */
+  bytes: number;
+}
+
+/** Counters of the cross-device step, cumulative. */
+export interface DeviceCounters {
+  steps: number;
+  programs: number;
+  /** Hidden-state bytes that crossed from one device to another. */
+  crossBytes: number;
+  crossRows: number;
+  /** Wall time of the device steps, and the part of it not spent running blocks on a device (hand-offs, messages). */
+  stepMs: number;
+  overheadMs: number;
+  /** Instances deployed and evicted (placement jobs, on-demand deployment, scale-out, per-model swaps). */
+  deploys: number;
+  /** Replicas deployed by scale-out. */
+  scaleOuts: number;
+  evictions: number;
+  /** Bytes loaded onto devices by deployments. */
+  loadedBytes: number;
+}
+
+export interface PlacementView {
+  provisioning: Provisioning;
+  policy: PlacementPolicy;
+  devices: { id: string; budgetBytes: number; residentBytes: number; utilisation: number; instances: string[] }[];
+  instances: InstanceInfo[];
+  chains: { app: string; instances: string[]; devices: string[] }[];
+}
+
+type DeviceClient = WorkerEngineClient<DeviceProtocol>;
+
+/** A promise chain: steps and placement jobs take turns. */
+class Turns {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+}
+
+export class DeviceSet {
+  readonly provisioning: Provisioning;
+  policy: PlacementPolicy;
+  readonly topology: Topology;
+  readonly traffic = new TrafficCounter();
+  readonly counters: DeviceCounters = { steps: 0, programs: 0, crossBytes: 0, crossRows: 0, stepMs: 0, overheadMs: 0, deploys: 0, scaleOuts: 0, evictions: 0, loadedBytes: 0 };
+  private readonly instances = new Map<string, InstanceInfo>();
+  private readonly manifests = new Map<string, BlockManifest>();
+  /** Per-model provisioning: when each application's model was last used (LRU). */
+  private readonly lastUsed = new Map<string, number>();
+  private useClock = 0;
+  private readonly seeded = new Set<string>();
+  /** Each live sequence's route: one instance per block of its chain, kept while it lives (its KV is there). */
+  readonly routes = new Map<string, { app: string; keys: string[] }>();
+  readonly turns = new Turns();
+  /** Per device: its last step, run and not yet committed there (it commits with the device's next program). */
+  readonly unsettled = new Map<string, number>();
+  /** Per device: released sequences it has not been told of yet. */
+  readonly releases = new Map<string, string[]>();
+
+  private constructor(
+    readonly zoo: BlockZoo,
+    readonly clients: ReadonlyMap<string, DeviceClient>,
+    readonly options: DeviceSetOptions,
+  ) {
+    this.provisioning = options.provisioning ?? 'blocks';
+    this.policy = options.policy ?? 'locality';
+    // One machine: every device on one server; the links only matter to the policy's locality score.
+    this.topology = {
+      devices: [...clients.keys()].map((id) => ({ id, server: 'local', memoryBytes: options.deviceBytes, memBandwidth: 1e6, loadBandwidth: 1e6 })),
+      intraServer: { bandwidth: 1e6, latencyMs: 0.01 },
+      interServer: { bandwidth: 1e6, latencyMs: 0.01 },
+      schedulerServer: 'local',
+    };
+  }
+
+  static async start(zoo: BlockZoo, options: DeviceSetOptions): Promise<DeviceSet> {
+    if (!Number.isSafeInteger(options.devices) || options.devices < 1) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `devices must be a positive integer, got ${options.devices}`);
+    const ids = Array.from({ length: options.devices }, (_, i) => `device-${i}`);
+    const started = await Promise.allSettled(
+      ids.map((device) => startDevice({ device, zooDir: options.zooDir, budgetBytes: options.deviceBytes, kvPages: options.kvPages, maxPositions: options.maxPositions })),
+    );
+    const failed = started.find((s) => s.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(started.map((s) => (s.status === 'fulfilled' ? s.value.close() : undefined)));
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    const clients = new Map(ids.map((id, i) => [id, (started[i] as PromiseFulfilledResult<DeviceClient>).value]));
+    return new DeviceSet(zoo, clients, options);
+  }
+
+  get deviceIds(): string[] {
+    return [...this.clients.keys()];
+  }
+
+  /** The instance keys of an application's chain under this provisioning. */
+  instanceKeys(app: string): { key: string; manifest: BlockManifest }[] {
+    return this.zoo.chain(app).blocks.map((manifest) => ({ key: this.provisioning === 'blocks' ? manifest.blockId : `${app}/${manifest.blockId}`, manifest }));
+  }
+
+  instance(key: string): InstanceInfo | undefined {
+    return this.instances.get(key);
+  }
+
+  placed(): PlacedInstance[] {
+    return [...this.instances.values()].map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: i.bytes }));
+  }
+
+  /** Live sequences routed through the instance (they hold KV in it). */
+  usersOf(key: string): number {
+    let n = 0;
+    for (const r of this.routes.values()) if (r.keys.includes(key)) n++;
+    return n;
+  }
+
+  /** Live sequences of an application. */
+  liveOf(app: string): number {
+    let n = 0;
+    for (const r of this.routes.values()) if (r.app === app) n++;
+    return n;
+  }
+
+  /** The instances of a block (BlockLLM provisioning: the first one, keyed by the block id, and scale-out replicas). */
+  instancesOf(blockId: string): InstanceInfo[] {
+    return [...this.instances.values()].filter((i) => i.block === blockId && i.pool === 'shared');
+  }
+
+  /** The key of a new instance of a block on a device: the block id for its first instance, else `block@device`. */
+  keyFor(blockId: string, device: string): string {
+    return this.instances.has(blockId) ? `${blockId}@${device}` : blockId;
+  }
+
+  /**
+   * A sequence's instances, one per block of its chain: the route it has (sticky: its KV lives there), or a new one.
+   * BlockLLM: a home device — the least loaded, counting a block the device lacks as one more sequence (a hop) —
+   * and per block its instance there, else the instance on the previous block's device, else the first.
+   */
+  route(id: string, app: string): { key: string; manifest: BlockManifest; device: string }[] {
+    const chain = this.instanceKeys(app);
+    const known = this.routes.get(id);
+    if (known && known.keys.every((k) => this.instances.has(k))) return known.keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
+    let keys: string[];
+    if (this.provisioning !== 'blocks') keys = chain.map((c) => c.key);
+    else {
+      const load = new Map(this.deviceIds.map((d) => [d, 0]));
+      for (const r of this.routes.values()) for (const k of r.keys) load.set(this.instances.get(k)!.device, load.get(this.instances.get(k)!.device)! + 1 / r.keys.length);
+      const options = chain.map((c) => this.instancesOf(c.manifest.blockId));
+      let home = this.deviceIds[0]!;
+      let best = Infinity;
+      const hop = this.options.scaleOutQueue || 16;
+      for (const d of this.deviceIds) {
+        // A block the device lacks is a hop back and forth every token: it costs as much as a full queue.
+        const cost = load.get(d)! + hop * options.filter((o) => !o.some((i) => i.device === d)).length;
+        if (cost < best) (best = cost), (home = d);
+      }
+      let prev = home;
+      keys = options.map((o, i) => {
+        const pick = o.find((x) => x.device === home) ?? o.find((x) => x.device === prev) ?? o[0];
+        if (!pick) throw new BlockllmPlacementNotFoundError(`block ${formatBlock(chain[i]!.manifest)} of ${app} has no instance on any device`);
+        prev = pick.device;
+        return pick.instance;
+      });
+    }
+    for (const k of keys) if (!this.instances.has(k)) throw new BlockllmPlacementNotFoundError(`instance ${k} of ${app} is not deployed`);
+    this.routes.set(id, { app, keys });
+    return keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
+  }
+
+  /**
+   * Scale-out: the serving core's planScaleOut over every shared instance, its queue being the sequences routed
+   * through it plus the admitted ones about to be; each planned replica is deployed (a device that turns out to lack
+   * the room keeps the plan from happening, nothing else). Requests are not moved: new sequences route by load.
+   */
+  private async scaleOut(admitted: readonly string[]): Promise<void> {
+    const maxQueueLen = this.options.scaleOutQueue ?? 0;
+    if (this.provisioning !== 'blocks' || maxQueueLen <= 0 || this.clients.size < 2) return;
+    const queues = new Map<string, string[]>();
+    for (const [id, r] of this.routes) for (const k of r.keys) queues.set(k, [...(queues.get(k) ?? []), id]);
+    admitted.forEach((app, n) => {
+      for (const c of this.instanceKeys(app)) {
+        const least = this.instancesOf(c.manifest.blockId).sort((a, b) => (queues.get(a.instance)?.length ?? 0) - (queues.get(b.instance)?.length ?? 0))[0];
+        if (least) queues.set(least.instance, [...(queues.get(least.instance) ?? []), `admitted-${n}`]);
+      }
+    });
+    // A replica's size is what it adds where it would go (the least among the devices without the block).
+    const addedBytes = (block: string) => {
+      const m = this.zoo.block(block);
+      const there = new Set(this.instancesOf(block).map((i) => i.device));
+      return Math.min(...this.deviceIds.filter((d) => !there.has(d)).map((d) => this.marginal(m, d)));
+    };
+    const candidates: ScaleCandidate[] = [...this.instances.values()]
+      .filter((i) => i.pool === 'shared' && this.instancesOf(i.block).length < this.clients.size)
+      .map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: addedBytes(i.block), queue: queues.get(i.instance) ?? [], maxQueueLen }));
+    const hotApps = new Set([...admitted, ...[...this.routes.values()].map((r) => r.app)]);
+    for (const plan of planScaleOut(this.topology, this.placed(), candidates, this.traffic, { policy: this.policy })) {
+      if (!(await this.tryReplica(plan.block, plan.device))) continue;
+      // Locality (§4.7): the chains through the replica follow it to its device where they fit, so a sequence
+      // routed there runs its whole chain on one device instead of hopping back for its own blocks.
+      for (const app of hotApps) {
+        const chain = this.zoo.chain(app).blocks;
+        if (!chain.some((b) => b.blockId === plan.block)) continue;
+        for (const b of chain) if (!this.instancesOf(b.blockId).some((i) => i.device === plan.device)) await this.tryReplica(b.blockId, plan.device);
+      }
+    }
+  }
+
+  /** Deploys a scale-out replica when the device has room (by the registry, then by the device's own budget). */
+  private async tryReplica(block: string, device: string): Promise<boolean> {
+    if (this.instancesOf(block).some((i) => i.device === device)) return true;
+    const m = this.zoo.block(block);
+    if (this.marginal(m, device) > this.free().get(device)!) return false;
+    try {
+      await this.deploy(this.keyFor(block, device), m, device, 'shared');
+      this.counters.scaleOuts++;
+      return true;
+    } catch (err) {
+      if (err instanceof BlockllmPlacementConflictError) return false;
+      throw err;
+    }
+  }
+
+  private client(device: string): DeviceClient {
+    const c = this.clients.get(device);
+    if (!c) throw new BlockllmPlacementNotFoundError(`no device ${device}; the devices are ${this.deviceIds.join(', ')}`);
+    return c;
+  }
+
+  /** Forgets a sequence on every device (with each device's next program, or at the next settle). */
+  release(id: string): void {
+    for (const d of this.deviceIds) {
+      let list = this.releases.get(d);
+      if (!list) this.releases.set(d, (list = []));
+      list.push(id);
+    }
+  }
+
+  /** What a device has to be told before anything else: the step to commit and the sequences to forget. */
+  takeNews(device: string): { commit: number | null; release: string[] } {
+    const commit = this.unsettled.get(device) ?? null;
+    this.unsettled.delete(device);
+    const release = this.releases.get(device) ?? [];
+    this.releases.delete(device);
+    return { commit, release };
+  }
+
+  /** Commits every device's last step and delivers the releases (before its instances change). */
+  async settle(): Promise<void> {
+    await Promise.all(
+      this.deviceIds.map((d) => {
+        const news = this.takeNews(d);
+        if (news.commit === null && news.release.length === 0) return null;
+        return this.client(d).call('end', { step: news.commit ?? -1, commit: news.commit !== null, release: news.release });
+      }),
+    );
+  }
+
+  async deploy(key: string, manifest: BlockManifest, device: string, pool: string): Promise<InstanceInfo> {
+    await this.settle();
+    if (this.instances.has(key)) throw new BlockllmPlacementConflictError(`${key} is already deployed on ${this.instances.get(key)!.device}`);
+    if (manifest.span === null) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `block ${manifest.blockId} is a ${manifest.kind}, not a chain block`);
+    await this.client(device).call('deploy', { instance: key, manifest, pool });
+    const info: InstanceInfo = { instance: key, block: manifest.blockId, label: formatBlock(manifest), device, pool, bytes: this.marginal(manifest, device, pool) };
+    this.instances.set(key, info);
+    this.manifests.set(key, manifest);
+    this.counters.deploys++;
+    this.counters.loadedBytes += manifest.paramBytes;
+    return info;
+  }
+
+  async evict(key: string): Promise<void> {
+    const info = this.instances.get(key);
+    if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
+    await this.settle();
+    await this.client(info.device).call('evict', { instance: key });
+    this.instances.delete(key);
+    this.manifests.delete(key);
+    this.recount(info.device);
+    this.counters.evictions++;
+  }
+
+  /** The bytes `manifest` would add to `device` (its tensors that no instance of `pool` there holds). */
+  marginal(manifest: BlockManifest, device: string, pool = 'shared'): number {
+    const held = new Set<string>();
+    for (const [key, i] of this.instances) if (i.device === device && i.pool === pool) for (const t of this.manifests.get(key)!.tensors) held.add(t.id);
+    let n = 0;
+    const seen = new Set<string>();
+    for (const t of manifest.tensors) {
+      if (held.has(t.id) || seen.has(t.id)) continue;
+      seen.add(t.id);
+      n += this.zoo.tensor(t.id).bytes;
+    }
+    return n;
+  }
+
+  /** Re-derives the device's instances' bytes in deployment order (after an eviction took tensors others share). */
+  private recount(device: string): void {
+    const held = new Map<string, Set<string>>();
+    for (const [key, i] of this.instances) {
+      if (i.device !== device) continue;
+      let h = held.get(i.pool);
+      if (!h) held.set(i.pool, (h = new Set()));
+      let n = 0;
+      for (const t of this.manifests.get(key)!.tensors) {
+        if (h.has(t.id)) continue;
+        h.add(t.id);
+        n += this.zoo.tensor(t.id).bytes;
+      }
+      i.bytes = n;
+    }
+  }
+
+  /** Free parameter bytes per device by the registry (the policy's view). */
+  private free(): Map<string, number> {
+    const free = new Map(this.deviceIds.map((d) => [d, this.options.deviceBytes]));
+    for (const i of this.instances.values()) free.set(i.device, free.get(i.device)! - i.bytes);
+    return free;
+  }
+
+  /**
+   * Deploys what the applications' chains lack. BlockLLM: each missing block on pickDevice's choice. Per-model
+   * provisioning: the application's whole model on one device, evicting idle models (least recently used) for room.
+   * Returns per application 'wait' (per-model: no room until a running model finishes) or the error that keeps it
+   * from being served.
+   */
+  async ensure(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    const apps = new Set(admitted);
+    const out = new Map<string, 'wait' | Error>();
+    // Models made resident for this round are as busy as the running ones: a later one must not evict them.
+    const held = new Set(busy);
+    for (const app of apps) {
+      try {
+        if (this.provisioning === 'blocks') await this.ensureBlocks(app);
+        else if (await this.ensureModel(app, held)) held.add(app);
+        else out.set(app, 'wait');
+      } catch (err) {
+        out.set(app, err as Error);
+      }
+    }
+    await this.scaleOut(admitted.filter((a) => !out.has(a)));
+    return out;
+  }
+
+  private async ensureBlocks(app: string): Promise<void> {
+    for (const { manifest } of this.instanceKeys(app)) {
+      if (this.instancesOf(manifest.blockId).length > 0) continue;
+      if (!this.seeded.has(app)) {
+        // The chain's adjacent blocks are traffic neighbours: the locality policy keeps them on one device.
+        this.seeded.add(app);
+        const c = this.zoo.chain(app).blocks;
+        for (let i = 0; i + 1 < c.length; i++) this.traffic.record(c[i]!.blockId, c[i + 1]!.blockId);
+      }
+      // The policy's choice among the devices, by what the block would add at the cheapest of them (its tensors
+      // may be there already, held by a fused block); where that device cannot take it after all, the device that
+      // can with the least added.
+      const pick = (): string | null => {
+        const free = this.free();
+        const adds = new Map(this.deviceIds.map((d) => [d, this.marginal(manifest, d)]));
+        const chosen = pickDevice(this.topology, this.placed(), manifest.blockId, Math.min(...adds.values()), this.traffic, { policy: this.policy });
+        if (chosen && adds.get(chosen.id)! <= free.get(chosen.id)!) return chosen.id;
+        const fits = this.deviceIds.filter((d) => adds.get(d)! <= free.get(d)!).sort((a, b) => adds.get(a)! - adds.get(b)!);
+        return fits[0] ?? null;
+      };
+      let d = pick();
+      if (d === null) {
+        await this.pruneUnused();
+        d = pick();
+      }
+      if (d === null) {
+        const most = Math.max(...this.free().values());
+        throw new ServingCapacityError(manifest.paramBytes, most, `block ${formatBlock(manifest)} of ${app} (${manifest.paramBytes} bytes) fits on no device: the most free is ${most} bytes`);
+      }
+      await this.deploy(this.keyFor(manifest.blockId, d), manifest, d, 'shared');
+    }
+  }
+
+  private async ensureModel(app: string, busy: ReadonlySet<string>): Promise<boolean> {
+    this.lastUsed.set(app, ++this.useClock);
+    const keys = this.instanceKeys(app);
+    if (keys.every((k) => this.instances.has(k.key))) return true;
+    const bytes = keys.reduce((n, k) => n + k.manifest.paramBytes, 0);
+    if (bytes > this.options.deviceBytes) throw new ServingCapacityError(bytes, this.options.deviceBytes, `the model of ${app} (${bytes} bytes) is larger than a device (${this.options.deviceBytes} bytes)`);
+    const modelsOn = (device: string) => [...new Set([...this.instances.values()].filter((i) => i.device === device && i.pool !== app).map((i) => i.pool))];
+    let target: string | null = null;
+    for (const [device, free] of this.free()) if (free >= bytes) (target ??= device);
+    if (target === null) {
+      // Evict idle models (least recently used first) on the device where that frees room soonest.
+      for (const device of this.deviceIds) {
+        const idle = modelsOn(device).filter((m) => !busy.has(m) && this.liveOf(m) === 0).sort((a, b) => (this.lastUsed.get(a) ?? 0) - (this.lastUsed.get(b) ?? 0));
+        let free = this.free().get(device)!;
+        const victims: string[] = [];
+        for (const m of idle) {
+          if (free >= bytes) break;
+          victims.push(m);
+          free += [...this.instances.values()].filter((i) => i.device === device && i.pool === m).reduce((n, i) => n + i.bytes, 0);
+        }
+        if (free < bytes) continue;
+        for (const m of victims) for (const i of [...this.instances.values()]) if (i.device === device && i.pool === m) await this.evict(i.instance);
+        target = device;
+        break;
+      }
+    }
+    if (target === null) return false;
+    for (const k of keys) if (!this.instances.has(k.key)) await this.deploy(k.key, k.manifest, target, app);
+    return true;
+  }
+
+  /** Evicts instances no served chain uses any more (after a zoo re-partition) and idle scale-out replicas. */
+  async pruneUnused(): Promise<string[]> {
+    const used = new Set(this.zoo.apps().flatMap((a) => this.instanceKeys(a).map((k) => k.manifest.blockId)));
+    const gone: string[] = [];
+    for (const [key, i] of [...this.instances]) {
+      const replica = key !== i.block && this.instancesOf(i.block).length > 1;
+      if (this.usersOf(key) === 0 && (!used.has(i.block) || replica)) {
+        await this.evict(key);
+        gone.push(key);
+      }
+    }
+    return gone;
+  }
+
+  /**
+   * The initial placement (and the 'place' job): placeChains over the served chains, then the moves that turn
+   * the current registry into it (evictions first, so the new instances have room).
+   */
+  async place(apps: readonly string[], policy: PlacementPolicy = this.policy): Promise<{ deployed: string[]; evicted: string[] }> {
+    if (this.provisioning !== 'blocks') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'per-model provisioning places whole models on demand; a block placement applies to BlockLLM provisioning');
+    const chains = apps.map((a) => this.zoo.chain(a).blocks);
+    const manifests = new Map(chains.flat().map((m) => [m.blockId, m]));
+    const traffic = TrafficCounter.fromChains(chains.map((c) => ({ blocks: c.map((m) => m.blockId) })));
+    // The policy sees each block's bytes with shared tensors charged once, to the first block (in chain order) that
+    // holds them: a fused LoRA block costs its LoRA, its base weights being the foundation block's. The devices then
+    // check the real bytes; a block its planned device cannot take goes where it fits.
+    const seen = new Set<string>();
+    const sizes = new Map<string, number>();
+    for (const m of chains.flat()) {
+      if (sizes.has(m.blockId)) continue;
+      let n = 0;
+      for (const t of m.tensors) if (!seen.has(t.id)) (seen.add(t.id), (n += this.zoo.tensor(t.id).bytes));
+      sizes.set(m.blockId, n);
+    }
+    const plan = placeChains(this.topology, chains.map((c) => c.map((m) => m.blockId)), sizes, traffic, { policy });
+    const want = new Map(plan.map((p) => [p.block, p.device]));
+    const evicted: string[] = [];
+    const deployed: string[] = [];
+    for (const i of [...this.instances.values()]) {
+      if (want.get(i.block) !== i.device || i.instance !== i.block) {
+        await this.evict(i.instance);
+        evicted.push(i.instance);
+      }
+    }
+    for (const p of plan) {
+      if (this.instancesOf(p.block).some((i) => i.device === p.device)) continue;
+      const m = manifests.get(p.block)!;
+      const free = this.free();
+      const device = [p.device, ...this.deviceIds.filter((d) => d !== p.device)].find((d) => this.marginal(m, d) <= free.get(d)!);
+      if (device === undefined) {
+        const most = Math.max(...free.values());
+        throw new ServingCapacityError(m.paramBytes, most, `block ${formatBlock(m)} (${this.marginal(m, p.device)} bytes more) fits on no device: the most free is ${most} bytes`);
+      }
+      await this.deploy(this.keyFor(p.block, device), m, device, 'shared');
+      deployed.push(p.block);
+    }
+    this.policy = policy;
+    return { deployed, evicted };
+  }
+
+  async deviceStats(): Promise<DeviceStats[]> {
+    return Promise.all([...this.clients.values()].map((c) => c.call('stats', null)));
+  }
+
+  async view(apps: readonly string[]): Promise<PlacementView> {
+    const stats = await this.deviceStats();
+    return {
+      provisioning: this.provisioning,
+      policy: this.policy,
+      devices: stats.map((s) => ({
+        id: s.device,
+        budgetBytes: s.budgetBytes,
+        residentBytes: s.residentBytes,
+        utilisation: s.upMs > 0 ? s.busyMs / s.upMs : 0,
+        instances: s.instances.map((i) => i.instance),
+      })),
+      instances: [...this.instances.values()],
+      chains: apps.map((app) => {
+        // The chain's first instances (a scale-out replica serves some of its sequences too).
+        const keys = this.instanceKeys(app).map((k) => (this.provisioning === 'blocks' ? (this.instancesOf(k.manifest.blockId)[0]?.instance ?? k.key) : k.key));
+        return { app, instances: keys, devices: keys.map((k) => this.instances.get(k)?.device ?? '') };
+      }),
+    };
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.clients.values()].map((c) => c.close()));
+  }
+}
+
+/** Step numbers, unique in the process (a rebuilt executor continues them, so a device never sees one twice). */
+let stepCounter = 0;
+
+interface Walker {
+  index: number;
+  seq: ChainSequence;
+  chain: { key: string; manifest: BlockManifest; device: string }[];
+  cursor: number;
+  /** Device holding the sequence's hidden rows now (null before its first block). */
+  at: string | null;
+}
+
+interface Pending {
+  program: DeviceProgram;
+  /** Sent programs whose exports this one imports (awaited before sending). */
+  from: Promise<ProgramResult>[];
+  importIds: Set<string>;
+}
+
+/** What a block run reports to the step loop's counters. */
+export interface DeviceBlockRun {
+  rows: number;
+  apps: number;
+  copiedRows: number;
+}
+
+/**
+ * The step loop's executor over a DeviceSet: the ChainExecutor's surface (load, step, release, dispose), with an
+ * asynchronous step and `prepare` (deployment before admission).
+ */
+export class DeviceChainExecutor {
+  constructor(
+    readonly set: DeviceSet,
+    private readonly onBlockRun?: (run: DeviceBlockRun) => void,
+  ) {}
+
+  load(app: string): void {
+    this.set.zoo.chain(app);
+  }
+
+  prepare(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    return this.set.turns.run(() => this.set.ensure(admitted, busy));
+  }
+
+  release(id: string): void {
+    if (!this.set.routes.delete(id)) return;
+    this.set.release(id);
+  }
+
+  dispose(): void {
+    for (const id of [...this.set.routes.keys()]) this.release(id);
+  }
+
+  step(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+    return this.set.turns.run(() => this.runStep(sequences));
+  }
+
+  private async runStep(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+    const set = this.set;
+    const step = ++stepCounter;
+    const t0 = performance.now();
+    const walkers: Walker[] = sequences.map((seq, index) => {
+      if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
+      return { index, seq, chain: set.route(String(seq.id), seq.app), cursor: 0, at: null };
+    });
+    const appOrder = [...new Set(sequences.map((s) => s.app))];
+    const order = [...walkers].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
+
+    const pending = new Map<string, Pending>();
+    const sent: { device: string; result: Promise<ProgramResult> }[] = [];
+    const touched = new Set<string>();
+    const pendingOf = (device: string): Pending => {
+      let p = pending.get(device);
+      if (!p) {
+        touched.add(device);
+        p = { program: { step, ...set.takeNews(device), imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
+        pending.set(device, p);
+      }
+      return p;
+    };
+    // Programs to one device are posted in the order they were made (a later one may hand on rows an earlier one
+    // left there), each after the programs whose rows it imports have answered.
+    const posted = new Map<string, Promise<void>>();
+    const send = (device: string): Promise<ProgramResult> => {
+      const p = pendingOf(device);
+      pending.delete(device);
+      const previous = posted.get(device) ?? Promise.resolve();
+      let markPosted!: () => void;
+      posted.set(device, new Promise<void>((resolve) => (markPosted = resolve)));
+      const result = (async () => {
+        try {
+          await previous;
+          let sources: ProgramResult[];
+          try {
+            sources = await Promise.all(p.from);
+          } catch (err) {
+            // Not posted: the device still gets what the program carried for it (the last commit, the releases).
+            await deliver(device, p.program);
+            throw err;
+          }
+          const blocks = sources.map((r) => r.exports).filter((b): b is RowBlock => b !== null && b.ids.some((id) => p.importIds.has(id)));
+          if (blocks.length > 0) p.program.imports = concatRows(blocks, p.importIds);
+          const transfer: ArrayBuffer[] = [];
+          if (p.program.imports) {
+            set.counters.crossBytes += p.program.imports.data.byteLength;
+            set.counters.crossRows += p.program.imports.rows.reduce((a, b) => a + b, 0);
+            transfer.push(p.program.imports.data.buffer as ArrayBuffer);
+          }
+          return set.clients.get(device)!.call('run', p.program, transfer);
+        } finally {
+          markPosted();
+        }
+      })();
+      sent.push({ device, result });
+      return result;
+    };
+
+    const deliver = (device: string, program: DeviceProgram) =>
+      set.clients
+        .get(device)!
+        .call('end', { step: program.commit ?? -1, commit: program.commit !== null, release: program.release })
+        .catch(() => null);
+
+    let failure: unknown = null;
+    const results = new Array<Float32Array>(sequences.length);
+    try {
+      for (;;) {
+        const active = order.filter((w) => w.cursor < w.chain.length);
+        if (active.length === 0) break;
+        const start = Math.min(...active.map((w) => w.chain[w.cursor]!.manifest.span!.start));
+        const groups = new Map<string, Walker[]>();
+        for (const w of active) {
+          const hop = w.chain[w.cursor]!;
+          if (hop.manifest.span!.start !== start) continue;
+          groups.set(hop.key, [...(groups.get(hop.key) ?? []), w]);
+        }
+        for (const [key, group] of groups) {
+          const device = group[0]!.chain[group[0]!.cursor]!.device;
+          // Rows living on another device: that device's program hands them on (sent now if still pending).
+          const bySource = new Map<string, Walker[]>();
+          for (const w of group) if (w.at !== null && w.at !== device) bySource.set(w.at, [...(bySource.get(w.at) ?? []), w]);
+          for (const [source, ws] of bySource) {
+            const src = pendingOf(source);
+            src.program.exports.push(...ws.map((w) => String(w.seq.id)));
+            const result = send(source);
+            const dst = pendingOf(device);
+            dst.from.push(result);
+            for (const w of ws) dst.importIds.add(String(w.seq.id));
+            for (const w of ws) set.traffic.record(w.chain[w.cursor - 1]!.manifest.blockId, w.chain[w.cursor]!.manifest.blockId);
+          }
+          pendingOf(device).program.groups.push({ instance: key, seqs: group.map((w) => ({ id: String(w.seq.id), app: w.seq.app, tokens: Array.from(w.seq.tokens) })) });
+          for (const w of group) {
+            w.at = device;
+            w.cursor++;
+          }
+        }
+      }
+      for (const device of [...pending.keys()]) send(device);
+      const outcomes = await Promise.allSettled(sent.map((s) => s.result));
+      const bad = outcomes.find((o) => o.status === 'rejected');
+      if (bad) throw (bad as PromiseRejectedResult).reason;
+      let computeOnPath = 0;
+      for (const o of outcomes) {
+        const r = (o as PromiseFulfilledResult<ProgramResult>).value;
+        computeOnPath += r.computeMs;
+        for (const run of r.runs) this.onBlockRun?.({ rows: run.rows, apps: run.apps, copiedRows: 0 });
+        if (r.copiedRows > 0) this.onBlockRun?.({ rows: 0, apps: 0, copiedRows: r.copiedRows });
+        for (const l of r.logits) {
+          const w = walkers.find((x) => String(x.seq.id) === l.id)!;
+          results[w.index] = l.data;
+        }
+      }
+      set.counters.programs += sent.length;
+      const wall = performance.now() - t0;
+      set.counters.stepMs += wall;
+      // Devices that ran at the same time count once: the overhead is the wall time no device program covers.
+      set.counters.overheadMs += Math.max(0, wall - Math.min(computeOnPath, wall));
+    } catch (err) {
+      failure = err;
+    }
+    if (failure !== null) {
+      // Every device that ran part of the step gives its pages back now; the releases its programs carried were
+      // applied (a release is idempotent), the ones of devices whose program never went out are sent too.
+      await Promise.allSettled([...pending].map(([device, p]) => deliver(device, p.program)));
+      await Promise.allSettled([...touched].map((device) => set.clients.get(device)!.call('end', { step, commit: false, release: set.takeNews(device).release })));
+      throw failure;
+    }
+    // The devices commit this step with their next program (or at the next settle).
+    for (const device of touched) set.unsettled.set(device, step);
+    set.counters.steps++;
+    return results;
+  }
+}
+
+/** The rows of `ids` (in the blocks' order) as one RowBlock. */
+function concatRows(blocks: RowBlock[], ids: ReadonlySet<string>): RowBlock {
+  const width = blocks[0]!.width;
+  const out: RowBlock = { ids: [], rows: [], width, data: new Float32Array(0) };
+  const parts: Float32Array[] = [];
+  for (const b of blocks) {
+    let at = 0;
+    b.ids.forEach((id, k) => {
+      const n = b.rows[k]! * width;
+      if (ids.has(id)) {
+        out.ids.push(id);
+        out.rows.push(b.rows[k]!);
+        parts.push(b.data.subarray(at, at + n));
+      }
+      at += n;
+    });
+  }
+  out.data = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) out.data.set(p, at), (at += p.length);
+  return out;
+}

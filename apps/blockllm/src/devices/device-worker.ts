@@ -1,0 +1,283 @@
+/**
+ * A device worker (protocol.ts): its block instances (BlockRuntimes, each with its own KV cache) over DevicePools
+ * under the device's byte budget, and the step programs the coordinator sends. A program's groups run like the
+ * ChainExecutor's walk: each group's input is the hidden state its sequences left — the tensor itself or a view
+ * when the group is a contiguous run of one tensor's rows, else a gather — so consecutive blocks on this device
+ * hand the hidden state on in place. The step's KV appends stay uncommitted until the coordinator ends the step,
+ * so a step that fails on any device is rolled back on all of them.
+ */
+import { BlockRuntime } from '@tessera/block-zoo/chain';
+import { DevicePool, DiskTensorStore } from '@tessera/block-zoo/store';
+import { type HostEvent, type Placement, type ProtocolEngine, serveWorkerHost } from '@tessera/cluster';
+import type { DecoderStepContext } from '@tessera/engine';
+import { cast, Tensor } from '@tessera/native';
+
+import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
+import type { DeviceInit, DeviceProgram, DeviceProtocol, DeviceStats, ProgramResult, RowBlock } from './protocol.js';
+
+type P = DeviceProtocol;
+
+interface Base {
+  tensor: Tensor;
+  refs: number;
+}
+
+interface Rows {
+  base: Base;
+  row: number;
+  rows: number;
+}
+
+interface Instance {
+  runtime: BlockRuntime;
+  pool: string;
+}
+
+/** A device takes no generation requests: its work comes as admin calls. */
+const noRequests: ProtocolEngine<Placement, HostEvent> = {
+  submit: () => {
+    throw new BlockllmRequestError('TESSERA_UNSUPPORTED', 'a device worker runs step programs, not requests');
+  },
+  cancel: () => false,
+};
+
+serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ workerData }) => {
+  const init = workerData as DeviceInit;
+  const store = DiskTensorStore.open(init.zooDir);
+  const pools = new Map<string, DevicePool>();
+  const instances = new Map<string, Instance>();
+  const started = performance.now();
+  let busyMs = 0;
+
+  const residentBytes = () => [...pools.values()].reduce((n, p) => n + p.stats().residentBytes, 0);
+  const poolOf = (key: string) => {
+    let pool = pools.get(key);
+    if (!pool) pools.set(key, (pool = new DevicePool(store, { budgetBytes: init.budgetBytes })));
+    return pool;
+  };
+  const instance = (key: string) => {
+    const i = instances.get(key);
+    if (!i) throw new BlockllmPlacementNotFoundError(`${init.device} holds no instance ${key}`);
+    return i;
+  };
+
+  // The step in flight: its hidden rows per sequence, its prepared contexts, and the prefixes it wrote.
+  let stepNo = -1;
+  let rowsOf = new Map<string, Rows>();
+  let bases = new Set<Base>();
+  let contexts: DecoderStepContext[] = [];
+  let prefixed: { rt: BlockRuntime; id: string }[] = [];
+
+  const drop = (r: Rows | undefined) => {
+    if (r && --r.base.refs === 0) {
+      r.base.tensor.dispose();
+      bases.delete(r.base);
+    }
+  };
+  const newBase = (tensor: Tensor): Base => {
+    const b = { tensor, refs: 0 };
+    bases.add(b);
+    return b;
+  };
+  const endStep = (commit: boolean) => {
+    try {
+      if (commit) for (const c of contexts) c.commit();
+    } finally {
+      for (const c of contexts) c.dispose();
+      for (const b of bases) b.tensor.dispose();
+      if (!commit) for (const { rt, id } of prefixed) rt.release(id);
+      rowsOf = new Map();
+      bases = new Set();
+      contexts = [];
+      prefixed = [];
+    }
+  };
+  const release = (ids: readonly string[]) => {
+    for (const id of ids) for (const i of instances.values()) i.runtime.release(id);
+  };
+
+  /** The group's input: one base's rows in order → that tensor or a view; else a gather into a new base. */
+  function gather(ids: readonly string[]): { input: Tensor; view: Tensor | null; copied: number } {
+    const parts = ids.map((id) => {
+      const r = rowsOf.get(id);
+      if (!r) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: sequence ${id} has no hidden state here (step ${stepNo})`);
+      return r;
+    });
+    const first = parts[0]!.base;
+    const total = parts.reduce((n, r) => n + r.rows, 0);
+    let next = parts[0]!.row;
+    const contiguous = parts.every((r) => {
+      const ok = r.base === first && r.row === next;
+      next += r.rows;
+      return ok;
+    });
+    if (contiguous) {
+      if (parts[0]!.row === 0 && total === first.tensor.shape[0]) return { input: first.tensor, view: null, copied: 0 };
+      const view = first.tensor.rows(parts[0]!.row, total);
+      return { input: view, view, copied: 0 };
+    }
+    const base = newBase(Tensor.empty([total, first.tensor.shape[1]!], 'f32', first.tensor.backend));
+    let row = 0;
+    ids.forEach((id, k) => {
+      const r = parts[k]!;
+      const src = r.base.tensor.rows(r.row, r.rows);
+      const dst = base.tensor.rows(row, r.rows);
+      try {
+        cast(src, 'f32', { out: dst });
+      } finally {
+        src.dispose();
+        dst.dispose();
+      }
+      drop(r);
+      base.refs++;
+      rowsOf.set(id, { base, row, rows: r.rows });
+      row += r.rows;
+    });
+    return { input: base.tensor, view: null, copied: total };
+  }
+
+  function run(program: DeviceProgram): ProgramResult {
+    // The previous step this device ran is committed here, with the next program it gets (saving a round trip per
+    // step); a failed step was aborted by an explicit end.
+    if (program.commit !== null && program.commit === stepNo) endStep(true);
+    if (program.step !== stepNo) {
+      if (contexts.length > 0 || bases.size > 0) endStep(false);
+      stepNo = program.step;
+    }
+    release(program.release);
+    const t0 = performance.now();
+    const result: ProgramResult = { logits: [], exports: null, computeMs: 0, copiedRows: 0, runs: [] };
+    if (program.imports) {
+      const { ids, rows, width, data } = program.imports;
+      const base = newBase(Tensor.from(data, [data.length / width, width]));
+      let row = 0;
+      ids.forEach((id, k) => {
+        drop(rowsOf.get(id));
+        base.refs++;
+        rowsOf.set(id, { base, row, rows: rows[k]! });
+        row += rows[k]!;
+      });
+    }
+    for (const group of program.groups) {
+      const rt = instance(group.instance).runtime;
+      for (const s of group.seqs) if (rt.admitPrefix(s.id)) prefixed.push({ rt, id: s.id });
+      const ctx = rt.prepare(group.seqs);
+      contexts.push(ctx);
+      const ids = group.seqs.map((s) => s.id);
+      const { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(ids);
+      result.copiedRows += copied;
+      try {
+        const out = rt.run(input, ctx, 'last');
+        if (out.logits) {
+          const vocab = out.logits.shape[1]!;
+          const host = out.logits.toArray() as Float32Array;
+          out.logits.dispose();
+          ids.forEach((id, r) => result.logits.push({ id, data: host.slice(r * vocab, (r + 1) * vocab) }));
+        }
+        if (rt.startsAtTokens) {
+          const base = newBase(out.hidden!);
+          let row = 0;
+          group.seqs.forEach((s) => {
+            drop(rowsOf.get(s.id));
+            base.refs++;
+            rowsOf.set(s.id, { base, row, rows: s.tokens.length });
+            row += s.tokens.length;
+          });
+        }
+      } finally {
+        view?.dispose();
+      }
+      if (rt.endsAtLogits) for (const id of ids) drop(rowsOf.get(id)), rowsOf.delete(id);
+      result.runs.push({ instance: group.instance, rows: ctx.rows, apps: new Set(group.seqs.map((s) => s.app)).size });
+    }
+    if (program.exports.length > 0) {
+      const parts = program.exports.map((id) => {
+        const r = rowsOf.get(id);
+        if (!r) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: sequence ${id} has no hidden state to hand on (step ${stepNo})`);
+        return r;
+      });
+      const width = parts[0]!.base.tensor.shape[1]!;
+      const total = parts.reduce((n, r) => n + r.rows, 0);
+      const data = new Float32Array(total * width);
+      let at = 0;
+      parts.forEach((r, k) => {
+        const view = r.base.tensor.rows(r.row, r.rows);
+        try {
+          data.set(view.toArray() as Float32Array, at);
+        } finally {
+          view.dispose();
+        }
+        at += r.rows * width;
+        drop(r);
+        rowsOf.delete(program.exports[k]!);
+      });
+      result.exports = { ids: [...program.exports], rows: parts.map((r) => r.rows), width, data } satisfies RowBlock;
+    }
+    result.computeMs = performance.now() - t0;
+    busyMs += result.computeMs;
+    return result;
+  }
+
+  return {
+    engine: noRequests,
+    admin: {
+      deploy: ({ instance: key, manifest, pool }) => {
+        if (instances.has(key)) throw new BlockllmPlacementConflictError(`${init.device} already holds ${key}`);
+        const devicePool = poolOf(pool);
+        // The device's budget covers all its pools together (per-model provisioning keeps one pool per model).
+        const before = residentBytes();
+        const runtime = new BlockRuntime(manifest, devicePool, { kvPages: init.kvPages, lora: 'delta', maxPositions: init.maxPositions });
+        const after = residentBytes();
+        if (after > init.budgetBytes) {
+          runtime.dispose();
+          throw new BlockllmPlacementConflictError(
+            `${key} (${after - before} more bytes) does not fit ${init.device}: ${before} of its ${init.budgetBytes} bytes are in use`,
+          );
+        }
+        instances.set(key, { runtime, pool });
+        return { residentBytes: after };
+      },
+      evict: ({ instance: key }) => {
+        const i = instance(key);
+        i.runtime.dispose();
+        instances.delete(key);
+        return { residentBytes: residentBytes() };
+      },
+      run: (program) => {
+        const t0 = performance.now();
+        try {
+          return run(program);
+        } catch (err) {
+          busyMs += performance.now() - t0;
+          throw err;
+        }
+      },
+      end: ({ step, commit, release: ids }) => {
+        if (step === stepNo) endStep(commit);
+        release(ids);
+        return null;
+      },
+      stats: (): DeviceStats => ({
+        device: init.device,
+        budgetBytes: init.budgetBytes,
+        residentBytes: residentBytes(),
+        instances: [...instances].map(([key, i]) => ({
+          instance: key,
+          block: i.runtime.manifest.blockId,
+          pool: i.pool,
+          bytes: i.runtime.manifest.paramBytes,
+          sequences: i.runtime.cache?.sequenceIds().length ?? 0,
+        })),
+        busyMs,
+        upMs: performance.now() - started,
+      }),
+    },
+    ready: { device: init.device, backend: poolOf('shared').backend.device },
+    async shutdown() {
+      endStep(false);
+      for (const i of instances.values()) i.runtime.dispose();
+      instances.clear();
+      for (const p of pools.values()) p.dispose();
+    },
+  };
+});

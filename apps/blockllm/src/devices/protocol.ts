@@ -1,0 +1,108 @@
+/**
+ * One "device" of a multi-device BlockLLM server: a worker thread with its own byte budget holding the block
+ * instances placed on it (BlockRuntimes over DevicePools), each with its own KV cache. It is served over the same
+ * worker-thread transport as the engine (server-kit's WorkerEngineClient ⇄ @tessera/cluster's serveWorkerHost):
+ * its work arrives as admin calls — deploy / evict an instance, run a step program, commit or abort the step —
+ * and it takes no generation requests of its own.
+ *
+ * A step program is the part of one chain step that runs on this device: groups of sequences, each group one block
+ * instance over the rows of every sequence (of any application) whose chain reaches it at that point (per-block
+ * batching). Consecutive groups on one device pass the hidden state on without copies; rows that arrive from or
+ * leave for another device travel as f32 host buffers (the hand-off the communication metrics count).
+ */
+import type { BlockManifest } from '@tessera/block-zoo';
+import { type EngineHost, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
+
+/** Hidden rows of some sequences, in order: `rows[i]` rows of `ids[i]`, `width` floats per row. */
+export interface RowBlock {
+  ids: string[];
+  rows: number[];
+  width: number;
+  data: Float32Array;
+}
+
+export interface ProgramGroup {
+  /** The block instance (a key of this device's instances). */
+  instance: string;
+  /** Its sequences in row order: new tokens (the prompt for a prefill, the last token for a decode). */
+  seqs: { id: string; app: string; tokens: number[] }[];
+}
+
+export interface DeviceProgram {
+  /** The coordinator's step number: every program of one step carries it; commit/abort name it. */
+  step: number;
+  /** The step this device ran last, which succeeded everywhere: commit its KV appends first (null: nothing to commit). */
+  commit: number | null;
+  /** Sequences to forget first (finished or cancelled since this device last heard). */
+  release: string[];
+  /** Rows arriving from other devices (they become those sequences' hidden state here). */
+  imports: RowBlock | null;
+  groups: ProgramGroup[];
+  /** Sequences whose hidden rows go back with the result (their next block is on another device). */
+  exports: string[];
+}
+
+export interface ProgramResult {
+  /** Last-token logits of the sequences whose group ended at the LM head. */
+  logits: { id: string; data: Float32Array }[];
+  exports: RowBlock | null;
+  /** Time spent running blocks (ms). */
+  computeMs: number;
+  /** Rows gathered into a new tensor between groups (0 when every group ran on its input or a view of it). */
+  copiedRows: number;
+  /** Per group: rows and the applications in it (per-block batching stats). */
+  runs: { instance: string; rows: number; apps: number }[];
+}
+
+export interface DeployArgs {
+  instance: string;
+  manifest: BlockManifest;
+  /** Instances with one pool key share resident tensors (BlockLLM: 'shared'); per-model provisioning uses one pool per application, so nothing is shared. */
+  pool: string;
+}
+
+export interface DeviceStats {
+  device: string;
+  budgetBytes: number;
+  /** Bytes of the distinct tensors resident, over all pools. */
+  residentBytes: number;
+  instances: { instance: string; block: string; pool: string; bytes: number; sequences: number }[];
+  /** Time spent running blocks since start (ms), and since the device started. */
+  busyMs: number;
+  upMs: number;
+}
+
+export interface DeviceProtocol {
+  placement: never;
+  item: never;
+  result: never;
+  notice: never;
+  admin: {
+    deploy: { args: DeployArgs; result: { residentBytes: number } };
+    evict: { args: { instance: string }; result: { residentBytes: number } };
+    run: { args: DeviceProgram; result: ProgramResult };
+    /** Ends a step: commit makes its KV appends permanent; abort gives the step's pages back everywhere. */
+    end: { args: { step: number; commit: boolean; release: string[] }; result: null };
+    stats: { args: null; result: DeviceStats };
+  };
+  ready: { device: string; backend: string };
+}
+
+export type DeviceHost = EngineHost<DeviceProtocol>;
+
+export interface DeviceInit {
+  device: string;
+  zooDir: string;
+  budgetBytes: number;
+  kvPages: number;
+  maxPositions: number;
+}
+
+/** Starts one device worker (several may run in one process: each is its own JS environment of the addon). */
+export function startDevice(init: DeviceInit): Promise<WorkerEngineClient<DeviceProtocol>> {
+  return WorkerEngineClient.start<DeviceProtocol>({
+    entry: workerEntry(import.meta.url, { source: './device-worker.ts', built: './device-worker.js' }),
+    workerData: init,
+    name: `tessera-blockllm-${init.device}`,
+  });
+}
