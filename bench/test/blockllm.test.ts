@@ -15,6 +15,7 @@ const TOY: BlockllmSizes = {
   scaling: [6],
   table2: [3],
   table2Sim: { requests: 12, durationMs: 10_000, output: [2, 8] },
+  real: null, // blockllm-real.test.ts runs the miniature at toy size
 };
 
 describe('blockllm bench (toy sizes)', () => {

@@ -8,14 +8,15 @@
  *   - Simulation (@tessera/sim's BlockLLM cluster): PM vs PS vs BlockLLM on 12 GPUs (Figs. 18–21), every
  *     ablation (Figs. 24–26, §7.3), 10 → 30 applications (Fig. 22) and Table 2-style 4-GPU runs.
  *
- * The real miniature (two devices, `real_throughput_vs_pm`) needs the BlockLLM server's workers: it is one more
- * section in SECTIONS when that exists; nothing here fakes it. Targets are reported against measured values in
- * the notes, never assumed.
+ *   - The real miniature (blockllm-real.ts): the BlockLLM server on two worker-thread devices against per-model
+ *     provisioning at equal memory, one seeded trace over HTTP (`real_throughput_vs_pm`, `real_p95_vs_pm`).
+ * Targets are reported against measured values in the notes, never assumed.
  */
 import { LLAMA_7B, NEOX_20B, type PeConfig, type TransformerShape, namedSize, sharedParamFraction, uniqueSize } from '@tessera/block-zoo';
 import { BLOCKLLM_ABLATIONS, type BlockllmSimOptions, type BlockllmSimResult, appMix, buildSimZoo, runBlockllmSimulation } from '@tessera/sim';
 
 import { barChart, lineChart } from '../svg.js';
+import { type BlockllmRealOptions, runBlockllmRealMiniature } from './blockllm-real.js';
 import type { Row, TableSpec } from '../table.js';
 import type { Bench, BenchContext, BenchOutput } from '../types.js';
 
@@ -29,6 +30,8 @@ export interface BlockllmSizes {
   /** Table 2: application counts on 4 GPUs, 40 requests. */
   table2: number[];
   table2Sim: { requests: number; durationMs: number; output: [number, number] };
+  /** The real miniature's options (null: skip it, e.g. in the toy-size test; blockllm-real.test.ts runs it). */
+  real: Omit<BlockllmRealOptions, 'quick'> | null;
 }
 
 export const BLOCKLLM_SIZES: { quick: BlockllmSizes; full: BlockllmSizes } = {
@@ -38,6 +41,7 @@ export const BLOCKLLM_SIZES: { quick: BlockllmSizes; full: BlockllmSizes } = {
     scaling: [10, 20],
     table2: [3, 12],
     table2Sim: { requests: 40, durationMs: 30_000, output: [8, 64] },
+    real: {},
   },
   // The full size is a loaded regime (Figs. 18–19 run deeply queued: PM's median is 3.39 min of a 20-min trace,
   // 17 %): the paper's 400 requests with prompts and outputs U[8, 512] (design note §8.3) arrive in 45 s, where the
@@ -48,6 +52,7 @@ export const BLOCKLLM_SIZES: { quick: BlockllmSizes; full: BlockllmSizes } = {
     scaling: [10, 15, 20, 25, 30],
     table2: [3, 6, 9, 12],
     table2Sim: { requests: 40, durationMs: 60_000, output: [8, 512] },
+    real: {},
   },
 };
 
@@ -300,11 +305,24 @@ export const simSection: SectionRunner = async (sizes, ctx) => {
   };
 };
 
-/** The sections in order; the real miniature (`real_throughput_vs_pm`) is added here when the server exists. */
+const realSection: SectionRunner = async (sizes, ctx) => {
+  if (sizes.real === null) return { rows: [], ratios: {}, tables: [], svgs: {}, params: { real: null } };
+  const real = await runBlockllmRealMiniature(ctx, { ...sizes.real, quick: ctx.quick });
+  const rows = real.rows.map((r) => ({ figure: 'real', ...r }));
+  const notes = [
+    ...real.notes,
+    `real_throughput_vs_pm ${fmt(real.ratios.real_throughput_vs_pm)} (target ≥ 1.3: ${met(real.ratios.real_throughput_vs_pm >= 1.3)}); real_p95_vs_pm ${fmt(real.ratios.real_p95_vs_pm)}.`,
+  ];
+  const columns = Object.keys(real.rows[0] ?? {}).map((key) => ({ key, header: key }));
+  return { rows, ratios: { ...real.ratios }, tables: [{ columns, rows: real.rows, notes }], svgs: {}, params: { real: sizes.real } };
+};
+
+/** The sections in order. */
 export const SECTIONS: readonly { name: string; run: SectionRunner }[] = [
   { name: 'table1', run: table1Section },
   { name: 'memory', run: memorySection },
   { name: 'simulation', run: simSection },
+  { name: 'real miniature', run: realSection },
 ];
 
 export async function runBlockllmBench(ctx: BenchContext, sizes: BlockllmSizes): Promise<BenchOutput> {
