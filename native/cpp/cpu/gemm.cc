@@ -262,11 +262,13 @@ void gemm_dot(const GemmArgs& g, Isa isa) {
   pairs_rows_scratch().trim(int64_t(1) << 20);
 }
 
-// Rows of op(A) up to which a transposed-B GEMM takes the decode path. AVX-512 (24 accumulators per register
-// block of 8 rows x 3 weight rows) and the scalar path take it for every decode batch; AVX2's register blocks
-// (4 x 3) need more loads per FMA than its packed 6 x 16 tiles, which were faster from 9 rows up (Zen, one
-// thread: 16 rows 23 vs 28 ms, 32 rows 40 vs 47 ms over the mini decoder's weights).
-int64_t dot_max_rows(Isa isa) { return isa == Isa::Avx2 ? 8 : kGemmDotMaxRows; }
+// Rows of op(A) up to which a transposed-B GEMM takes the decode path. Past 8 rows the packed tiles win on both
+// SIMD ISAs: AVX2's register blocks (4 x 3) need more loads per FMA than its 6 x 16 tiles (Zen, one thread: 16 rows
+// 23 vs 28 ms, 32 rows 40 vs 47 ms over the mini decoder's weights), and on Zen 5, whose two 512-bit FMA pipes make
+// a GEMM compute-bound from a few rows, the 8 x 48 tiles beat AVX-512's dot blocks from 9 rows up (2 threads, m =
+// 32: 368 vs 244 GFLOP/s at 4096 x 4096, 412 vs 276 at 768 x 3072; bf16 weights 447 vs 331). The scalar path keeps
+// every decode batch.
+int64_t dot_max_rows(Isa isa) { return isa == Isa::Scalar ? kGemmDotMaxRows : 8; }
 
 // Columns of C from which a GEMM with trans_a (and B not transposed) first transposes op(A) into rows. Otherwise
 // every X tile of op(A) is gathered column by column (one cache line per k for a few floats), again for every

@@ -16,8 +16,8 @@
 // over k against all m activation rows (see GemmDotPlan), in register blocks of a few rows and a few weight
 // rows; more rows than one block holds re-read a tile of weight rows from cache (dot_range in
 // gemm_common.inl). Every output is then the same dot product whatever m is, so a row's result does not depend
-// on its batch mates while m stays on this path: up to kGemmDotMaxRows rows (AVX2 hands more than 8 rows to its
-// packed tiles; see dot_max_rows in gemm.cc).
+// on its batch mates while m stays on this path: up to 8 rows on AVX2 and AVX-512, which hand more to their packed
+// tiles (see dot_max_rows in gemm.cc), and up to kGemmDotMaxRows on the scalar path.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -33,8 +33,8 @@ namespace tessera::cpu {
 // rows sit one cache line further apart than the block so that they fall in different L1 sets.
 constexpr int64_t kGemmKcMax = 4096;
 constexpr int64_t kGemmXStride = kGemmKcMax + 16;
-// The dot-product (decode) path handles up to this many rows of op(A) when B is transposed: a decode step of up
-// to 32 sequences streams each weight once.
+// The most rows of op(A) the dot-product (decode) path handles when B is transposed (the scalar path's limit; the
+// SIMD ISAs use it up to 8 rows, see dot_max_rows in gemm.cc).
 constexpr int64_t kGemmDotMaxRows = 32;
 // Weight rows per tile when the decode rows take several register blocks (a multiple of every ISA's weight
 // rows per group, 3, 4, 6 and 8, so no tile ends in a partial group): 24 rows of k = 4096 f32 are 384 KB,

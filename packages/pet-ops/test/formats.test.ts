@@ -144,7 +144,7 @@ describe('PET files', () => {
       [craft({ __metadata__: meta({ pet_config: '{"labels":"a"}' }) }), /labels must be a list of strings/],
       [craft({ __metadata__: meta({ pet_config: '{"labels":["a"],"rank":1.5}' }) }), /rank must be an integer/],
       [craft({ __metadata__: meta({ pet_config: '{"labels":["a"],"bottle_neck":4}' }) }), /unknown key "bottle_neck"/],
-      [craft({ __metadata__: meta({ pet_config: '{"labels":["a"],"activation":"relu"}' }) }), /activation must be one of gelu, gelu_tanh/],
+      [craft({ __metadata__: meta({ pet_config: '{"labels":["a"],"activation":"swish"}' }) }), /activation must be one of gelu, gelu_tanh, relu/],
       [craft({ __metadata__: meta(), a: { dtype: 'F16', shape: [2], data_offsets: [0, 4] } }, four), /dtype "F16".*F32, I32, U8 only/],
       [craft({ __metadata__: meta(), a: { dtype: 'F32', shape: [2], data_offsets: [0, 4] } }, four), /span 4 bytes but \[2\] F32 needs 8/],
       [craft({ __metadata__: meta(), a: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }, four), /shape must be/],

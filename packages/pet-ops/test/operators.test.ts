@@ -202,7 +202,7 @@ describe('validation', () => {
     expect(() => bitfitOp.validate({ config } as never, { ...gen('diff') })).toThrow(/of type diff, not bitfit/);
     expect(() => validate({ ...gen('lora'), config: { ...gen('lora').config, rank: 0 } })).toThrow(/rank must be a positive integer/);
     expect(() => validate({ ...gen('prefix'), config: { labels: ['a', 'b', 'c'] } })).toThrow(/prefixLength/);
-    expect(() => validate({ ...gen('adapter'), config: { ...gen('adapter').config, activation: 'relu' as 'gelu' } })).toThrow(/activation/);
+    expect(() => validate({ ...gen('adapter'), config: { ...gen('adapter').config, activation: 'swish' as 'gelu' } })).toThrow(/activation/);
     const op = registry.get('standard');
     if (!isConfigValidating(op)) throw new Error('unreachable');
     expect(() => op.validateForConfig({ ...config, architecture: 'BertModel', numLabels: 0, labels: [] }, gen('standard'))).toThrow(/pooler/);
