@@ -320,6 +320,33 @@ describe('decode path (transB, m <= 32)', () => {
   });
 });
 
+describe('packed path (transB, m > 8 on the SIMD ISAs)', () => {
+  // Every row of op(A) runs in vector lanes, ragged last vector included, and k is blocked by k alone: an output
+  // is the same FMA chain whatever m is, so a row's result does not depend on its batch mates above 8 rows either.
+  it('gives a row the same bits whatever its batch mates, for every m from 9 up, on every ISA', () => {
+    const [n, k, rows] = [53, 301, 72];
+    const aData = randomFloats(rows * k, 1800);
+    for (const dtype of ['f32', 'bf16'] as const) {
+      const w = weight(randomFloats(n * k, 1801), [n, k], dtype);
+      forEachIsa((isa) => {
+        if (isa === 'scalar') return; // its decode path takes up to 32 rows
+        const run = (start: number, m: number): Float32Array => {
+          const a = tensorF32(aData.subarray(start * k, (start + m) * k), [m, k]);
+          const out = f32(gemm(a, w.t, { transB: true }));
+          a.dispose();
+          return out;
+        };
+        const full = run(0, rows);
+        for (const m of [9, 15, 16, 17, 24, 33, 47, 48, 49, 63]) {
+          const start = (m * 5) % (rows - m + 1);
+          expectBitwiseEqual(run(start, m), full.subarray(start * n, (start + m) * n), `${isa} ${dtype} rows ${start}..${start + m}`);
+        }
+      });
+      w.t.dispose();
+    }
+  });
+});
+
 describe("compute 'bf16'", () => {
   // Both operands are rounded to bf16 (round to nearest even), so every product is exact in f32 and the kernels
   // differ from the reference (the same rounding, then double sums) only in f32 summation: the f32 tolerance above,

@@ -24,6 +24,7 @@ export const DEFAULTS = {
   trainBatch: 8,
   maxBatch: 32,
   slots: 4,
+  deviceCache: 0,
   pipeline: 'fine' as PipelineOption,
   maxInputs: 64,
   redisPrefix: 'tessera',
@@ -59,6 +60,7 @@ const FLAGS = flagTable([
     [
       { flag: 'max-batch', arg: '<n>', help: `requests per batch (default ${DEFAULTS.maxBatch})`, env: 'HMI_MAX_BATCH' },
       { flag: 'slots', arg: '<n>', help: `batches in flight in the pipeline (default ${DEFAULTS.slots})`, env: 'HMI_SLOTS' },
+      { flag: 'device-cache', arg: '<n>', help: `tenants kept on the device between batches, an LRU (default ${DEFAULTS.deviceCache}: every batch copies its adapters, as the paper)`, env: 'HMI_DEVICE_CACHE' },
       { flag: 'pipeline', arg: '<mode>', help: `${PIPELINES.join(' | ')} (default ${DEFAULTS.pipeline})`, env: 'HMI_PIPELINE' },
       { flag: 'max-inputs', arg: '<n>', help: `most texts in one classify request (default ${DEFAULTS.maxInputs})`, env: 'HMI_MAX_INPUTS' },
       { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores)', env: 'HMI_THREADS' },
@@ -134,6 +136,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     redisPrefix: str('redis-prefix', 'HMI_REDIS_PREFIX') ?? DEFAULTS.redisPrefix,
     maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'HMI_MAX_BATCH'), 1, 4096) ?? DEFAULTS.maxBatch,
     slots: parseIntegerFlag('--slots', str('slots', 'HMI_SLOTS'), 1, 64) ?? DEFAULTS.slots,
+    deviceCache: parseIntegerFlag('--device-cache', str('device-cache', 'HMI_DEVICE_CACHE'), 0, 1_000_000) ?? DEFAULTS.deviceCache,
     pipeline: parseChoiceFlag('--pipeline', str('pipeline', 'HMI_PIPELINE'), PIPELINES, DEFAULTS.pipeline),
     maxInputs: parseIntegerFlag('--max-inputs', str('max-inputs', 'HMI_MAX_INPUTS'), 1, 65_536) ?? DEFAULTS.maxInputs,
     threads: parseIntegerFlag('--threads', str('threads', 'HMI_THREADS'), 1, 1024),

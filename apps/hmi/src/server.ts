@@ -52,6 +52,8 @@ export interface ServerOptions extends ServerBaseOptions {
   redis?: { url: string; prefix: string } | undefined;
   maxBatch?: number | undefined;
   slots?: number | undefined;
+  /** Tenants kept on the device between batches (the device LRU; default 0). */
+  deviceCache?: number | undefined;
   pipeline?: PipelineOption | undefined;
   maxInputs?: number | undefined;
   threads?: number | undefined;
@@ -95,6 +97,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           ft: { steps: options.ftSteps ?? DEFAULTS.ftSteps, batchSize: batch, lr: options.ftLr ?? DEFAULTS.ftLr, seed: 1 },
           maxBatch: options.maxBatch ?? DEFAULTS.maxBatch,
           slots: options.slots ?? DEFAULTS.slots,
+          deviceCache: options.deviceCache ?? DEFAULTS.deviceCache,
           pipeline: options.pipeline ?? DEFAULTS.pipeline,
           tenantsDir, hostBudgetBytes: options.hostBudgetBytes, durableTenants: !scratch, removeTenantsDir: scratch,
         });

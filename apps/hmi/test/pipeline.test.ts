@@ -109,6 +109,37 @@ describe('pipelined runner', () => {
     }
   });
 
+  it('with a device LRU smaller than the tenants: hits skip their copies, evictions and updated tenants miss, and the bits stay the sequential ones', async () => {
+    const work = batches();
+    const sequential = new HmiRunner({ model, plot, bottleneck: M, maxBatch: 8, slots: 1 });
+    const want = work.map((b) => bits(sequential.runSequential(b)));
+    // Two tenants updated between rounds: new arrays, the same id (a cached slot must not serve the old weights).
+    const updated = new Map<TenantState, TenantState>();
+    const again = work.map((b) => ({
+      ...b,
+      requests: b.requests.map((r) => {
+        if (r.tenant.id !== 't0' && r.tenant.id !== 't3') return r;
+        if (!updated.has(r.tenant)) updated.set(r.tenant, randomTenant(r.tenant.id, r.tenant.version, 900 + Number(r.tenant.id.slice(1))));
+        return { ...r, tenant: updated.get(r.tenant)! };
+      }),
+    }));
+    const wantAgain = again.map((b) => bits(sequential.runSequential(b)));
+    sequential.close();
+    const runner = new HmiRunner({ model, plot, bottleneck: M, maxBatch: 8, slots: 4, mode: 'fine', deviceCache: 3 });
+    const requests = work.reduce((n, b) => n + b.requests.length, 0);
+    expect((await Promise.all(work.map((b) => runner.run(b)))).map(bits)).toEqual(want);
+    expect((await Promise.all(again.map((b) => runner.run(b)))).map(bits)).toEqual(wantAgain);
+    const { deviceHits, adapterCopies, deviceCacheWrites } = runner.times;
+    expect(deviceHits).toBeGreaterThan(0);
+    expect(adapterCopies).toBe(2 * (2 * requests - deviceHits)); // two upper layers per copied request
+    expect(deviceCacheWrites).toBeGreaterThan(0);
+    const stats = runner.deviceCache.stats();
+    expect(stats.evictions).toBeGreaterThan(0); // 10 tenants through 3 slots
+    expect(stats.hits).toBe(deviceHits);
+    expect(runner.deviceCache.size).toBeLessThanOrEqual(3);
+    runner.close();
+  });
+
   it('gives each row its own tenant: swapping two tenants’ adapters changes their logits', () => {
     const runner = new HmiRunner({ model, plot, bottleneck: M, maxBatch: 8, slots: 1 });
     const a = randomTenant('a', 'root', 1);

@@ -46,8 +46,6 @@ constexpr int64_t kXOuterMaxYBytes = int64_t(2) << 20;
 static_assert(kKc <= kGemmKcMax && kKcTransposed <= kGemmKcMax, "k block exceeds the packed X tile");
 // Prepacked op(A)^T is built in chunks of columns of at most this many floats (32 MB).
 constexpr int64_t kMaxPrepackFloats = int64_t(8) << 20;
-// Rows of op(A) past a multiple of 16 that are computed as dot products rather than in mostly empty vectors.
-constexpr int64_t kMaxDotTail = 8;
 
 // ---------------------------------------------------------------- scalar path
 
@@ -57,7 +55,6 @@ struct ScalarKern {
   static constexpr int kLanes = 8;
   static constexpr bool kDirectBf16 = false;
   static constexpr bool kPackInMicro = false;
-  static constexpr bool kDotTail = false;
 
   static void pack_x(const GemmPlan& plan, int64_t p, int rows, int64_t k0, int64_t kc, float* xt) {
     for (int r = 0; r < rows; ++r) {
@@ -345,42 +342,22 @@ void gemm_packed(const GemmArgs& g_in, Isa isa) {
   plan.ldx = g.ldb;
   plan.x_dtype = g.b_dtype;
   plan.z_trans = true;
-  // The last m % 16 rows of op(A) would fill vectors that are mostly empty lanes; where the ISA has a dot
-  // product tail, up to kMaxDotTail of them are computed that way (see GemmPlan::q_tail).
-  static thread_local GemmScratch at_scratch, tail_scratch;
-  int64_t tail = 0;
-  if (isa == Isa::Avx512) {
-    const int64_t t = g.m % s.lanes;
-    if (t <= kMaxDotTail && g.m > t) tail = t;
-  }
-  const int64_t m_main = g.m - tail;
-  const float* tail_a = g.a + m_main * g.lda;
-  int64_t tail_lda = g.lda;
-  if (tail > 0 && g.trans_a) {  // the tail wants rows of op(A) contiguous in k
-    float* rows = tail_scratch.get(tail * g.k);
-    for (int64_t t = 0; t < tail; ++t)
-      for (int64_t p = 0; p < g.k; ++p) rows[t * g.k + p] = g.a[p * g.lda + m_main + t];
-    tail_a = rows;
-    tail_lda = g.k;
-  }
+  // Every row of op(A) runs in vector lanes, a ragged last vector included: an output's sum is then the same
+  // FMA chain over k whatever m is and wherever its row falls, so a row's result does not depend on its batch mates
+  // on this path (a dot-product tail for the last m % 16 rows was faster but broke that).
+  static thread_local GemmScratch at_scratch;
   const int64_t chunk = std::max<int64_t>(s.nr, kMaxPrepackFloats / g.k / s.nr * s.nr);
-  for (int64_t q0 = 0; q0 < m_main; q0 += chunk) {
-    const int64_t Q = std::min(chunk, m_main - q0);
+  for (int64_t q0 = 0; q0 < g.m; q0 += chunk) {
+    const int64_t Q = std::min(chunk, g.m - q0);
     float* packed = at_scratch.get(gemm_prepacked_floats(Q, g.k, s));
     prepack_at_parallel(isa, g.trans_a ? g.a + q0 : g.a + q0 * g.lda, g.lda, g.trans_a, Q, g.k, packed, s);
     plan.Q = Q;
     plan.y_packed = packed;
     plan.c = g.c + q0 * g.ldc;
-    if (q0 + Q == m_main && tail > 0) {
-      plan.q_tail = tail;
-      plan.tail_a = tail_a;
-      plan.tail_lda = tail_lda;
-    }
     choose_blocks(plan, s);
     run_plan(isa, plan);
   }
   at_scratch.trim(int64_t(4) << 20);
-  tail_scratch.trim(int64_t(1) << 20);
   op_a_scratch.trim(int64_t(4) << 20);
 }
 

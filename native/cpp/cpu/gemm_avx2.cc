@@ -75,7 +75,6 @@ struct Kern : KernPacking {
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = false;
   static constexpr bool kPackInMicro = false;
-  static constexpr bool kDotTail = false;
 
   static void micro(int rows, int cols, int64_t kc, const void* xt, int64_t xs, DType xdt, const float* y, int64_t ys,
                     const GemmPlan& plan, int64_t p, int64_t q, bool first);

@@ -72,14 +72,11 @@ struct Kern : KernPacking {
   static constexpr int kLanes = tessera::cpu::kLanes;
   static constexpr bool kDirectBf16 = true;
   static constexpr bool kPackInMicro = true;
-  static constexpr bool kDotTail = true;
 
   static void micro(int rows, int cols, int64_t kc, const void* x, int64_t xs, DType xdt, const float* y, int64_t ys,
                     const GemmPlan& plan, int64_t p, int64_t q, bool first);
   static void micro_pack(int rows, int cols, int64_t kc, const float* x, int64_t xs, const GemmPlan& plan, int64_t k0, float* ydst,
                          int64_t ys, int64_t p, int64_t q, bool first);
-  static void dot_tail(const GemmPlan& plan, int64_t p, int rows, const void* x, int64_t xs, DType xdt, int64_t k0, int64_t kc,
-                       bool first);
 };
 
 // ---------------------------------------------------------------- micro-kernel
@@ -245,64 +242,6 @@ void Kern::micro_pack(int rows, int cols, int64_t kc, const float* x, int64_t xs
       src = offset_elems<DType::F32>(plan.y, off);
   }
   fn(cols, kc, x, xs, src, plan.ldy, ydst, ys, plan, p, q, first);
-}
-
-// ---------------------------------------------------------------- tail columns as dot products
-
-// Z(p + r, Q + t) over k block [k0, k0 + kc) for r < 8, t < TA: acc[r][t] sums x_r * a_t over 16-lane chunks
-// of k. X rows past `rows` repeat row 0 (valid memory); their sums are dropped.
-template <int TA, DType XDT>
-void dot_tail_rows(const GemmPlan& plan, int64_t p, int rows, const void* x, int64_t xs, int64_t k0, int64_t kc, int64_t t0,
-                   bool first) {
-  __m512 acc[kMr][TA];
-  for (int r = 0; r < kMr; ++r)
-    for (int t = 0; t < TA; ++t) acc[r][t] = _mm512_setzero_ps();
-  const void* xrow[kMr];
-  for (int r = 0; r < kMr; ++r) xrow[r] = offset_elems<XDT>(x, (r < rows ? r : 0) * xs);
-  const float* arow[TA];
-  for (int t = 0; t < TA; ++t) arow[t] = plan.tail_a + (t0 + t) * plan.tail_lda + k0;
-  int64_t kk = 0;
-  for (; kk + 16 <= kc; kk += 16) {
-    __m512 av[TA];
-    for (int t = 0; t < TA; ++t) av[t] = _mm512_loadu_ps(arow[t] + kk);
-    for (int r = 0; r < kMr; ++r) {
-      __m512 xv = load16_full<XDT>(xrow[r], kk);
-      __asm__("" : "+v"(xv));
-      for (int t = 0; t < TA; ++t) acc[r][t] = _mm512_fmadd_ps(xv, av[t], acc[r][t]);
-    }
-  }
-  if (kk < kc) {
-    const __mmask16 m = lane_mask(kc - kk);
-    __m512 av[TA];
-    for (int t = 0; t < TA; ++t) av[t] = _mm512_maskz_loadu_ps(m, arow[t] + kk);
-    for (int r = 0; r < kMr; ++r) {
-      const __m512 xv = load16<XDT>(xrow[r], kk, m);
-      for (int t = 0; t < TA; ++t) acc[r][t] = _mm512_fmadd_ps(xv, av[t], acc[r][t]);
-    }
-  }
-  for (int t = 0; t < TA; ++t) {
-    float* c = plan.c + (plan.Q + t0 + t) * plan.ldc + p;  // Z is C^T here: tail column q is C's row q
-    for (int r = 0; r < rows; ++r)
-      gemm_store_scalar(c + r, _mm512_reduce_add_ps(acc[r][t]), plan.alpha, plan.beta, plan.bias ? plan.bias + p + r : nullptr,
-                        first);
-  }
-}
-
-void Kern::dot_tail(const GemmPlan& plan, int64_t p, int rows, const void* x, int64_t xs, DType xdt, int64_t k0, int64_t kc,
-                    bool first) {
-  // Three tail rows at a time keep 24 accumulators in registers.
-  for (int64_t t0 = 0; t0 < plan.q_tail; t0 += 3) {
-    const int64_t ta = std::min<int64_t>(3, plan.q_tail - t0);
-    if (xdt == DType::BF16) {
-      if (ta == 3) dot_tail_rows<3, DType::BF16>(plan, p, rows, x, xs, k0, kc, t0, first);
-      else if (ta == 2) dot_tail_rows<2, DType::BF16>(plan, p, rows, x, xs, k0, kc, t0, first);
-      else dot_tail_rows<1, DType::BF16>(plan, p, rows, x, xs, k0, kc, t0, first);
-    } else {
-      if (ta == 3) dot_tail_rows<3, DType::F32>(plan, p, rows, x, xs, k0, kc, t0, first);
-      else if (ta == 2) dot_tail_rows<2, DType::F32>(plan, p, rows, x, xs, k0, kc, t0, first);
-      else dot_tail_rows<1, DType::F32>(plan, p, rows, x, xs, k0, kc, t0, first);
-    }
-  }
 }
 
 // ---------------------------------------------------------------- decode: dot products over k

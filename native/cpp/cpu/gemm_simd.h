@@ -63,11 +63,6 @@ struct GemmPlan {
   int64_t kc = 0, p_block = 0, q_block = 0, p_blocks = 0, q_blocks = 0;  // tasks = p_blocks * q_blocks
   // Loop order inside a task: X tile outer and k blocks inner (only with y_packed), or k blocks outer.
   bool x_outer = false;
-  // A few more columns of Z after Q (fewer than one vector's worth), computed by the tasks of the last Q block
-  // as dot products over k with rows tail_a[t * tail_lda + k] instead of mostly empty vector lanes.
-  int64_t q_tail = 0;
-  const float* tail_a = nullptr;
-  int64_t tail_lda = 0;
 };
 
 // The decode path: C[i, j] = alpha * dot(a_i, w_j) + beta * C[i, j] + bias[j] for i < m <= kGemmDotMaxRows.
@@ -191,8 +186,6 @@ class GemmScratch {
 //       update; X row r is x + r * xs elements of dtype xdt (f32, or bf16 where kDirectBf16)
 //   micro_pack(rows, cols, kc, x, xs, plan, k0, ydst, ystride, p, q, first)   the same with f32 X, reading Y
 //       from plan.y and packing it into ydst on the way (only where kPackInMicro)
-//   dot_tail(plan, p, rows, x, xs, xdt, k0, kc, first)   the plan.q_tail extra columns of Z for these X rows,
-//       as dot products against plan.tail_a (only where kDotTail)
 template <class Kern>
 void run_gemm_task(const GemmPlan& plan, int64_t task) {
   constexpr int MR = Kern::kMr, NR = Kern::kNr, VL = Kern::kLanes;
@@ -239,9 +232,6 @@ void run_gemm_task(const GemmPlan& plan, int64_t task) {
         }
       }
       Kern::micro(rows, cols, kc, xr, xs, xdt, y, stride, plan, p, q, k0 == 0);
-    }
-    if constexpr (Kern::kDotTail) {
-      if (plan.q_tail > 0 && q1 == plan.Q) Kern::dot_tail(plan, p, rows, xr, xs, xdt, k0, kc, k0 == 0);
     }
   };
 

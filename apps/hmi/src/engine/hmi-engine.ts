@@ -29,6 +29,8 @@ export interface HmiEngineOptions extends Omit<ManagerSettings, 'modelDir'> {
   maxBatch: number;
   /** In-flight batches (host staging slots K). */
   slots: number;
+  /** Tenants kept on the device between batches (the runner's device LRU; 0: none). */
+  deviceCache?: number | undefined;
   pipeline: PipelineMode | 'sequential';
   queue: JobQueue;
   /** The directory of tenant files (`<id>.tsadapt`): tenants persisted there by an earlier run come back. */
@@ -97,6 +99,8 @@ export class HmiEngine {
     const mode = options.pipeline === 'sequential' ? 'synchronized' : options.pipeline;
     this.runner = new HmiRunner({
       model, plot, bottleneck: options.bottleneck, maxBatch: options.maxBatch, slots: options.pipeline === 'sequential' ? 1 : options.slots, mode,
+      // The sequential path is the oracle: it copies every batch's adapters, so no device cache there.
+      deviceCache: options.pipeline === 'sequential' ? 0 : options.deviceCache,
       // §1.8's hierarchical prefetch: while a batch retrieves, the next batch's tenants come from disk to host.
       onRetrieve: () => this.prefetchNext(),
     });

@@ -19,7 +19,7 @@
  * is its own event-loop turn, which also keeps the HTTP server responsive while batches run. The stage clocks
  * (`times`) are what /metrics reports.
  */
-import { LayerwisePipeline, type PipelineAction, type PipelineMode } from '@tessera/adapter-swap';
+import { DeviceSlotCache, LayerwisePipeline, type PipelineAction, type PipelineMode } from '@tessera/adapter-swap';
 import type { EncoderBatchContext, EncoderModel, ModelDelta } from '@tessera/engine';
 import type { Tensor } from '@tessera/native';
 import { AdapterStackBuffer, type AdapterStackSegment } from '@tessera/pet-ops';
@@ -48,8 +48,12 @@ export interface StageTimes {
   headMs: number;
   batches: number;
   requests: number;
-  /** Adapter-layer copies made (|batch| × L_up per batch: no device cache, the paper's default). */
+  /** Adapter-layer copies made (|batch| × L_up per batch without a device cache, the paper's default). */
   adapterCopies: number;
+  /** Requests whose tenant was resident in the device cache (their copies skipped). */
+  deviceHits: number;
+  /** Adapter layers written into the device cache after a batch (its misses, for the next batches). */
+  deviceCacheWrites: number;
 }
 
 export interface RunnerOptions {
@@ -64,6 +68,11 @@ export interface RunnerOptions {
   mode?: PipelineMode;
   /** Called as each batch's retrieve stage starts: the engine prefetches the next batch's tenants (disk → host). */
   onRetrieve?: (() => void) | undefined;
+  /**
+   * Tenants kept on the device between batches (the optional device LRU; default 0, the paper's: every batch copies
+   * its adapters). A pipelined request whose tenant is resident skips its copies and reads the cached slot.
+   */
+  deviceCache?: number | undefined;
 }
 
 interface Work {
@@ -71,6 +80,8 @@ interface Work {
   slot: number;
   seqLen: number;
   segments: AdapterStackSegment[];
+  /** Per request: the device-cache slot it reads (pinned until the batch is done), or null (copied this batch). */
+  hits: (number | null)[];
   h0: Tensor | null;
   ctx: EncoderBatchContext | null;
   /** The compute is waiting in beforeLayer for layer `layer` to be handed out. */
@@ -105,7 +116,9 @@ export class HmiRunner {
   readonly slots: number;
   readonly mode: PipelineMode;
   private readonly onRetrieve: (() => void) | undefined;
-  readonly times: StageTimes = { retrieveMs: 0, gatherMs: 0, copyMs: 0, computeMs: 0, headMs: 0, batches: 0, requests: 0, adapterCopies: 0 };
+  readonly times: StageTimes = { retrieveMs: 0, gatherMs: 0, copyMs: 0, computeMs: 0, headMs: 0, batches: 0, requests: 0, adapterCopies: 0, deviceHits: 0, deviceCacheWrites: 0 };
+  /** The device LRU (pure policy): which of the device buffers' cache slots holds which tenant. */
+  readonly deviceCache: DeviceSlotCache;
   /** Stage trace of the pipelined path (kind, batch, layer), when `trace` is on: the tests read the order. */
   readonly trace: { kind: PipelineAction['kind'] | 'computed'; batch: number; layer: number }[] = [];
   traceOn = false;
@@ -129,7 +142,10 @@ export class HmiRunner {
     this.slots = o.slots;
     this.mode = o.mode ?? 'fine';
     this.onRetrieve = o.onRetrieve;
-    this.device = Array.from({ length: this.upperLayers }, () => new AdapterStackBuffer({ hidden: c.hiddenSize, bottleneck: o.bottleneck, slots: o.maxBatch }, o.model.backend));
+    this.deviceCache = new DeviceSlotCache(o.deviceCache ?? 0);
+    // Slots [0, maxBatch) take each batch's copies; [maxBatch, maxBatch + deviceCache) hold the cached tenants.
+    const deviceSlots = o.maxBatch + this.deviceCache.capacity;
+    this.device = Array.from({ length: this.upperLayers }, () => new AdapterStackBuffer({ hidden: c.hiddenSize, bottleneck: o.bottleneck, slots: deviceSlots }, o.model.backend));
     this.numel = this.device[0]!.numel;
     this.staging = Array.from({ length: o.slots }, () => Array.from({ length: this.upperLayers }, () => new Float32Array(o.maxBatch * this.numel)));
     this.pipeline = new LayerwisePipeline({ layers: this.upperLayers, slots: o.slots, mode: this.mode });
@@ -146,7 +162,7 @@ export class HmiRunner {
     return new Promise((resolve, reject) => {
       const b = this.pipeline.submit();
       this.work.set(b, {
-        batch, slot: b % this.slots, seqLen: Math.max(...batch.requests.map((r) => r.ids.length)), segments: [], h0: null, ctx: null,
+        batch, slot: b % this.slots, seqLen: Math.max(...batch.requests.map((r) => r.ids.length)), segments: [], hits: [], h0: null, ctx: null,
         waiter: null, issued: 0, failed: undefined, layerStart: 0, resolve, reject,
       });
       this.pump();
@@ -200,26 +216,66 @@ export class HmiRunner {
     return h;
   }
 
-  private gather(batch: RunBatch, slot: number): void {
+  /** Host staging of the requests not served from the device cache (hits: null for every request = no cache). */
+  private gather(batch: RunBatch, slot: number, hits: readonly (number | null)[] = []): void {
     const t0 = performance.now();
     const staging = this.staging[slot]!;
     batch.requests.forEach((r, i) => {
+      if ((hits[i] ?? null) !== null) return;
       for (let j = 0; j < this.upperLayers; j++) staging[j]!.set(r.tenant.adapters[j]!, i * this.numel);
     });
     this.times.gatherMs += performance.now() - t0;
   }
 
-  private copy(batch: RunBatch, slot: number, layer: number): void {
+  private copy(batch: RunBatch, slot: number, layer: number, hits: readonly (number | null)[] = []): void {
     const t0 = performance.now();
     const src = this.staging[slot]![layer]!;
     const dst = this.device[layer]!;
-    for (let i = 0; i < batch.requests.length; i++) dst.write(i, src.subarray(i * this.numel, (i + 1) * this.numel));
-    this.times.adapterCopies += batch.requests.length;
+    for (let i = 0; i < batch.requests.length; i++) {
+      if ((hits[i] ?? null) !== null) continue;
+      dst.write(i, src.subarray(i * this.numel, (i + 1) * this.numel));
+      this.times.adapterCopies++;
+    }
     this.times.copyMs += performance.now() - t0;
   }
 
-  private segmentsOf(batch: RunBatch, seqLen: number): AdapterStackSegment[] {
-    return batch.requests.map((r, i) => ({ slot: i, rows: { start: i * seqLen, seqs: 1, stride: 0, tokens: r.ids.length } }));
+  /** Each request's rows and the device slot it reads: its cached slot on a hit, else its own copy slot. */
+  private segmentsOf(batch: RunBatch, seqLen: number, hits: readonly (number | null)[] = []): AdapterStackSegment[] {
+    return batch.requests.map((r, i) => {
+      const hit = hits[i] ?? null;
+      return { slot: hit === null ? i : this.maxBatch + hit, rows: { start: i * seqLen, seqs: 1, stride: 0, tokens: r.ids.length } };
+    });
+  }
+
+  /** The batch's tenants resident in the device cache, pinned until the batch is done (no cache: all null). */
+  private lookupDevice(batch: RunBatch): (number | null)[] {
+    if (this.deviceCache.capacity === 0) return batch.requests.map(() => null);
+    const hits = batch.requests.map((r) => this.deviceCache.lookup(r.tenant.id, r.tenant.adapters));
+    for (const h of hits) if (h !== null) this.times.deviceHits++;
+    return hits;
+  }
+
+  /**
+   * After a batch: unpin its hits, and write its misses' adapters (still in its host staging slot, which the next
+   * batch on that slot may only overwrite once this one has finished) into the device cache for the batches after.
+   */
+  private settleDevice(w: Work): void {
+    const hits = w.hits;
+    w.hits = [];
+    if (this.deviceCache.capacity === 0 || hits.length === 0) return;
+    for (const h of hits) if (h !== null) this.deviceCache.unpin(h);
+    if (w.failed !== undefined) return;
+    const written = new Set<string>();
+    w.batch.requests.forEach((r, i) => {
+      if (hits[i] !== null || written.has(r.tenant.id)) return;
+      const c = this.deviceCache.insert(r.tenant.id, r.tenant.adapters);
+      if (c === null) return;
+      written.add(r.tenant.id);
+      for (let j = 0; j < this.upperLayers; j++) {
+        this.device[j]!.write(this.maxBatch + c, this.staging[w.slot]![j]!.subarray(i * this.numel, (i + 1) * this.numel));
+        this.times.deviceCacheWrites++;
+      }
+    });
   }
 
   /** Layer N + j's attention output gets the batch's adapters of layer j (device buffer D_j), one native call. */
@@ -296,8 +352,11 @@ export class HmiRunner {
           if (action.kind === 'retrieve') {
             w.h0 = this.retrieve(w.batch, w.seqLen);
             w.segments = this.segmentsOf(w.batch, w.seqLen);
-          } else if (action.kind === 'gather') this.gather(w.batch, w.slot);
-          else this.copy(w.batch, w.slot, action.layer);
+          } else if (action.kind === 'gather') {
+            w.hits = this.lookupDevice(w.batch);
+            w.segments = this.segmentsOf(w.batch, w.seqLen, w.hits);
+            this.gather(w.batch, w.slot, w.hits);
+          } else this.copy(w.batch, w.slot, action.layer, w.hits);
         } catch (err) {
           w.failed = err;
         }
@@ -362,6 +421,7 @@ export class HmiRunner {
   }
 
   private release(w: Work): void {
+    this.settleDevice(w);
     w.ctx?.dispose();
     w.ctx = null;
     w.h0?.dispose();

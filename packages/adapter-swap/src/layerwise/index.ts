@@ -33,3 +33,4 @@ export {
   MAX_ADAPTER_METADATA_BYTES,
 } from './adapter-file.js';
 export { AdapterFileError, type AdapterFileProblem, AdapterShapeError } from './store-errors.js';
+export { DeviceSlotCache, type DeviceSlotStats } from './device-slots.js';
