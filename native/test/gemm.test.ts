@@ -108,7 +108,11 @@ interface RunSpec {
   beta: number;
   withBias: boolean;
   dtype: DType;
+  /** 'bf16': both operands rounded to bf16 (the reference rounds the same way; S' is over the rounded values). */
+  compute?: 'f32' | 'bf16';
 }
+
+const bf16Rounded = (x: Float32Array): Float32Array => fromHalfBits(toHalfBits(x, 'bf16'), 'bf16');
 
 const variants: RunSpec[] = [
   { alpha: 1, beta: 0, withBias: false, dtype: 'f32' },
@@ -125,7 +129,8 @@ function checkProblem(p: Problem, spec: RunSpec, seed: number): void {
   const biasData = spec.withBias ? randomFloats(p.n, seed + 2) : undefined;
   const bias = biasData ? tensorF32(biasData, [p.n]) : undefined;
   const c0 = randomFloats(p.m * p.n, seed + 3, -2, 2);
-  const opts = { transA: p.transA, transB: p.transB, alpha: spec.alpha, beta: spec.beta, ...(bias ? { bias } : {}) };
+  const compute = spec.compute ?? 'f32';
+  const opts = { transA: p.transA, transB: p.transB, alpha: spec.alpha, beta: spec.beta, compute, ...(bias ? { bias } : {}) };
   const run = (reference: boolean): Float32Array => {
     const out = tensorF32(c0, [p.m, p.n]);
     gemm(a, w.t, { ...opts, out, reference });
@@ -134,9 +139,10 @@ function checkProblem(p: Problem, spec: RunSpec, seed: number): void {
     return result;
   };
   const want = run(true);
-  const scale = errorScale(p, aData, w.values, spec.alpha, spec.beta, c0, biasData);
+  const seen = (x: Float32Array) => (compute === 'bf16' ? bf16Rounded(x) : x);
+  const scale = errorScale(p, seen(aData), seen(w.values), spec.alpha, spec.beta, c0, biasData);
   forEachIsa((isa) => {
-    const what = label(p, ` ${spec.dtype} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`);
+    const what = label(p, ` ${spec.dtype}${compute === 'bf16' ? ' compute bf16' : ''} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`);
     expectWithin(run(false), want, scale, p.k, `${isa} ${what}`);
   });
   a.dispose();
@@ -349,33 +355,11 @@ describe('packed path (transB, m > 8 on the SIMD ISAs)', () => {
 
 describe("compute 'bf16'", () => {
   // Both operands are rounded to bf16 (round to nearest even), so every product is exact in f32 and the kernels
-  // differ from the reference (the same rounding, then double sums) only in f32 summation: the f32 tolerance above,
-  // with S' taken over the rounded values.
-  const rounded = (x: Float32Array): Float32Array => fromHalfBits(toHalfBits(x, 'bf16'), 'bf16');
+  // differ from the reference (the same rounding, then double sums) only in f32 summation: checkProblem's f32
+  // tolerance, with S' taken over the rounded values.
+  const rounded = bf16Rounded;
   const hasBf16Dot = deviceInfo(cpu()).features?.avx512bf16 === true;
-
-  function checkBf16(p: Problem, spec: RunSpec, seed: number): void {
-    const aData = randomFloats(p.m * p.k, seed);
-    const a = tensorF32(aData, aShape(p));
-    const w = weight(randomFloats(p.n * p.k, seed + 1), bShape(p), spec.dtype);
-    const biasData = spec.withBias ? randomFloats(p.n, seed + 2) : undefined;
-    const bias = biasData ? tensorF32(biasData, [p.n]) : undefined;
-    const c0 = randomFloats(p.m * p.n, seed + 3, -2, 2);
-    const opts = { transA: p.transA, transB: p.transB, alpha: spec.alpha, beta: spec.beta, compute: 'bf16' as const, ...(bias ? { bias } : {}) };
-    const run = (reference: boolean): Float32Array => {
-      const out = tensorF32(c0, [p.m, p.n]);
-      gemm(a, w.t, { ...opts, out, reference });
-      const result = f32(out);
-      out.dispose();
-      return result;
-    };
-    const want = run(true);
-    const scale = errorScale(p, rounded(aData), rounded(w.values), spec.alpha, spec.beta, c0, biasData);
-    forEachIsa((isa) => expectWithin(run(false), want, scale, p.k, `bf16 compute ${isa} ${label(p, ` ${spec.dtype}`)}`));
-    a.dispose();
-    w.t.dispose();
-    bias?.dispose();
-  }
+  const checkBf16 = (p: Problem, spec: RunSpec, seed: number) => checkProblem(p, { ...spec, compute: 'bf16' }, seed);
 
   it('matches the reference on the rounded operands: random, ragged and empty shapes, every transpose, f32 and bf16 weights, every ISA', () => {
     shapeMixes(24, 21).forEach(([m, n, k], i) => {
