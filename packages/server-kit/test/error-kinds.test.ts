@@ -38,6 +38,7 @@ const INTERNAL: Readonly<Record<string, string>> = {
   '@tessera/cluster:ClusterError': 'the base class of cluster errors; each subclass states its own kind',
   '@tessera/batcher:BatcherStateError': 'the scheduler driven out of order (plan() during a step, two run() loops): a bug in the caller',
   '@tessera/block-zoo:ZooIntegrityError': 'the tensor store on disk is corrupt (a stored file does not hash to its id)',
+  '@tessera/adapter-swap:AdapterFileError': "a tenant's adapter file on disk is corrupt, foreign or truncated (the store wrote it atomically and checksummed)",
   '@tessera/adapter-swap:PipelineStateError': 'the layer-wise pipeline told of a completion it never handed out, or stalled: a bug in its runner',
 };
 
