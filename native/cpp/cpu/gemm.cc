@@ -361,6 +361,12 @@ void gemm_packed(const GemmArgs& g_in, Isa isa) {
   op_a_scratch.trim(int64_t(4) << 20);
 }
 
+// The f32-arithmetic paths (f32, f16 or bf16 weights widened to f32): decode dot products or packed tiles.
+void gemm_float(const GemmArgs& g, Isa isa) {
+  if (g.trans_b && g.m <= dot_max_rows(isa)) gemm_dot(g, isa);
+  else gemm_packed(g, isa);
+}
+
 // ---------------------------------------------------------------- bf16 compute
 
 // Rows of op(A) per packed chunk of the bf16 path (a multiple of its panel width; 32 MB of pair words at k = 4096).
@@ -402,7 +408,7 @@ void gemm_bf16_avx512bf16(const GemmArgs& g) {
     global_pool().parallel_for_or_inline(panels, run_inline(double(Q), double(g.k), 1.0), [&](int64_t j) {
       const int64_t rows = std::min<int64_t>(kBf16Nr, Q - j * kBf16Nr);
       const float* aj = g.trans_a ? a + j * kBf16Nr : a + j * kBf16Nr * g.lda;
-      gemm_bf16_pack_avx512(aj, g.lda, g.trans_a, 0, rows, g.k, y + gemm_bf16_panel_offset(j, pl.pairs));
+      gemm_bf16_pack_avx512(aj, g.lda, g.trans_a, rows, g.k, y + gemm_bf16_panel_offset(j, pl.pairs));
     });
     pl.m = Q;
     pl.y = y;
@@ -447,9 +453,7 @@ void gemm_bf16_rounded(const GemmArgs& g) {
     r.b_dtype = DType::F32;
     r.ldb = cols;
   }
-  const Isa isa = active_isa();
-  if (r.trans_b && r.m <= dot_max_rows(isa)) gemm_dot(r, isa);
-  else gemm_packed(r, isa);
+  gemm_float(r, active_isa());
   a_scratch.trim(int64_t(4) << 20);
   b_scratch.trim(int64_t(4) << 20);
 }
@@ -502,8 +506,7 @@ void gemm(const GemmArgs& args) {
     else gemm_bf16_rounded(args);
     return;
   }
-  if (args.trans_b && args.m <= dot_max_rows(isa)) gemm_dot(args, isa);
-  else gemm_packed(args, isa);
+  gemm_float(args, isa);
 }
 
 void gemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {

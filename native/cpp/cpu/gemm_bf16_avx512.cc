@@ -87,17 +87,16 @@ constexpr MicroFn kMicro[kMr][kNv] = {
 
 }  // namespace
 
-void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t q0, int64_t rows, int64_t k, uint32_t* panel) {
+// One panel: `rows` rows of op(A) starting at `a` (a column of A when trans_a), rounded and packed as pair words.
+void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t rows, int64_t k, uint32_t* panel) {
   const int64_t pairs = (k + 1) / 2;
   const int64_t width = gemm_detail::gemm_round_up(rows, 16);
   if (trans_a) {  // op(A) = A^T: element (q, p) at a[p * lda + q], read column by column (rare: no model path)
     for (int64_t i = 0; i < pairs; ++i) {
       uint32_t* dst = panel + i * width;
       for (int64_t r = 0; r < width; ++r) {
-        const int64_t q = q0 + r;
-        const float even = r < rows ? a[2 * i * lda + q] : 0.0f;
-        const float odd = r < rows && 2 * i + 1 < k ? a[(2 * i + 1) * lda + q] : 0.0f;
-        dst[r] = r < rows ? pair_word(even, odd) : 0u;
+        const float odd = r < rows && 2 * i + 1 < k ? a[(2 * i + 1) * lda + r] : 0.0f;
+        dst[r] = r < rows ? pair_word(a[2 * i * lda + r], odd) : 0u;
       }
     }
     return;
@@ -109,7 +108,7 @@ void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t q0
       __m512 block[16];
       const int64_t valid = k - 2 * i0;
       for (int t = 0; t < 16; ++t)
-        block[t] = r0 + t < rows ? row_pairs(a + (q0 + r0 + t) * lda + 2 * i0, valid) : _mm512_setzero_ps();
+        block[t] = r0 + t < rows ? row_pairs(a + (r0 + t) * lda + 2 * i0, valid) : _mm512_setzero_ps();
       transpose16(block);
       const int64_t n_pairs = std::min<int64_t>(16, pairs - i0);
       for (int64_t s = 0; s < n_pairs; ++s) _mm512_storeu_ps(reinterpret_cast<float*>(panel + (i0 + s) * width + r0), block[s]);

@@ -104,7 +104,7 @@ struct GemmBf16Plan {
   int64_t p_block = 0, q_block = 0, p_blocks = 0, q_blocks = 0;  // q_block a multiple of kBf16Nr
 };
 
-void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t q0, int64_t rows, int64_t k, uint32_t* panel);
+void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t rows, int64_t k, uint32_t* panel);
 void gemm_bf16_task_avx512(const GemmBf16Plan& plan, int64_t task);
 
 // Tile shape of one ISA's micro-kernel.
