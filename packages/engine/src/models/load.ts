@@ -23,8 +23,8 @@ export interface LoadOptions {
   weights?: WeightFormat;
   /**
    * 'bf16': hold the linear weights as bf16 and run every linear layer in bf16 compute (activations rounded to bf16,
-   * f32 sums; `@tessera/native` gemm's `compute`): about 2x the f32 GEMM rate on CPUs with AVX512-BF16, at the
-   * accuracy cost `bench engine` reports. CPU backend only; not with weights 'int8'. Default: the environment's
+   * f32 sums; `@tessera/native` gemm's `compute`): about 2x the f32 GEMM rate on CPUs with AVX512-BF16 (`bench
+   * gemm`), at the accuracy cost `test/bf16-compute.test.ts` states. CPU backend only; not with weights 'int8'. Default: the environment's
    * TESSERA_COMPUTE ('f32' or 'bf16'), else 'f32'.
    */
   compute?: ComputeMode;
