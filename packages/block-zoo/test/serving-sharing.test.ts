@@ -168,6 +168,33 @@ describe('placement with a per-device cap', () => {
     expect(all).toHaveLength(6); // four go alone, the last two past the cap
   });
 
+  it('balances expected load as well as bytes: small busy blocks spread instead of piling onto one device', () => {
+    // One big shared block, then six small blocks that each carry a third of a device's time: bytes alone pack the
+    // six with the big one (they fit under the byte cap); the load cap spreads them.
+    const chain = ['big', 't0', 't1', 't2', 't3', 't4', 't5'];
+    const sizes = new Map<string, number>([['big', 20 * GB], ...chain.slice(1).map((b) => [b, 0.3 * GB] as [string, number])]);
+    const load = new Map<string, number>([['big', 0.9], ...chain.slice(1).map((b) => [b, 0.35] as [string, number])]);
+    const traffic = TrafficCounter.fromChains([{ blocks: chain }]);
+    const bytesOnly = placeChains(four, [chain], sizes, traffic, { maxBytesPerDevice: 30 * GB });
+    expect(new Set(bytesOnly.map((p) => p.device)).size).toBe(1);
+    const balanced = placeChains(four, [chain], sizes, traffic, { maxBytesPerDevice: 30 * GB, blockLoad: load, maxLoadPerDevice: 1 });
+    const held = new Map<string, number>();
+    for (const p of balanced) held.set(p.device, (held.get(p.device) ?? 0) + p.load!);
+    expect(balanced.find((p) => p.block === 't0')!.load).toBe(0.35);
+    for (const [d, n] of held) if (balanced.filter((p) => p.device === d).length > 1) expect(n).toBeLessThanOrEqual(1 + 1e-12);
+    expect(held.size).toBe(4);
+    // Locality still groups the chain by server: it spans both servers (four devices are needed), and at most two
+    // of its six links cross (without locality, any of them may).
+    const serverOf = (b: string) => four.devices.find((d) => d.id === balanced.find((p) => p.block === b)!.device)!.server;
+    expect(chain.slice(1).filter((b, i) => serverOf(b) !== serverOf(chain[i]!)).length).toBeLessThanOrEqual(2);
+  });
+
+  it('refuses a negative or non-finite block load', () => {
+    const traffic = new TrafficCounter();
+    expect(() => pickDevice(four, [], 'y', GB, traffic, { blockLoad: new Map([['y', -1]]) })).toThrow(ServingInvalidError);
+    expect(() => pickDevice(four, [], 'y', GB, traffic, { blockLoad: new Map([['y', Number.NaN]]) })).toThrow(ServingInvalidError);
+  });
+
   it('passes over saturated devices when one with spare capacity has room, and uses them when none has', () => {
     const traffic = TrafficCounter.fromChains([{ blocks: ['n', 'y'], weight: 5 }]);
     const placed = [{ instance: 'n@g0', block: 'n', device: 'g0', bytes: GB }];

@@ -34,7 +34,7 @@ import {
   migrationRates,
   namedSize,
   type PlacedInstance,
-  pickDevice,
+  freeBytes,
   placeChains,
   planScaleOut,
   selectSpeculation,
@@ -104,6 +104,12 @@ export interface BlockllmSimOptions {
    * of the parameters (an empty device takes any block). Default 1.25.
    */
   placementSpread?: number;
+  /**
+   * BlockLLM: initial placement balances each device's expected load (from the workload's rates and the blocks'
+   * step costs) within the same multiple of the even share, as well as its bytes. Default true; false places by
+   * bytes alone (the earlier model, which packs many busy small blocks onto one GPU).
+   */
+  loadAwarePlacement?: boolean;
   /** BlockLLM periodic control (scale-out, speculation selection, redundancy scan). Default 1000 ms. */
   controlEveryMs?: number;
   scaleThreshold?: number;
@@ -311,6 +317,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   };
   const headroom = options.headroom ?? 0.3;
   const spread = options.placementSpread ?? 1.25;
+  const loadAware = options.loadAwarePlacement ?? true;
   const scaleDivisor = options.scaleQueueDivisor ?? 4;
   if (!(baseBatch >= 1) || !(sharedCap >= 1)) throw new SimArgumentError(`baseMaxBatch and sharedBatchCap must be ≥ 1, got ${baseBatch} and ${sharedCap}`);
   if (!(acceptance >= 0 && acceptance <= 1)) throw new SimArgumentError(`specAcceptance must be in [0, 1], got ${acceptance}`);
@@ -723,29 +730,50 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       }
     }
     const totalParams = [...sizes.values()].reduce((a, b) => a + b, 0);
-    const placed: PlacedInstance[] = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: (spread * totalParams) / devices.length });
+    // Each block's expected load from the workload's rates: its rows arrive at Σ rate × mean output (decode) and its
+    // tokens at Σ rate × (mean prompt + mean output); a step reads the weights once however many rows it holds, so the
+    // weight term saturates at the whole device (back-to-back batches), the per-row and per-token terms do not.
+    const meanOf = (range: readonly [number, number] | undefined, dflt: [number, number]) => ((range ?? dflt)[0] + (range ?? dflt)[1]) / 2;
+    const reqPerMs = workload.requests.length / Math.max(1, workload.requests.at(-1)!.arrivalMs);
+    const meanOut = meanOf(options.output, [8, 512]);
+    const meanTokens = meanOf(options.prompt, [8, 512]) + meanOut;
+    const appsThrough = new Map<BlockId, number>();
+    for (const a of apps) for (const b of new Set(chains.get(a.id)!.blocks.map((x) => x.blockId))) appsThrough.set(b, (appsThrough.get(b) ?? 0) + workload.weights.get(a.id)!);
+    const blockLoad = new Map<BlockId, number>();
+    for (const id of sizes.keys()) {
+      const share = appsThrough.get(id) ?? 0;
+      const p = profileOf(blockOf(id));
+      const rows = reqPerMs * share * meanOut;
+      blockLoad.set(id, Math.min(1, rows * p.fixedMs) + rows * p.perRowMs + reqPerMs * share * meanTokens * p.perTokenMs);
+    }
+    const totalLoad = [...blockLoad.values()].reduce((a, b) => a + b, 0);
+    const placed: PlacedInstance[] = placeChains(topology, [...chainIds, ...routeChains], sizes, traffic, {
+      policy: placementPolicy,
+      headroomBytes: headroom * gpu.memoryBytes,
+      maxBytesPerDevice: (spread * totalParams) / devices.length,
+      ...(loadAware ? { blockLoad, maxLoadPerDevice: (spread * totalLoad) / devices.length } : {}),
+    });
     // GPUs the placement left empty take replicas of the blocks expected to carry the most load per instance (the
     // apps' rates through the block × its decode step), one per GPU: as PM's warm start fills every GPU with the
     // most popular engines, BlockLLM starts with its popular blocks scaled onto the GPUs that would sit idle (the
     // paper's third reason for Table 2's gain). Scale-out adds more under load.
     if (warmReplicas) {
-      const load = new Map<BlockId, number>();
-      for (const a of apps) for (const b of new Set(chains.get(a.id)!.blocks)) load.set(b.blockId, (load.get(b.blockId) ?? 0) + workload.weights.get(a.id)! * computeMs(profileOf(b), { rows: 1, tokens: 1 }));
+      // A device counts as idle when it is empty or, with load-aware placement, when its expected load is under half
+      // the mean; each idle device takes a replica of the block whose instances expect the most load (the block's
+      // load split over its instances, the new one included) among those it has room for.
       const count = (b: BlockId) => placed.filter((p) => p.block === b).length;
-      for (;;) {
-        const used = new Set(placed.map((p) => p.device));
-        if (devices.every((d) => used.has(d.id))) break;
-        const ranked = [...load].sort((x, y) => y[1] / (count(y[0]) + 1) - x[1] / (count(x[0]) + 1) || (x[0] < y[0] ? -1 : 1));
-        let done = false;
-        for (const [b] of ranked) {
-          // An empty device only (any held bytes exceed a 1-byte cap), chosen by the placement policy.
-          const d = pickDevice(topology, placed, b, sizes.get(b)!, traffic, { policy: placementPolicy, headroomBytes: headroom * gpu.memoryBytes, maxBytesPerDevice: 1 });
-          if (!d || used.has(d.id)) continue;
-          placed.push({ instance: `${b}@${d.id}`, block: b, device: d.id, bytes: sizes.get(b)! });
-          done = true;
-          break;
-        }
-        if (!done) break;
+      const instLoad = (b: BlockId) => (blockLoad.get(b) ?? 0) / Math.max(1, count(b));
+      const deviceLoad = (d: string) => placed.reduce((n, p) => (p.device === d ? n + instLoad(p.block) : n), 0);
+      const idleBelow = loadAware ? (0.5 * totalLoad) / devices.length : 0;
+      for (let round = 0; round < 4 * devices.length; round++) {
+        const idle = devices.filter((d) => !placed.some((p) => p.device === d.id) || (loadAware && deviceLoad(d.id) < idleBelow)).sort((x, y) => deviceLoad(x.id) - deviceLoad(y.id) || (x.id < y.id ? -1 : 1));
+        const dev = idle[0];
+        if (!dev) break;
+        const room = freeBytes(topology, placed, headroom * gpu.memoryBytes).get(dev.id)!;
+        const ranked = [...blockLoad.keys()].filter((b) => sizes.get(b)! <= room && !placed.some((p) => p.device === dev.id && p.block === b)).sort((x, y) => (blockLoad.get(y)! / (count(y) + 1)) - (blockLoad.get(x)! / (count(x) + 1)) || (x < y ? -1 : 1));
+        const b = ranked[0];
+        if (b === undefined || blockLoad.get(b)! / (count(b) + 1) <= 0) break;
+        placed.push({ instance: `${b}@${dev.id}`, block: b, device: dev.id, bytes: sizes.get(b)! });
       }
     }
     const byBlock = new Map<BlockId, Inst[]>();

@@ -55,6 +55,11 @@ export interface PlacedInstance {
   block: BlockId;
   device: string;
   bytes: number;
+  /**
+   * The share of its device's time the instance is expected to keep busy (0–1 per instance; see
+   * {@link PlacementOptions.maxLoadPerDevice}). Absent: 0.
+   */
+  load?: number;
 }
 
 export interface PlacementOptions {
@@ -70,6 +75,19 @@ export interface PlacementOptions {
    * ones (the blocks' load goes where their bytes go). Default: no limit.
    */
   maxBytesPerDevice?: number;
+  /**
+   * Each block's expected load: the share of one device's time an instance of it keeps busy (its rows per ms × its
+   * step cost). Placement balances time as well as bytes: a block is small in bytes yet busy when every token of an
+   * application passes through it (a fine-tune's own half-layers), and packing many such blocks on one GPU makes it
+   * the chain's bottleneck while other GPUs idle.
+   */
+  blockLoad?: ReadonlyMap<BlockId, number>;
+  /**
+   * A device already holding instances takes a new one only while the expected load of what it holds (each
+   * instance's `load`) plus the new block's stays within this (an empty device takes any block). Soft in
+   * placeChains, as `maxBytesPerDevice` is. Default: no limit.
+   */
+  maxLoadPerDevice?: number;
   /**
    * Recent busy fraction of each device (0–1). When given, devices at or above `saturatedLoad` are passed over while
    * any device below it has room: scaling out onto a saturated GPU adds no capacity (§4.6 scales "onto more devices").
@@ -97,11 +115,16 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
   const free = freeBytes(topology, placed, options.headroomBytes ?? 0);
   const cap = options.maxBytesPerDevice ?? Number.POSITIVE_INFINITY;
   const held = (d: DeviceSpec) => placed.reduce((n, p) => (p.device === d.id ? n + p.bytes : n), 0);
-  let fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block) && (held(d) === 0 || held(d) + bytes <= cap));
+  const loadCap = options.maxLoadPerDevice ?? Number.POSITIVE_INFINITY;
+  const load = options.blockLoad?.get(block) ?? 0;
+  if (!(load >= 0 && Number.isFinite(load))) throw new ServingInvalidError(`blockLoad of ${block} must be a finite number ≥ 0, got ${load}`);
+  const heldLoad = (d: DeviceSpec) => placed.reduce((n, p) => (p.device === d.id ? n + (p.load ?? 0) : n), 0);
+  const empty = (d: DeviceSpec) => !placed.some((p) => p.device === d.id);
+  let fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block) && (empty(d) || (held(d) + bytes <= cap && heldLoad(d) + load <= loadCap)));
   if (options.deviceLoad) {
-    const load = options.deviceLoad;
+    const busy = options.deviceLoad;
     const limit = options.saturatedLoad ?? 0.9;
-    const spare = fits.filter((d) => (load.get(d.id) ?? 0) < limit);
+    const spare = fits.filter((d) => (busy.get(d.id) ?? 0) < limit);
     if (spare.length > 0) fits = spare;
   }
   if (fits.length === 0) return null;
@@ -125,7 +148,8 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
  * Places one instance of every block the chains need (an initial placement), each on pickDevice's choice. For
  * 'locality' blocks are taken so that a chain's blocks come one after another: next is the unplaced block with the
  * most traffic to blocks already placed (ties: the most traffic overall, then first appearance in the chains). The
- * `maxBytesPerDevice` cap is soft: a block that fits under it nowhere goes wherever it fits. The
+ * `maxBytesPerDevice` and `maxLoadPerDevice` caps are soft: a block that fits under them nowhere goes wherever it
+ * fits. Each placed instance carries its block's `blockLoad`. The
  * 'frag-min' baseline is best-fit decreasing: largest block first (ties: first appearance). Throws when a block fits
  * on no device.
  */
@@ -146,14 +170,15 @@ export function placeChains(topology: Topology, chains: readonly (readonly Block
     const block = remaining.splice(pick, 1)[0]!;
     const bytes = blockBytes.get(block);
     if (bytes === undefined) throw new ServingInvalidError(`no size given for block ${block}`);
-    // The per-device cap is soft here: a block that fits nowhere under it goes where it fits at all.
-    const { maxBytesPerDevice: _cap, ...uncapped } = options;
+    // The per-device caps are soft here: a block that fits nowhere under them goes where it fits at all.
+    const { maxBytesPerDevice: _cap, maxLoadPerDevice: _loadCap, ...uncapped } = options;
     const d = pickDevice(topology, placed, block, bytes, traffic, options) ?? pickDevice(topology, placed, block, bytes, traffic, uncapped);
     if (!d) {
       const most = Math.max(...freeBytes(topology, placed, options.headroomBytes ?? 0).values());
       throw new ServingCapacityError(bytes, most, `block ${block} (${bytes} bytes) fits on no device: the most free memory left is ${most} bytes`);
     }
-    placed.push({ instance: `${block}@${d.id}`, block, device: d.id, bytes });
+    const load = options.blockLoad?.get(block);
+    placed.push({ instance: `${block}@${d.id}`, block, device: d.id, bytes, ...(load !== undefined ? { load } : {}) });
   }
   return placed;
 }
