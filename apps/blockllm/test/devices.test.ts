@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { APPS, makeFixture, nativeAddonLoadedHere, postJson, serve } from './support/fixture.js';
-import { metric, placementJob, type PlacementBody } from './support/placement.js';
+import { type JobBody, metric, placementJob, type PlacementBody } from './support/placement.js';
 
 const fixture = makeFixture();
 let app: FastifyInstance;
@@ -144,6 +144,53 @@ describe('a chain spread over two devices', () => {
     for (const policy of ['frag-min', 'locality'] as const) expect((await placementJob(url, { kind: 'place', policy })).state).toBe('completed');
     expect((await placement()).policy).toBe('locality');
     expect((await served('sql-lora', PROMPT, N, 'after-place')).tokens).toEqual(alone);
+  });
+
+  it('migrates an instance in use: the KV of its running sequences moves with it and they keep their tokens', async () => {
+    const other = (d: string) => (d === 'device-0' ? 'device-1' : 'device-0');
+    const M = 48; // with the 7-token prompt and persona's 4 prefix tokens, within the 4 pages (64 positions) of a cache
+    let moved = 0;
+    let pages = 0;
+    // persona's chain holds prefix attention blocks (their prefix K/V moves too), classifier's a BitFit one. Each
+    // instance of a chain in turn is moved while a long request runs through it; those the other device cannot hold
+    // are refused and the request is unaffected. The job goes straight to the engine when the second token
+    // arrives, so it runs between two of the request's steps.
+    for (const model of ['persona', 'classifier']) {
+      const alone = await app.engine.call('alone', { app: model, prompt: PROMPT, maxTokens: M });
+      for (const [k, key] of (await placement()).chains.find((c) => c.app === model)!.instances.entries()) {
+        const from = (await placement()).instances.find((i) => i.instance === key)!.device;
+        const stream = app.engine.submit({ request: { id: `migrate-live-${model}-${k}`, adapter: model, prompt: PROMPT, maxTokens: M, sampling: {}, stop: [], ignoreEos: true }, attempt: 0, generated: [] });
+        let job: Promise<{ id: string } | Error> | null = null;
+        let tokens: number[] = [];
+        let seen = 0;
+        for await (const ev of stream) {
+          if (ev.type === 'token' && ++seen === 2) job = app.engine.call('placementSubmit', { kind: 'migrate', block: key, device: other(from) }).catch((err: Error) => err);
+          else if (ev.type === 'finish') tokens = ev.result.tokens;
+          else if (ev.type === 'error') throw ev.error;
+        }
+        expect(tokens, `${model} ${key}`).toEqual(alone);
+        const submitted = await job!;
+        if (submitted instanceof Error) {
+          expect(submitted.message).toMatch(/does not fit/);
+          continue;
+        }
+        let s: JobBody;
+        for (;;) {
+          s = (await (await fetch(`${url}/v1/placement/jobs/${submitted.id}`)).json()) as JobBody;
+          if (s.state === 'completed' || s.state === 'failed') break;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        expect(s.state, JSON.stringify(s)).toBe('completed');
+        expect((await placement()).instances.find((i) => i.instance === key)!.device).toBe(other(from));
+        const result = s.result as { movedSequences: number; kvPages: number };
+        moved += result.movedSequences;
+        pages += result.kvPages;
+      }
+      expect((await served(model, PROMPT, N, `after-live-migrate-${model}`)).tokens).toEqual(alone.slice(0, N));
+    }
+    // Some instance held the running request's KV when it moved (an attention block), and its pages went along.
+    expect(moved).toBeGreaterThan(0);
+    expect(pages).toBeGreaterThan(0);
   });
 
   it('refuses bad placement jobs with a 4xx naming the problem, and keeps serving', async () => {

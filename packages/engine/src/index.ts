@@ -85,7 +85,7 @@ export type {
 export { LoraDelta, type LoraWeights, mergeLoraIntoWeights } from './hooks/lora-delta.js';
 
 // KV cache, sampling, generation
-export { type KvBlockTable, type KvCacheShape, type KvCacheStats, type KvLayerTensors, PagedKvCache, type PagedKvCacheOptions, pagesForLength } from './kv/paged-kv-cache.js';
+export { type KvBlockTable, type KvCacheShape, type KvCacheStats, type KvLayerTensors, type KvSequenceSnapshot, PagedKvCache, type PagedKvCacheOptions, pagesForLength } from './kv/paged-kv-cache.js';
 export { argmax, createSampler, type Sampler, type SamplingParams } from './sampling/sampler.js';
 export { type StopReason, StopChecker, type StopCheckerOptions, type StopStep } from './sampling/stop.js';
 export { logSumExp, MAX_TOP_LOGPROBS, tokenLogprobs, validateTopLogprobs } from './sampling/logprobs.js';

@@ -406,3 +406,99 @@ describe('PagedKvCache and the device budget', () => {
     expect(allocatorStats(backend).inUse).toBe(base.inUse);
   });
 });
+
+describe('PagedKvCache sequence export and import (KV migration)', () => {
+  const [numLayers, firstLayer, nHeads, nKv, d] = [2, 3, 4, 2, 8];
+  const rowWidth = nKv * d;
+  const geometry = { numLayers, firstLayer, numKvHeads: nKv, headDim: d };
+  /** Writes `count` random rows of every layer for the sequence (appending) and commits them. */
+  const write = (cache: PagedKvCache, id: string, count: number, seed: number) => {
+    const start = cache.hasSequence(id) ? cache.length(id) : (cache.addSequence(id), 0);
+    cache.reserve(id, start + count);
+    const slots = Tensor.from(cache.slotsFor(id, start, count), [count], { backend });
+    try {
+      for (let l = firstLayer; l < firstLayer + numLayers; l++) {
+        for (const dst of [cache.layerRows(l).k, cache.layerRows(l).v]) {
+          const rows = Tensor.from(randomFloats(count * rowWidth, seed++), [count, rowWidth], { backend });
+          scatterRows(rows, slots, dst);
+          rows.dispose();
+        }
+      }
+    } finally {
+      slots.dispose();
+    }
+    cache.commit(id, start + count);
+  };
+  const decode = (cache: PagedKvCache, id: string, layer: number, q: Tensor) => {
+    const { table, maxPages, contextLens } = cache.blockTable([id]);
+    const bt = Tensor.from(table, [1, maxPages], { backend });
+    const cl = Tensor.from(contextLens, [1], { backend });
+    try {
+      const out = attentionDecode(q, cache.layer(layer).k, cache.layer(layer).v, bt, cl);
+      const host = out.toArray() as Float32Array;
+      out.dispose();
+      return host;
+    } finally {
+      bt.dispose();
+      cl.dispose();
+    }
+  };
+
+  it('moves a sequence to another cache on other pages: the same K/V rows and bit-identical attention', () => {
+    const src = PagedKvCache.create({ ...geometry, numPages: 8 }, backend);
+    const dst = PagedKvCache.create({ ...geometry, numPages: 8 }, backend);
+    const q = Tensor.from(randomFloats(nHeads * d, 77), [1, nHeads, d], { backend });
+    try {
+      // Interleaved growth so the source's pages are not contiguous; the destination already holds another sequence.
+      write(src, 'a', 20, 1);
+      write(src, 'b', 5, 100);
+      write(src, 'a', 17, 200);
+      write(dst, 'x', 30, 300);
+      const snap = src.exportSequence('a');
+      expect(snap.length).toBe(37);
+      expect(snap.layers).toHaveLength(numLayers);
+      expect(snap.layers[0]!.k).toHaveLength(37 * rowWidth);
+      dst.importSequence('a', snap);
+      expect(dst.length('a')).toBe(37);
+      expect(dst.pages('a')).not.toEqual(src.pages('a'));
+      expect(dst.exportSequence('a')).toEqual(snap);
+      for (let l = firstLayer; l < firstLayer + numLayers; l++) expect(decode(dst, 'a', l, q)).toEqual(decode(src, 'a', l, q));
+      // The destination's own sequence is untouched, and the moved one keeps growing there.
+      write(dst, 'a', 3, 400);
+      expect(dst.length('a')).toBe(40);
+      // An empty sequence moves as an empty one.
+      src.addSequence('e');
+      const empty = src.exportSequence('e');
+      expect(empty.length).toBe(0);
+      dst.importSequence('e', empty);
+      expect(dst.hasSequence('e')).toBe(true);
+      expect(dst.length('e')).toBe(0);
+    } finally {
+      q.dispose();
+      src.dispose();
+      dst.dispose();
+    }
+  });
+
+  it('refuses a snapshot of other layers or geometry, or an id already there; a full cache changes nothing', () => {
+    const src = PagedKvCache.create({ ...geometry, numPages: 4 }, backend);
+    const other = PagedKvCache.create({ ...geometry, headDim: d / 2, numPages: 4 }, backend);
+    const shifted = PagedKvCache.create({ ...geometry, firstLayer: 0, numPages: 4 }, backend);
+    const small = PagedKvCache.create({ ...geometry, numPages: 2 }, backend);
+    try {
+      write(src, 'a', 40, 1);
+      const snap = src.exportSequence('a');
+      expect(() => other.importSequence('a', snap)).toThrow(InvalidArgumentError);
+      expect(() => shifted.importSequence('a', snap)).toThrow(/layers \[3, 5\)/);
+      expect(() => src.importSequence('a', snap)).toThrow(/already in the cache/);
+      const torn = { ...snap, layers: snap.layers.map((l) => ({ k: l.k.subarray(1), v: l.v })) };
+      expect(() => small.importSequence('t', torn)).toThrow(InvalidArgumentError);
+      const before = snapshot(small);
+      expect(() => small.importSequence('a', snap)).toThrow(KvCacheExhaustedError);
+      expect(snapshot(small)).toEqual(before);
+      expect(small.hasSequence('a')).toBe(false);
+    } finally {
+      for (const c of [src, other, shifted, small]) c.dispose();
+    }
+  });
+});

@@ -354,6 +354,46 @@ export class DeviceSet {
     this.counters.evictions++;
   }
 
+  /**
+   * Moves an instance to another device with the KV of every sequence routed through it (design note §4.4: the
+   * request-related data moves with the instance, so running sequences keep their tokens). Between steps: the last
+   * step is committed first; the new instance is deployed under a transient key, each routed sequence's committed
+   * K/V is copied from the old one (host snapshots over the worker transport) into it, the old one is evicted and
+   * the new one takes its key, so the routes stay as they are. A failure before the eviction (the target's cache
+   * cannot take the pages, the deploy does not fit) evicts the new instance and leaves the old one serving.
+   */
+  async migrate(key: string, device: string): Promise<{ from: string; sequences: number; pages: number }> {
+    const info = this.instances.get(key);
+    if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
+    this.client(device);
+    if (info.device === device) throw new BlockllmPlacementConflictError(`${key} is already on ${device}`);
+    const manifest = this.manifests.get(key)!;
+    const temp = `${key}~${device}`;
+    await this.deploy(temp, manifest, device, info.pool);
+    let sequences = 0;
+    let pages = 0;
+    try {
+      const ids = [...this.routes].filter(([, r]) => r.keys.includes(key)).map(([id]) => id);
+      if (ids.length > 0) {
+        const out = await this.client(info.device).call('exportKv', { instance: key, ids });
+        sequences = out.sequences.length;
+        for (const s of out.sequences) this.counters.crossBytes += s.snapshot.layers.reduce((n, l) => n + (l.k.byteLength + l.v.byteLength), 0);
+        pages = (await this.client(device).call('importKv', { instance: temp, sequences: out.sequences })).pages;
+      }
+    } catch (err) {
+      await this.evict(temp);
+      throw err;
+    }
+    await this.evict(key);
+    await this.client(device).call('rename', { from: temp, to: key });
+    const moved = this.instances.get(temp)!;
+    this.instances.delete(temp);
+    this.instances.set(key, { ...moved, instance: key });
+    this.manifests.delete(temp);
+    this.manifests.set(key, manifest);
+    return { from: info.device, sequences, pages };
+  }
+
   /** The bytes `manifest` would add to `device` (its tensors that no instance of `pool` there holds). */
   marginal(manifest: BlockManifest, device: string, pool = 'shared'): number {
     const held = new Set<string>();

@@ -9,7 +9,7 @@
 import { BlockRuntime } from '@tessera/block-zoo/chain';
 import { DevicePool, DiskTensorStore } from '@tessera/block-zoo/store';
 import { type HostEvent, type Placement, type ProtocolEngine, serveWorkerHost } from '@tessera/cluster';
-import type { DecoderStepContext } from '@tessera/engine';
+import { type DecoderStepContext, KvCacheExhaustedError } from '@tessera/engine';
 import { cast, Tensor } from '@tessera/native';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
@@ -255,6 +255,39 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       end: ({ step, commit, release: ids }) => {
         if (step === stepNo) endStep(commit);
         release(ids);
+        return null;
+      },
+      exportKv: ({ instance: key, ids }) => {
+        const cache = instance(key).runtime.cache;
+        if (!cache) return { sequences: [] };
+        const wanted = ids ?? cache.sequenceIds().map(String);
+        return { sequences: wanted.filter((id) => cache.hasSequence(id)).map((id) => ({ id, snapshot: cache.exportSequence(id) })) };
+      },
+      importKv: ({ instance: key, sequences }) => {
+        const cache = instance(key).runtime.cache;
+        if (!cache) {
+          if (sequences.length > 0) throw new BlockllmPlacementConflictError(`${key} on ${init.device} holds no KV cache: ${sequences.length} sequence(s) cannot move into it`);
+          return { pages: 0 };
+        }
+        // All or nothing: a sequence that does not fit undoes the ones imported before it.
+        const done: string[] = [];
+        try {
+          for (const s of sequences) {
+            cache.importSequence(s.id, s.snapshot);
+            done.push(s.id);
+          }
+        } catch (err) {
+          for (const id of done) cache.release(id);
+          if (err instanceof KvCacheExhaustedError) throw new BlockllmPlacementConflictError(`the KV cache of ${key} on ${init.device} cannot take the ${sequences.length} sequence(s) that move: ${err.message}`);
+          throw err;
+        }
+        return { pages: done.reduce((n, id) => n + cache.pages(id).length, 0) };
+      },
+      rename: ({ from, to }) => {
+        const i = instance(from);
+        if (instances.has(to)) throw new BlockllmPlacementConflictError(`${init.device} already holds ${to}`);
+        instances.delete(from);
+        instances.set(to, i);
         return null;
       },
       stats: (): DeviceStats => ({

@@ -11,6 +11,7 @@
  * leave for another device travel as f32 host buffers (the hand-off the communication metrics count).
  */
 import type { BlockManifest } from '@tessera/block-zoo';
+import type { KvSequenceSnapshot } from '@tessera/engine';
 import { type EngineHost, WorkerEngineClient, workerEntry } from '@tessera/server-kit';
 
 /** Hidden rows of some sequences, in order: `rows[i]` rows of `ids[i]`, `width` floats per row. */
@@ -84,6 +85,11 @@ export interface DeviceProtocol {
     /** Ends a step: commit makes its KV appends permanent; abort gives the step's pages back everywhere. */
     end: { args: { step: number; commit: boolean; release: string[] }; result: null };
     stats: { args: null; result: DeviceStats };
+    /** A KV migration's two halves: the instance's committed K/V of its sequences (all, or the listed ones) as host snapshots, and putting them into another instance of the same block. */
+    exportKv: { args: { instance: string; ids?: string[] }; result: { sequences: { id: string; snapshot: KvSequenceSnapshot }[] } };
+    importKv: { args: { instance: string; sequences: { id: string; snapshot: KvSequenceSnapshot }[] }; result: { pages: number } };
+    /** Gives an instance another key (a migrated instance takes the key of the one it replaces). */
+    rename: { args: { from: string; to: string }; result: null };
   };
   ready: { device: string; backend: string };
 }

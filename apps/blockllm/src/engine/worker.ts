@@ -161,7 +161,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     return summary(args.id);
   }
 
-  /** A placement job checked against the placement now: what it names exists, fits, and is not in use. */
+  /** A placement job checked against the placement now: what it names exists and fits; an eviction or re-placement also that no running sequence holds KV there. */
   function checkJob(job: PlacementJob): void {
     if (!devices) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'placement jobs need several devices (start the server with --devices 2 or more)');
     if (devices.provisioning !== 'blocks') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'per-model provisioning places whole models on demand; placement jobs apply to BlockLLM provisioning');
@@ -202,7 +202,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         if (at.device === job.device) throw new BlockllmPlacementConflictError(`block ${job.block} is already on ${job.device}`);
         const adds = devices.marginal(zoo.block(at.block), job.device);
         if (free(job.device) < adds) throw new BlockllmPlacementConflictError(`block ${job.block} (${adds} bytes more) does not fit ${job.device}: ${free(job.device)} bytes are free`);
-        idle(job.block);
+        // An instance in use moves with its sequences' KV (DeviceSet.migrate).
         return;
       }
       case 'place': {
@@ -227,18 +227,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
           await set.evict(job.block);
           return { deployed: [], evicted: [job.block] };
         case 'migrate': {
-          // One key per instance: the old one goes first (its device may need the room for nothing else, the new one
-          // needs its key) and comes back where it was if the new one cannot be deployed.
-          const from = set.instance(job.block)!.device;
-          const block = set.instance(job.block)!.block;
-          await set.evict(job.block);
-          try {
-            await set.deploy(job.block, zoo.block(block), job.device, 'shared');
-          } catch (err) {
-            await set.deploy(job.block, zoo.block(block), from, 'shared');
-            throw err;
-          }
-          return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${from}`] };
+          const moved = await set.migrate(job.block, job.device);
+          return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${moved.from}`], movedSequences: moved.sequences, kvPages: moved.pages };
         }
         case 'place':
           return set.place(zoo.apps(), job.policy ?? set.policy);

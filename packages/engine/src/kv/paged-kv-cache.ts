@@ -21,8 +21,10 @@ import {
   type Backend,
   BudgetExceededError,
   getBackend,
+  gatherRows,
   InvalidArgumentError,
   PAGE_SIZE,
+  scatterRows,
   Tensor,
 } from '@tessera/native';
 
@@ -54,6 +56,21 @@ export interface KvLayerTensors {
   readonly k: Tensor;
   /** f32 [numPages, PAGE_SIZE, numKvHeads, headDim] (attentionDecode's vCache). */
   readonly v: Tensor;
+}
+
+/**
+ * One sequence's committed K/V taken out of a cache (exportSequence) to be put into another of the same geometry
+ * (importSequence): a KV migration between block instances or devices. Per layer, `length` rows of
+ * numKvHeads × headDim f32 each for K and for V, in position order; host memory, so it crosses threads and
+ * processes as plain typed arrays.
+ */
+export interface KvSequenceSnapshot {
+  length: number;
+  numKvHeads: number;
+  headDim: number;
+  /** The global index of the first layer (the cache's firstLayer). */
+  firstLayer: number;
+  layers: { k: Float32Array; v: Float32Array }[];
 }
 
 export interface KvBlockTable {
@@ -343,6 +360,86 @@ export class PagedKvCache {
       contextLens[b] = s.length;
     });
     return { table, maxPages: width, contextLens };
+  }
+
+  /** Copies the sequence's committed K/V (positions [0, length)) of every layer to host memory. */
+  exportSequence(id: SequenceId): KvSequenceSnapshot {
+    const length = this.allocator.length(id);
+    const width = this.numKvHeads * this.headDim;
+    const layers: { k: Float32Array; v: Float32Array }[] = [];
+    if (length > 0) {
+      const idx = Tensor.from(this.slotsFor(id, 0, length), [length], { dtype: 'i32', backend: this.backend });
+      try {
+        for (let l = 0; l < this.numLayers; l++) {
+          const rows = this.layerRows(this.firstLayer + l);
+          const take = (src: Tensor) => {
+            const t = gatherRows(src, idx);
+            try {
+              return t.toArray() as Float32Array;
+            } finally {
+              t.dispose();
+            }
+          };
+          layers.push({ k: take(rows.k), v: take(rows.v) });
+        }
+      } finally {
+        idx.dispose();
+      }
+    } else {
+      for (let l = 0; l < this.numLayers; l++) layers.push({ k: new Float32Array(0), v: new Float32Array(0) });
+    }
+    return { length, numKvHeads: this.numKvHeads, headDim: this.headDim, firstLayer: this.firstLayer, layers };
+  }
+
+  /**
+   * Puts a snapshot in as a new sequence: adds it, reserves its pages (all or none: KvCacheExhaustedError changes
+   * nothing), writes every layer's K/V and commits the length. The snapshot must come from a cache of the same
+   * layers and geometry (InvalidArgumentError otherwise) and the id must not be in this cache yet.
+   */
+  importSequence(id: SequenceId, snap: KvSequenceSnapshot): void {
+    const width = this.numKvHeads * this.headDim;
+    if (snap.numKvHeads !== this.numKvHeads || snap.headDim !== this.headDim || snap.firstLayer !== this.firstLayer || snap.layers.length !== this.numLayers) {
+      throw new InvalidArgumentError(
+        `PagedKvCache: importSequence(${describeId(id)}): the snapshot holds layers [${snap.firstLayer}, ${snap.firstLayer + snap.layers.length}) of ${snap.numKvHeads} × ${snap.headDim}, ` +
+          `this cache layers [${this.firstLayer}, ${this.firstLayer + this.numLayers}) of ${this.numKvHeads} × ${this.headDim}`,
+      );
+    }
+    nonNegativeInteger(() => `importSequence(${describeId(id)}): length`, snap.length);
+    snap.layers.forEach((l, i) => {
+      if (l.k.length !== snap.length * width || l.v.length !== snap.length * width) {
+        throw new InvalidArgumentError(`PagedKvCache: importSequence(${describeId(id)}): layer ${snap.firstLayer + i} holds ${l.k.length} / ${l.v.length} floats, expected ${snap.length} × ${width}`);
+      }
+    });
+    if (this.hasSequence(id)) throw new InvalidArgumentError(`PagedKvCache: importSequence(${describeId(id)}): the sequence is already in the cache`);
+    this.addSequence(id);
+    try {
+      this.reserve(id, snap.length);
+    } catch (err) {
+      this.release(id);
+      throw err;
+    }
+    if (snap.length > 0) {
+      const idx = Tensor.from(this.slotsFor(id, 0, snap.length), [snap.length], { dtype: 'i32', backend: this.backend });
+      try {
+        snap.layers.forEach((l, i) => {
+          const rows = this.layerRows(this.firstLayer + i);
+          for (const [data, dst] of [
+            [l.k, rows.k],
+            [l.v, rows.v],
+          ] as const) {
+            const src = Tensor.from(data, [snap.length, width], { backend: this.backend });
+            try {
+              scatterRows(src, idx, dst);
+            } finally {
+              src.dispose();
+            }
+          }
+        });
+      } finally {
+        idx.dispose();
+      }
+    }
+    this.commit(id, snap.length);
   }
 
   stats(): KvCacheStats {
