@@ -1,7 +1,8 @@
 /**
  * How the BlockLLM simulation models GPUs shared by block instances: multiplexed engines under processor sharing
  * (work-conserving: the GPUs' busy time is exactly the batches' standalone compute), the same results for PM and PS
- * whichever GPU model (they hold one engine per GPU), warm replicas on the GPUs the placement leaves empty, and
+ * whichever GPU model (they hold one engine per GPU), warm replicas on the GPUs the placement leaves empty (blocks
+ * for BlockLLM, engines for PS and PM), and
  * surrogate speedups from the paper's Table 4.
  */
 import { describe, expect, it } from 'vitest';
@@ -56,6 +57,18 @@ describe('BlockLLM simulation: GPUs shared by block instances', () => {
     const blocks = (r: typeof warm) => new Set(r.instanceStats.map((i) => i.block));
     expect(warm.instances).toBeGreaterThan(cold.instances);
     expect(blocks(warm)).toEqual(blocks(cold));
+  });
+
+  it('starts PS and PM with every GPU holding an engine: fewer units than GPUs get replicas of the busiest', () => {
+    // Three applications on four GPUs: PS and PM hold three units (one family engine or model each).
+    const zoo = buildSimZoo(appMix(3));
+    const opts = { prebuilt: zoo, requests: 6, durationMs: 2_000, output: [2, 4] as [number, number], prompt: [8, 16] as [number, number], seed: 1, cluster: { servers: [2, 2] } };
+    for (const policy of ['ps', 'pm'] as const) {
+      const r = runBlockllmSimulation({ ...opts, policy });
+      expect(r.deviceUtilisation.every((d) => d.instances === 1), policy).toBe(true);
+      expect(new Set(r.instanceStats.map((i) => i.block)).size, policy).toBe(3);
+      expect(r.swaps, policy).toBe(0);
+    }
   });
 
   it("takes each surrogate's speedup from Table 4 by block kind", () => {

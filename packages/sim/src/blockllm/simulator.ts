@@ -667,6 +667,15 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const u = hot[i];
       if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0);
     });
+    // Fewer units than GPUs (PS's one engine per family, or few applications): the GPUs left empty take replicas of
+    // the units with the most rate per engine, as a deployment scaled to its cluster would (BlockLLM's warm
+    // replicas do the same with blocks).
+    const count = (key: string) => devices.filter((d) => d.instances.some((i) => i.unit === key)).length;
+    for (const d of devices) {
+      if (d.instances.length > 0) continue;
+      const u = [...units.values()].sort((a, b) => rate.get(b.key)! / (count(b.key) + 1) - rate.get(a.key)! / (count(a.key) + 1) || (a.key < b.key ? -1 : 1))[0];
+      if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0);
+    }
     const memSample = () => {
       let params = 0;
       let request = 0;
