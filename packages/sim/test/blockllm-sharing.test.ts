@@ -59,6 +59,17 @@ describe('BlockLLM simulation: GPUs shared by block instances', () => {
     expect(blocks(warm)).toEqual(blocks(cold));
   });
 
+  it('balances the expected load at placement: the busiest GPU is less busy than when placing by bytes alone', () => {
+    // Twenty applications on the 12-GPU cluster: by bytes, the fine-tunes' small tail blocks pile onto a few GPUs.
+    const zoo = buildSimZoo(appMix(20));
+    const opts = { prebuilt: zoo, requests: 120, durationMs: 15_000, output: [8, 128] as [number, number], seed: 1, features: { speculation: 'off' as const } };
+    const busiest = (r: ReturnType<typeof runBlockllmSimulation>) => Math.max(...r.deviceUtilisation.map((d) => d.busy));
+    const balanced = runBlockllmSimulation({ ...opts, policy: 'blockllm' });
+    const bytes = runBlockllmSimulation({ ...opts, policy: 'blockllm', loadAwarePlacement: false });
+    expect(busiest(balanced)).toBeLessThan(0.9 * busiest(bytes));
+    expect(balanced.requests).toHaveLength(120);
+  }, 60_000);
+
   it('starts PS and PM with every GPU holding an engine: fewer units than GPUs get replicas of the busiest', () => {
     // Three applications on four GPUs: PS and PM hold three units (one family engine or model each).
     const zoo = buildSimZoo(appMix(3));
