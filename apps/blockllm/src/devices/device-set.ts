@@ -182,11 +182,13 @@ export class DeviceSet {
     return [...this.instances.values()].map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: i.bytes }));
   }
 
-  /** Live sequences routed through the instance (they hold KV in it). */
+  /** The live sequences routed through the instance (they hold KV in it). */
+  sequencesThrough(key: string): string[] {
+    return [...this.routes].filter(([, r]) => r.keys.includes(key)).map(([id]) => id);
+  }
+
   usersOf(key: string): number {
-    let n = 0;
-    for (const r of this.routes.values()) if (r.keys.includes(key)) n++;
-    return n;
+    return this.sequencesThrough(key).length;
   }
 
   /** Live sequences of an application. */
@@ -365,7 +367,7 @@ export class DeviceSet {
   async migrate(key: string, device: string): Promise<{ from: string; sequences: number; pages: number }> {
     const info = this.instances.get(key);
     if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
-    this.client(device);
+    this.client(device); // an unknown device throws here, before anything moves
     if (info.device === device) throw new BlockllmPlacementConflictError(`${key} is already on ${device}`);
     const manifest = this.manifests.get(key)!;
     const temp = `${key}~${device}`;
@@ -373,7 +375,7 @@ export class DeviceSet {
     let sequences = 0;
     let pages = 0;
     try {
-      const ids = [...this.routes].filter(([, r]) => r.keys.includes(key)).map(([id]) => id);
+      const ids = this.sequencesThrough(key);
       if (ids.length > 0) {
         const out = await this.client(info.device).call('exportKv', { instance: key, ids });
         sequences = out.sequences.length;

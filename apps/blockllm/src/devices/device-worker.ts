@@ -260,8 +260,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       exportKv: ({ instance: key, ids }) => {
         const cache = instance(key).runtime.cache;
         if (!cache) return { sequences: [] };
-        const wanted = ids ?? cache.sequenceIds().map(String);
-        return { sequences: wanted.filter((id) => cache.hasSequence(id)).map((id) => ({ id, snapshot: cache.exportSequence(id) })) };
+        return { sequences: ids.filter((id) => cache.hasSequence(id)).map((id) => ({ id, snapshot: cache.exportSequence(id) })) };
       },
       importKv: ({ instance: key, sequences }) => {
         const cache = instance(key).runtime.cache;

@@ -85,8 +85,8 @@ export interface DeviceProtocol {
     /** Ends a step: commit makes its KV appends permanent; abort gives the step's pages back everywhere. */
     end: { args: { step: number; commit: boolean; release: string[] }; result: null };
     stats: { args: null; result: DeviceStats };
-    /** A KV migration's two halves: the instance's committed K/V of its sequences (all, or the listed ones) as host snapshots, and putting them into another instance of the same block. */
-    exportKv: { args: { instance: string; ids?: string[] }; result: { sequences: { id: string; snapshot: KvSequenceSnapshot }[] } };
+    /** A KV migration's two halves: the committed K/V of the listed sequences the instance holds, as host snapshots, and putting them into another instance of the same block. */
+    exportKv: { args: { instance: string; ids: string[] }; result: { sequences: { id: string; snapshot: KvSequenceSnapshot }[] } };
     importKv: { args: { instance: string; sequences: { id: string; snapshot: KvSequenceSnapshot }[] }; result: { pages: number } };
     /** Gives an instance another key (a migrated instance takes the key of the one it replaces). */
     rename: { args: { from: string; to: string }; result: null };

@@ -365,30 +365,25 @@ export class PagedKvCache {
   /** Copies the sequence's committed K/V (positions [0, length)) of every layer to host memory. */
   exportSequence(id: SequenceId): KvSequenceSnapshot {
     const length = this.allocator.length(id);
-    const width = this.numKvHeads * this.headDim;
-    const layers: { k: Float32Array; v: Float32Array }[] = [];
-    if (length > 0) {
-      const idx = Tensor.from(this.slotsFor(id, 0, length), [length], { dtype: 'i32', backend: this.backend });
+    const idx = length > 0 ? Tensor.from(this.slotsFor(id, 0, length), [length], { dtype: 'i32', backend: this.backend }) : null;
+    const take = (src: Tensor): Float32Array => {
+      if (!idx) return new Float32Array(0);
+      const rows = gatherRows(src, idx);
       try {
-        for (let l = 0; l < this.numLayers; l++) {
-          const rows = this.layerRows(this.firstLayer + l);
-          const take = (src: Tensor) => {
-            const t = gatherRows(src, idx);
-            try {
-              return t.toArray() as Float32Array;
-            } finally {
-              t.dispose();
-            }
-          };
-          layers.push({ k: take(rows.k), v: take(rows.v) });
-        }
+        return rows.toArray() as Float32Array;
       } finally {
-        idx.dispose();
+        rows.dispose();
       }
-    } else {
-      for (let l = 0; l < this.numLayers; l++) layers.push({ k: new Float32Array(0), v: new Float32Array(0) });
+    };
+    try {
+      const layers = Array.from({ length: this.numLayers }, (_, l) => {
+        const { k, v } = this.layerRows(this.firstLayer + l);
+        return { k: take(k), v: take(v) };
+      });
+      return { length, numKvHeads: this.numKvHeads, headDim: this.headDim, firstLayer: this.firstLayer, layers };
+    } finally {
+      idx?.dispose();
     }
-    return { length, numKvHeads: this.numKvHeads, headDim: this.headDim, firstLayer: this.firstLayer, layers };
   }
 
   /**

@@ -50,7 +50,7 @@ import { EventQueue } from '../clock.js';
 import { SimArgumentError } from '../errors.js';
 import { substream } from '../random.js';
 import { A100_80G, blockLayers, blockllmTopology, blockProfile, type ClusterOptions, type GpuModel, sumBytes, sumProfiles } from './cluster.js';
-import { type BlockllmRequest, syntheticWorkload } from './workload.js';
+import { type BlockllmRequest, DEFAULT_LENGTH_RANGE, syntheticWorkload } from './workload.js';
 import { appMix, buildSimZoo, type SimApp, type SimZoo, type SimZooOptions } from './zoo-mix.js';
 
 export type BlockllmPolicy = 'pm' | 'ps' | 'blockllm';
@@ -742,10 +742,10 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     // Each block's expected load from the workload's rates: its rows arrive at Σ rate × mean output (decode) and its
     // tokens at Σ rate × (mean prompt + mean output); a step reads the weights once however many rows it holds, so the
     // weight term saturates at the whole device (back-to-back batches), the per-row and per-token terms do not.
-    const meanOf = (range: readonly [number, number] | undefined, dflt: [number, number]) => ((range ?? dflt)[0] + (range ?? dflt)[1]) / 2;
+    const mid = ([lo, hi]: readonly [number, number]) => (lo + hi) / 2;
     const reqPerMs = workload.requests.length / Math.max(1, workload.requests.at(-1)!.arrivalMs);
-    const meanOut = meanOf(options.output, [8, 512]);
-    const meanTokens = meanOf(options.prompt, [8, 512]) + meanOut;
+    const meanOut = mid(options.output ?? DEFAULT_LENGTH_RANGE);
+    const meanTokens = mid(options.prompt ?? DEFAULT_LENGTH_RANGE) + meanOut;
     const appsThrough = new Map<BlockId, number>();
     for (const a of apps) for (const b of new Set(chains.get(a.id)!.blocks.map((x) => x.blockId))) appsThrough.set(b, (appsThrough.get(b) ?? 0) + workload.weights.get(a.id)!);
     const blockLoad = new Map<BlockId, number>();
@@ -762,14 +762,12 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       maxBytesPerDevice: (spread * totalParams) / devices.length,
       ...(loadAware ? { blockLoad, maxLoadPerDevice: (spread * totalLoad) / devices.length } : {}),
     });
-    // GPUs the placement left empty take replicas of the blocks expected to carry the most load per instance (the
-    // apps' rates through the block × its decode step), one per GPU: as PM's warm start fills every GPU with the
-    // most popular engines, BlockLLM starts with its popular blocks scaled onto the GPUs that would sit idle (the
-    // paper's third reason for Table 2's gain). Scale-out adds more under load.
+    // Warm replicas: as PM's warm start fills every GPU with the most popular engines, BlockLLM starts with its
+    // popular blocks scaled onto the GPUs that would sit idle (the paper's third reason for Table 2's gain); scale-out
+    // adds more under load. A GPU is idle when empty or, with load-aware placement, when it expects under half the
+    // mean load; each takes a replica of the block whose instances expect the most load (the block's load split over
+    // its instances, the new one included) among those it has room for.
     if (warmReplicas) {
-      // A device counts as idle when it is empty or, with load-aware placement, when its expected load is under half
-      // the mean; each idle device takes a replica of the block whose instances expect the most load (the block's
-      // load split over its instances, the new one included) among those it has room for.
       const count = (b: BlockId) => placed.filter((p) => p.block === b).length;
       const instLoad = (b: BlockId) => (blockLoad.get(b) ?? 0) / Math.max(1, count(b));
       const deviceLoad = (d: string) => placed.reduce((n, p) => (p.device === d ? n + instLoad(p.block) : n), 0);

@@ -15,6 +15,9 @@ export interface BlockllmRequest {
   outputTokens: number;
 }
 
+/** Prompt and output lengths when none are given: U[8, 512] (design note §8.3). */
+export const DEFAULT_LENGTH_RANGE: readonly [number, number] = [8, 512];
+
 export interface BlockllmWorkloadOptions {
   apps: readonly string[];
   seed: number;
@@ -35,8 +38,8 @@ export interface BlockllmWorkload {
 export function syntheticWorkload(options: BlockllmWorkloadOptions): BlockllmWorkload {
   const n = options.requests ?? 400;
   const duration = options.durationMs ?? 20 * 60_000;
-  const [pLo, pHi] = options.prompt ?? [8, 512];
-  const [oLo, oHi] = options.output ?? [8, 512];
+  const [pLo, pHi] = options.prompt ?? DEFAULT_LENGTH_RANGE;
+  const [oLo, oHi] = options.output ?? DEFAULT_LENGTH_RANGE;
   const maxSeq = options.maxSequence ?? 1024;
   if (options.apps.length === 0) throw new SimArgumentError('syntheticWorkload: no applications');
   if (!Number.isInteger(n) || n < 1) throw new SimArgumentError(`syntheticWorkload: requests must be a positive integer, got ${n}`);
