@@ -287,13 +287,14 @@ export async function runTestbed(sizes: TestbedSizes, ctx: BenchContext): Promis
           scheme,
           instances: 2,
           trace,
-          // It plans with the profile the service had (so both solve the same program) and runs at the mean of the
-          // profiles before and after the run.
+          // It plans with the profile and the per-request overhead the service had (so both solve the same program:
+          // the simulator has one overhead for planning and running, and the blended one could flip a near-tie
+          // between allocations) and runs at the mean of the profiles before and after the run.
           profile: profileOf(before),
           serviceProfile: profileOf(cal),
           sloMs: before.sloMs,
           runtimes: lengths,
-          overheadMs: cal.overheadMs,
+          overheadMs: before.overheadMs,
           dynamicPenalty: 'none',
           jitterSigma: cal.jitterSigma,
           concurrencySlowdown: [1, cal.pairedSlowdown],
