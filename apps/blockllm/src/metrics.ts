@@ -4,7 +4,9 @@
  * end-to-end latency quantiles p50 / p95 over the last requests, generated tokens per second between scrapes, the
  * step loop's per-block batching (block runs, rows, batches that mixed applications, rows copied between blocks),
  * and the memory split of the zoo: unique bytes stored once against the logical bytes per-model provisioning
- * would hold, unique and shared blocks, bytes resident in the device pool.
+ * would hold, unique and shared blocks, bytes resident in the device pool. With several devices: the cross-device
+ * hand-offs, each device's state, the placement's deploys and evictions, and the route hops the cost model chose
+ * (by reason, and those crossing devices).
  */
 import { CumulativeTotals, defineMetrics, generationMetrics } from '@tessera/server-kit';
 import type { Registry } from 'prom-client';
@@ -51,6 +53,13 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     scaleOuts: { type: 'counter', name: 'tessera_blockllm_scale_outs_total', help: 'Replicas of hot instances deployed on another device by scale-out.' },
     evictions: { type: 'counter', name: 'tessera_blockllm_evictions_total', help: 'Block instances evicted from devices.' },
     loadedBytes: { type: 'counter', name: 'tessera_blockllm_loaded_bytes_total', help: 'Parameter bytes loaded onto devices by deployments.' },
+    routeHops: {
+      type: 'counter',
+      name: 'tessera_blockllm_route_hops_total',
+      help: "Route hops chosen by the instance-selection cost model, by its reason: the lowest latency estimate (min-latency) or the instance holding the sequence's KV (kv-owner).",
+      labels: ['reason'],
+    },
+    crossHops: { type: 'counter', name: 'tessera_blockllm_route_cross_device_hops_total', help: 'Chosen route hops whose previous block runs on another device.' },
   });
   const latencies: number[] = [];
   engine.on('request-end', (end) => {
@@ -91,6 +100,9 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.evictions, d.evictions);
     totals.advance(m.scaleOuts, d.scaleOuts);
     totals.advance(m.loadedBytes, d.loadedBytes);
+    totals.advance(m.routeHops, d.hopsMinLatency, { reason: 'min-latency' });
+    totals.advance(m.routeHops, d.hopsKvOwner, { reason: 'kv-owner' });
+    totals.advance(m.crossHops, d.hopsCrossDevice);
     for (const dev of d.perDevice) {
       m.utilisation.set({ device: dev.id }, dev.upMs > 0 ? dev.busyMs / dev.upMs : 0);
       m.deviceBytes.set({ device: dev.id, kind: 'budget' }, dev.budgetBytes);

@@ -10,7 +10,8 @@
  *
  *   'blocks'     BlockLLM: an instance per block (plus scale-out replicas), shared by every application whose chain
  *                uses it; the device's pool holds each tensor once. Each sequence keeps a route (one instance per
- *                block) while it lives: its KV is there.
+ *                block) while it lives: its KV is there. The route is chosen hop by hop by the §4.3 cost model
+ *                (routing.ts: block-zoo's chooseInstance over the set's queues, profiled step times and links).
  *   'per-model'  per-model provisioning (PM, the baseline of design note §6.3): each application's whole model is
  *                its own set of instances in a pool of its own on one device (nothing shared, no cross-application
  *                batching); a model that does not fit next to the resident ones waits until an idle one is evicted
@@ -24,6 +25,7 @@
  */
 import {
   type BlockManifest,
+  blockBytesOf,
   type BlockZoo,
   formatBlock,
   pickDevice,
@@ -40,6 +42,7 @@ import type { WorkerEngineClient } from '@tessera/server-kit';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
 import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+import { InstanceProfiler, localTopology, type RouteSnapshot, routeByCostModel, workerTransportLink } from './routing.js';
 
 export type Provisioning = 'blocks' | 'per-model';
 export type PlacementPolicy = 'locality' | 'frag-min';
@@ -92,13 +95,19 @@ export interface DeviceCounters {
   evictions: number;
   /** Bytes loaded onto devices by deployments. */
   loadedBytes: number;
+  /** Route hops chosen by the §4.3 cost model (chooseInstance), by its reason: the lowest estimate, or the KV owner (rule 1). */
+  hopsMinLatency: number;
+  hopsKvOwner: number;
+  /** Chosen hops whose rows come from another device (the previous block's instance is elsewhere). */
+  hopsCrossDevice: number;
 }
 
 export interface PlacementView {
   provisioning: Provisioning;
   policy: PlacementPolicy;
   devices: { id: string; budgetBytes: number; residentBytes: number; utilisation: number; instances: string[] }[];
-  instances: InstanceInfo[];
+  /** Each instance, with the sequences routed through it since it was deployed. */
+  instances: (InstanceInfo & { routed: number })[];
   chains: { app: string; instances: string[]; devices: string[] }[];
 }
 
@@ -119,7 +128,25 @@ export class DeviceSet {
   policy: PlacementPolicy;
   readonly topology: Topology;
   readonly traffic = new TrafficCounter();
-  readonly counters: DeviceCounters = { steps: 0, programs: 0, crossBytes: 0, crossRows: 0, stepMs: 0, overheadMs: 0, deploys: 0, scaleOuts: 0, evictions: 0, loadedBytes: 0 };
+  readonly counters: DeviceCounters = {
+    steps: 0,
+    programs: 0,
+    crossBytes: 0,
+    crossRows: 0,
+    stepMs: 0,
+    overheadMs: 0,
+    deploys: 0,
+    scaleOuts: 0,
+    evictions: 0,
+    loadedBytes: 0,
+    hopsMinLatency: 0,
+    hopsKvOwner: 0,
+    hopsCrossDevice: 0,
+  };
+  /** Each instance's time per token, from the block runs the devices report (the cost model's compute profile). */
+  readonly profiler = new InstanceProfiler();
+  /** Sequences routed through each instance since it was deployed (the placement view's `routed`). */
+  private readonly routedTotal = new Map<string, number>();
   private readonly instances = new Map<string, InstanceInfo>();
   private readonly manifests = new Map<string, BlockManifest>();
   /** Per-model provisioning: when each application's model was last used (LRU). */
@@ -141,7 +168,8 @@ export class DeviceSet {
   ) {
     this.provisioning = options.provisioning ?? 'blocks';
     this.policy = options.policy ?? 'locality';
-    // One machine: every device on one server; the links only matter to the policy's locality score.
+    // One machine: every device on one server; the links only matter to the placement policy's locality score (the
+    // route's cost model builds its own topology with the worker transport's link, routeTopology).
     this.topology = {
       devices: [...clients.keys()].map((id) => ({ id, server: 'local', memoryBytes: options.deviceBytes, memBandwidth: 1e6, loadBandwidth: 1e6 })),
       intraServer: { bandwidth: 1e6, latencyMs: 0.01 },
@@ -208,46 +236,72 @@ export class DeviceSet {
     return this.instances.has(blockId) ? `${blockId}@${device}` : blockId;
   }
 
+  /** The cost model's topology: the devices on one server, linked by the worker transport as measured so far. */
+  routeTopology(): Topology {
+    return localTopology(this.deviceIds, this.options.deviceBytes, workerTransportLink(this.counters));
+  }
+
+  /**
+   * What the cost model needs to route a sequence of `app` whose first step carries `tokens` new tokens: the
+   * chain's blocks, every shared instance with its routed sequences and per-token time, the topology, and for a
+   * live sequence whose route lost an instance the instances of its old route that still hold its KV.
+   */
+  routeSnapshot(id: string, app: string, tokens: number): RouteSnapshot {
+    const chain = this.instanceKeys(app).map(({ manifest }) => ({ blockId: manifest.blockId, label: formatBlock(manifest), bytes: blockBytesOf(manifest) }));
+    const sequences = new Map<string, number>();
+    for (const [other, r] of this.routes) if (other !== id) for (const k of r.keys) sequences.set(k, (sequences.get(k) ?? 0) + 1);
+    // The candidates: every deployed instance of each of the chain's (designated) blocks.
+    const instances = [...new Set(chain.map((b) => b.blockId))].flatMap((block) => {
+      const of = this.instancesOf(block);
+      return of.map((i) => ({
+        instance: i.instance,
+        block,
+        device: i.device,
+        sequences: sequences.get(i.instance) ?? 0,
+        perTokenMs: this.profiler.perTokenMs(
+          i.instance,
+          of.filter((o) => o !== i).map((o) => o.instance),
+          this.manifests.get(i.instance)!.paramBytes,
+        ),
+      }));
+    });
+    const known = this.routes.get(id);
+    const owners = known?.keys.length === chain.length ? known.keys.map((k, n) => (this.instances.get(k)?.block === chain[n]!.blockId ? k : null)) : undefined;
+    return { requestId: id, app, tokens: Math.max(1, tokens), chain, instances, topology: this.routeTopology(), ...(owners ? { owners } : {}) };
+  }
+
   /**
    * A sequence's instances, one per block of its chain: the route it has (sticky: its KV lives there), or a new one.
-   * BlockLLM: a home device — the least loaded, counting a block the device lacks as one more sequence (a hop) —
-   * and per block its instance there, else the instance on the previous block's device, else the first.
+   * BlockLLM: each hop by the §4.3 cost model over the set's snapshot (routeByCostModel: hop 0 a scheduler dispatch,
+   * later hops agent dispatches from the previous hop's device), the reasons counted. `tokens`: the new tokens of the
+   * sequence's first step (its prompt).
    */
-  route(id: string, app: string): { key: string; manifest: BlockManifest; device: string }[] {
+  route(id: string, app: string, tokens = 1): { key: string; manifest: BlockManifest; device: string }[] {
     const chain = this.instanceKeys(app);
     const known = this.routes.get(id);
     if (known && known.keys.every((k) => this.instances.has(k))) return known.keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
     let keys: string[];
     if (this.provisioning !== 'blocks') keys = chain.map((c) => c.key);
     else {
-      const load = new Map(this.deviceIds.map((d) => [d, 0]));
-      for (const r of this.routes.values()) for (const k of r.keys) load.set(this.instances.get(k)!.device, load.get(this.instances.get(k)!.device)! + 1 / r.keys.length);
-      const options = chain.map((c) => this.instancesOf(c.manifest.blockId));
-      let home = this.deviceIds[0]!;
-      let best = Infinity;
-      const hop = this.options.scaleOutQueue || 16;
-      for (const d of this.deviceIds) {
-        // A block the device lacks is a hop back and forth every token: it costs as much as a full queue.
-        const cost = load.get(d)! + hop * options.filter((o) => !o.some((i) => i.device === d)).length;
-        if (cost < best) (best = cost), (home = d);
+      const hops = routeByCostModel(this.routeSnapshot(id, app, tokens));
+      for (const h of hops) {
+        if (h.reason === 'kv-owner') this.counters.hopsKvOwner++;
+        else this.counters.hopsMinLatency++;
+        if (h.crossDevice) this.counters.hopsCrossDevice++;
       }
-      let prev = home;
-      keys = options.map((o, i) => {
-        const pick = o.find((x) => x.device === home) ?? o.find((x) => x.device === prev) ?? o[0];
-        if (!pick) throw new BlockllmPlacementNotFoundError(`block ${formatBlock(chain[i]!.manifest)} of ${app} has no instance on any device`);
-        prev = pick.device;
-        return pick.instance;
-      });
+      keys = hops.map((h) => h.instance);
     }
     for (const k of keys) if (!this.instances.has(k)) throw new BlockllmPlacementNotFoundError(`instance ${k} of ${app} is not deployed`);
     this.routes.set(id, { app, keys });
+    for (const k of keys) if (!known?.keys.includes(k)) this.routedTotal.set(k, (this.routedTotal.get(k) ?? 0) + 1);
     return keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
   }
 
   /**
    * Scale-out: the serving core's planScaleOut over every shared instance, its queue being the sequences routed
    * through it plus the admitted ones about to be; each planned replica is deployed (a device that turns out to lack
-   * the room keeps the plan from happening, nothing else). Requests are not moved: new sequences route by load.
+   * the room keeps the plan from happening, nothing else). Requests are not moved: new sequences route to the
+   * replica by the cost model (its queue is empty).
    */
   private async scaleOut(admitted: readonly string[]): Promise<void> {
     const maxQueueLen = this.options.scaleOutQueue ?? 0;
@@ -352,6 +406,8 @@ export class DeviceSet {
     await this.client(info.device).call('evict', { instance: key });
     this.instances.delete(key);
     this.manifests.delete(key);
+    this.profiler.forget(key);
+    this.routedTotal.delete(key);
     this.recount(info.device);
     this.counters.evictions++;
   }
@@ -386,8 +442,13 @@ export class DeviceSet {
       await this.evict(temp);
       throw err;
     }
+    const routed = this.routedTotal.get(key) ?? 0;
     await this.evict(key);
     await this.client(device).call('rename', { from: temp, to: key });
+    // The instance keeps its count of routed sequences; its time per token is measured anew on its new device.
+    this.routedTotal.set(key, routed);
+    this.routedTotal.delete(temp);
+    this.profiler.forget(temp);
     const moved = this.instances.get(temp)!;
     this.instances.delete(temp);
     this.instances.set(key, { ...moved, instance: key });
@@ -598,7 +659,7 @@ export class DeviceSet {
         utilisation: s.upMs > 0 ? s.busyMs / s.upMs : 0,
         instances: s.instances.map((i) => i.instance),
       })),
-      instances: [...this.instances.values()],
+      instances: [...this.instances.values()].map((i) => ({ ...i, routed: this.routedTotal.get(i.instance) ?? 0 })),
       chains: apps.map((app) => {
         // The chain's first instances (a scale-out replica serves some of its sequences too).
         const keys = this.instanceKeys(app).map((k) => (this.provisioning === 'blocks' ? (this.instancesOf(k.manifest.blockId)[0]?.instance ?? k.key) : k.key));
@@ -675,7 +736,7 @@ export class DeviceChainExecutor {
     const t0 = performance.now();
     const walkers: Walker[] = sequences.map((seq, index) => {
       if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
-      return { index, seq, chain: set.route(String(seq.id), seq.app), cursor: 0, at: null };
+      return { index, seq, chain: set.route(String(seq.id), seq.app, seq.tokens.length), cursor: 0, at: null };
     });
     const appOrder = [...new Set(sequences.map((s) => s.app))];
     const order = [...walkers].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
@@ -777,7 +838,10 @@ export class DeviceChainExecutor {
       for (const o of outcomes) {
         const r = (o as PromiseFulfilledResult<ProgramResult>).value;
         computeOnPath += r.computeMs;
-        for (const run of r.runs) this.onBlockRun?.({ rows: run.rows, apps: run.apps, copiedRows: 0 });
+        for (const run of r.runs) {
+          set.profiler.record(run.instance, run.rows, run.ms);
+          this.onBlockRun?.({ rows: run.rows, apps: run.apps, copiedRows: 0 });
+        }
         if (r.copiedRows > 0) this.onBlockRun?.({ rows: 0, apps: 0, copiedRows: r.copiedRows });
         for (const l of r.logits) {
           const w = walkers.find((x) => String(x.seq.id) === l.id)!;

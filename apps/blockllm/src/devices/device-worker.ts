@@ -159,6 +159,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       });
     }
     for (const group of program.groups) {
+      const g0 = performance.now();
       const rt = instance(group.instance).runtime;
       for (const s of group.seqs) if (rt.admitPrefix(s.id)) prefixed.push({ rt, id: s.id });
       const ctx = rt.prepare(group.seqs);
@@ -188,7 +189,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         view?.dispose();
       }
       if (rt.endsAtLogits) for (const id of ids) drop(rowsOf.get(id)), rowsOf.delete(id);
-      result.runs.push({ instance: group.instance, rows: ctx.rows, apps: new Set(group.seqs.map((s) => s.app)).size });
+      result.runs.push({ instance: group.instance, rows: ctx.rows, apps: new Set(group.seqs.map((s) => s.app)).size, ms: performance.now() - g0 });
     }
     if (program.exports.length > 0) {
       const parts = program.exports.map((id) => {

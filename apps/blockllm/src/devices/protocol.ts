@@ -51,8 +51,8 @@ export interface ProgramResult {
   computeMs: number;
   /** Rows gathered into a new tensor between groups (0 when every group ran on its input or a view of it). */
   copiedRows: number;
-  /** Per group: rows and the applications in it (per-block batching stats). */
-  runs: { instance: string; rows: number; apps: number }[];
+  /** Per group: rows and the applications in it (per-block batching stats), and its wall time (ms; the route's profile). */
+  runs: { instance: string; rows: number; apps: number; ms: number }[];
 }
 
 export interface DeployArgs {

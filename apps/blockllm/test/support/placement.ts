@@ -6,7 +6,7 @@ export interface PlacementBody {
   policy: string;
   transport: 'in-process' | 'bullmq';
   devices: { id: string; budgetBytes: number; residentBytes: number; utilisation: number; instances: string[] }[];
-  instances: { instance: string; block: string; label: string; device: string; pool: string; bytes: number }[];
+  instances: { instance: string; block: string; label: string; device: string; pool: string; bytes: number; routed: number }[];
   chains: { app: string; instances: string[]; devices: string[] }[];
   jobs: { id: string; state: string }[];
 }
