@@ -373,6 +373,8 @@ describe("compute 'bf16'", () => {
   it('bf16 weights with transB (the VDPBF16PS path): odd k, several k blocks, partial panels, beta and bias, transA', () => {
     const cases: [number, number, number, boolean][] = [
       [1, 9, 3, false], [49, 17, 1, false], [37, 70, 1025, false], [100, 33, 2049, true], [48, 8, 2, false], [97, 130, 64, false], [300, 24, 96, false],
+      // k above 16,384: several k blocks of at most 8,192 pairs (2 with an odd k, 3 with an even one)
+      [20, 11, 16391, false], [13, 9, 32770, false],
     ];
     cases.forEach(([m, n, k, transA], i) =>
       checkBf16({ m, n, k, transA, transB: true }, { alpha: i % 2 ? -0.5 : 1, beta: i % 3 ? 0 : 0.75, withBias: i % 2 === 0, dtype: 'bf16' }, 2200 + i),

@@ -371,7 +371,7 @@ void gemm_float(const GemmArgs& g, Isa isa) {
 
 // Rows of op(A) per packed chunk of the bf16 path (a multiple of its panel width; 32 MB of pair words at k = 4096).
 constexpr int64_t kBf16ChunkWords = int64_t(8) << 20;
-// Panels of op(A) per task's block of columns: 4 x 48 rows x kBf16KcPairs words = 384 KB, which stays in L2.
+// Panels of op(A) per task's block of columns (4 x 48 rows): a task's tiles stream them from L3 along k.
 constexpr int64_t kBf16QBlockPanels = 4;
 
 // Up to this many rows, bf16 compute takes the rounded decode path: its weight vectors stream at memory speed,
@@ -390,6 +390,7 @@ void gemm_bf16_avx512bf16(const GemmArgs& g) {
   pl.n = g.n;
   pl.k = g.k;
   pl.pairs = (g.k + 1) / 2;
+  pl.kc_pairs = gemm_ceil_div(pl.pairs, gemm_ceil_div(pl.pairs, kBf16KcMaxPairs));
   pl.w = static_cast<const uint16_t*>(g.b);
   pl.ldw = g.ldb;
   pl.out.ldc = g.ldc;

@@ -122,10 +122,9 @@ void gemm_bf16_task_avx512(const GemmBf16Plan& pl, int64_t task) {
   const int64_t q0 = qb * pl.q_block, q1 = std::min(pl.m, q0 + pl.q_block);
   if (p0 >= p1 || q0 >= q1) return;
   const bool odd_k = (pl.k & 1) != 0;
-  // k blocks outermost: a block of 8 weight rows (8 x kBf16KcPairs words = 16 KB) stays in L1 while it meets
-  // every panel of the task, and the task's panels (up to q_block x kBf16KcPairs words) stay in L2.
-  for (int64_t k0 = 0; k0 < pl.pairs; k0 += kBf16KcPairs) {
-    const int64_t kc = std::min(kBf16KcPairs, pl.pairs - k0);
+  // k blocks outermost (usually one): a block of 8 weight rows stays in L2 while it meets every panel of the task.
+  for (int64_t k0 = 0; k0 < pl.pairs; k0 += pl.kc_pairs) {
+    const int64_t kc = std::min(pl.kc_pairs, pl.pairs - k0);
     const bool half_tail = odd_k && k0 + kc == pl.pairs;
     for (int64_t p = p0; p < p1; p += kMr) {
       const int rows = static_cast<int>(std::min<int64_t>(kMr, p1 - p));

@@ -89,14 +89,19 @@ struct GemmDotPlan {
 // read in place, one 32-bit broadcast per pair (k = 2i, 2i + 1); Y = op(A)^T is rounded to bf16 (round to nearest
 // even) and packed once per call into panels of up to kBf16Nr rows of op(A): panel j holds, for every pair i,
 // the words (a[q][2i] | a[q][2i + 1] << 16) of its rows q, padded with zeros to a multiple of 16 rows (the last
-// panel only). Every output is a lane that sums the pairs of one k block in order, and the k blocks (kBf16KcPairs
-// pairs each, fixed) are added in order, so a row's result depends neither on m, on its batch mates nor on the
+// panel only). Every output is a lane that sums the pairs of one k block in order, and the k blocks (kc_pairs each,
+// a function of k alone) are added in order, so a row's result depends neither on m, on its batch mates nor on the
 // thread count. Decode sizes (m <= 8) take the decode path on rounded activations instead (gemm.cc).
 constexpr int kBf16Nr = 48;
-constexpr int64_t kBf16KcPairs = 512;
+// The longest k block, in pairs: every k up to 16,384 is one block. Long blocks keep each tile's 8 weight streams
+// running (every block restarts them from DRAM, which the first panel waits for) and drop the partial-sum round trips
+// through C: on Zen 4 a 4096 x 4096 tile pass went from 76 / 87 % of the VDPBF16PS peak (m = 32 / 128, blocks of 512
+// pairs) to 95 / 98 % in one block. The tile's weight rows (8 x 32 KB at most) then live in L2, not L1.
+constexpr int64_t kBf16KcMaxPairs = 8192;
 
 struct GemmBf16Plan {
   int64_t n = 0, m = 0, k = 0, pairs = 0;  // pairs = ceil(k / 2)
+  int64_t kc_pairs = 0;                    // pairs per k block: ceil(pairs / blocks), blocks = ceil(pairs / kBf16KcMaxPairs)
   const uint16_t* w = nullptr;             // [n, k] bf16 rows
   int64_t ldw = 0;
   const uint32_t* y = nullptr;             // packed panels (gemm_bf16_panel_offset / _width)
