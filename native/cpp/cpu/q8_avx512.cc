@@ -20,9 +20,11 @@ namespace avx512 {
 // 4 rows x 3 columns (one row: 4 columns) of 512-bit accumulators (a block pair each): 12 of the 32 registers, plus
 // the rows' activations and scales.
 constexpr int kRowsMax = 4, kColsMax = 3, kCols1 = 4;
+constexpr bool kVnniOffset = false;  // maddubs sums pairs in int16, which (x + 128) * w would overflow
 static inline __m512i dot512(__m512i wabs, __m512i xs) {
   return _mm512_madd_epi16(_mm512_maddubs_epi16(wabs, xs), _mm512_set1_epi16(1));
 }
+static inline __m512i dot512_from(__m512i, __m512i, __m512i) { return _mm512_setzero_si512(); }  // unused: no VNNI
 static inline float hsum8(__m256 v);
 static inline float load_f16(const uint8_t* p);
 #define TESSERA_Q8_OWN_TILE
@@ -35,7 +37,10 @@ static inline float load_f16(const uint8_t* p);
 #pragma GCC target("avx512vnni")
 namespace avx512_vnni {
 constexpr int kRowsMax = 4, kColsMax = 3, kCols1 = 4;
+constexpr bool kVnniOffset = true;
 static inline __m512i dot512(__m512i wabs, __m512i xs) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, xs); }
+// start + the u8 x s8 dot of xu and w, lane by lane (exact int32).
+static inline __m512i dot512_from(__m512i start, __m512i xu, __m512i w) { return _mm512_dpbusd_epi32(start, xu, w); }
 static inline float hsum8(__m256 v);
 static inline float load_f16(const uint8_t* p);
 #define TESSERA_Q8_OWN_TILE
