@@ -7,7 +7,9 @@
  *   summarizer    Houlsby bottleneck adapter after the last FFN (zoo PE description)
  *   classifier    BitFit: a q_proj bias in layer 0             (zoo PE description)
  *   persona       prefix-tuning, 4 virtual tokens per layer    (zoo PE description)
- *   vicuna        a full fine-tune (the foundation perturbed), scored layer by layer with the logit lens
+ *   vicuna        a full fine-tune (the foundation perturbed), scored layer by layer with the logit lens: its first
+ *                 half of layers barely moved (equivalent to the foundation's, score ≥ 0.98, yet not bit-identical:
+ *                 adaptive serving's alternative), its second half far (its own blocks)
  *
  * The files are generated on the HTTP thread (generateDemoFiles); the zoo is built from them by the engine worker on
  * its first start (populateDemoZoo) and saved beside its tensor store, so later starts load it.
@@ -24,7 +26,7 @@ import { ensureGenerated, generatedDirectory } from '@tessera/server-kit';
 import { mkdirSync, writeFileSync } from 'node:fs';
 
 /** Bump when the demo's recipe changes, so a cached demo from an older recipe is regenerated. */
-export const DEMO_VERSION = 1;
+export const DEMO_VERSION = 2;
 export const DEMO_MODEL_NAME = 'tessera-tiny-llama';
 const SEED = 20_241_117;
 /** The final norm's gain: logits with a standard deviation of a few units, so greedy tokens and equivalence scores mean something (§8.1). */
@@ -41,6 +43,14 @@ const SIZE_OVERRIDES: Record<DemoSize, Partial<DecoderConfig>> = {
   tiny: {},
   small: { hiddenSize: 256, numLayers: 4, numHeads: 8, numKvHeads: 4, headDim: 32, intermediateSize: 688 },
 };
+/**
+ * The noise on the attention output projection (o_proj) of the first half of vicuna's layers: small enough that
+ * their logit-lens scores stay above the zoo's 0.98 (tiny: 0.991; small: 0.996, 0.990), large enough that greedy
+ * tokens through them differ from the foundation's within a few tokens. One matrix per layer, so vicuna adds few
+ * bytes of its own there (16 KiB on the tiny demo); its other tensors there stay the foundation's. The second half
+ * gets 0.02 on every matrix (scores 0.3 and below).
+ */
+const NEAR_STD: Record<DemoSize, number> = { tiny: 0.003, small: 0.0006 };
 
 export interface Demo {
   dir: string;
@@ -58,16 +68,21 @@ function noise(count: number, seed: number, std: number): Float32Array {
   return Float32Array.from({ length: count }, () => (next() + next() + next() - 1.5) * 2 * std);
 }
 
-/** Writes the foundation's weights with noise on layers ≥ `from` (a "Vicuna-like" full fine-tune) as a HF Llama directory. */
-export function writeFullFineTune(foundationDir: string, dir: string, config: DecoderConfig, from: number, seed: number): string {
+/**
+ * Writes the foundation's weights as a "Vicuna-like" full fine-tune, a HF Llama directory: noise of std 0.02 on the
+ * matrices of layers ≥ `from` (far from the foundation: not equivalent), and of std `nearStd` on the attention output
+ * projection of the layers before (0: identical to the foundation's, deduplicated to its tensors).
+ */
+export function writeFullFineTune(foundationDir: string, dir: string, config: DecoderConfig, from: number, seed: number, nearStd = 0): string {
   const w = loadLlamaWeights(foundationDir);
   mkdirSync(dir, { recursive: true });
   let k = 0;
   const entries = [...w.tensors].map(([name, m]): [string, SafetensorsEntry] => {
     const layer = /^model\.layers\.(\d+)\./.exec(name);
     const data = Float32Array.from(m.data);
-    if (layer && Number(layer[1]) >= from && m.rows > 1) {
-      const n = noise(data.length, seed + ++k, 0.02);
+    const std = layer === null ? 0 : Number(layer[1]) >= from ? 0.02 : name.endsWith('self_attn.o_proj.weight') ? nearStd : 0;
+    if (std > 0 && m.rows > 1) {
+      const n = noise(data.length, seed + ++k, std);
       for (let i = 0; i < data.length; i++) data[i]! += n[i]!;
     }
     const vector = m.rows === 1 && !name.endsWith('_proj.weight') && !name.startsWith('lm_head') && !name.startsWith('model.embed');
@@ -88,7 +103,7 @@ export function generateDemoFiles(root: string, log: (line: string) => void = ()
   lora(join(root, 'peft', 'sql-lora'), ['q_proj', 'v_proj'], SEED + 1);
   lora(join(root, 'peft', 'chat-lora'), ['q_proj', 'v_proj', 'up_proj'], SEED + 2);
   lora(join(root, 'spare', 'poetry-lora'), ['q_proj', 'v_proj'], SEED + 3, 4);
-  writeFullFineTune(modelDir, join(root, 'vicuna'), config, Math.floor(config.numLayers / 2), SEED + 30);
+  writeFullFineTune(modelDir, join(root, 'vicuna'), config, Math.floor(config.numLayers / 2), SEED + 30, NEAR_STD[size]);
   return { modelDir, config };
 }
 

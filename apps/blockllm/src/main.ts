@@ -36,6 +36,8 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     deviceBytes: config.deviceBytes ?? (config.deviceMb !== undefined ? config.deviceMb * 1024 * 1024 : undefined),
     placementPolicy: config.placementPolicy,
     scaleOutQueue: config.scaleOutQueue,
+    adaptive: config.adaptive,
+    maxQueueLen: config.maxQueue,
     provisioning: config.provisioning,
     redis: config.redis ? { url: config.redisUrl, prefix: config.redisPrefix } : undefined,
     ingestAdmin: config.ingest,

@@ -6,7 +6,7 @@
  * and the memory split of the zoo: unique bytes stored once against the logical bytes per-model provisioning
  * would hold, unique and shared blocks, bytes resident in the device pool. With several devices: the cross-device
  * hand-offs, each device's state, the placement's deploys and evictions, and the route hops the cost model chose
- * (by reason, and those crossing devices).
+ * (by reason, those crossing devices, and those adaptively served by an equivalent segment).
  */
 import { CumulativeTotals, defineMetrics, generationMetrics } from '@tessera/server-kit';
 import type { Registry } from 'prom-client';
@@ -60,6 +60,11 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
       labels: ['reason'],
     },
     crossHops: { type: 'counter', name: 'tessera_blockllm_route_cross_device_hops_total', help: 'Chosen route hops whose previous block runs on another device.' },
+    adaptiveHops: {
+      type: 'counter',
+      name: 'tessera_blockllm_route_hops_adaptive_total',
+      help: "Chosen route hops that run a block of an equivalent segment (another weight set's) instead of the chain's own: adaptive serving.",
+    },
   });
   const latencies: number[] = [];
   engine.on('request-end', (end) => {
@@ -103,6 +108,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.routeHops, d.hopsMinLatency, { reason: 'min-latency' });
     totals.advance(m.routeHops, d.hopsKvOwner, { reason: 'kv-owner' });
     totals.advance(m.crossHops, d.hopsCrossDevice);
+    totals.advance(m.adaptiveHops, d.hopsAdaptive);
     for (const dev of d.perDevice) {
       m.utilisation.set({ device: dev.id }, dev.upMs > 0 ? dev.busyMs / dev.upMs : 0);
       m.deviceBytes.set({ device: dev.id, kind: 'budget' }, dev.budgetBytes);

@@ -70,6 +70,13 @@ export interface ServerOptions extends ServerBaseOptions {
   provisioning?: 'blocks' | 'per-model' | undefined;
   /** Scale-out: an instance routed more than 0.8 × this many sequences gets a replica on another device (default maxBatch; 0 off). */
   scaleOutQueue?: number | undefined;
+  /**
+   * Adaptive serving (several devices): a route may run an equivalent segment of another weight set of the same
+   * family in place of a run of the chain's blocks (default true; false: the chain's own blocks only).
+   */
+  adaptive?: boolean | undefined;
+  /** maxQueueLen of algorithm 5.4: a new sequence's first hop leaves an instance routed this many sequences for an equivalent one (default: no bound). */
+  maxQueueLen?: number | undefined;
   /** The placement policy of the serving core (default 'locality'). */
   placementPolicy?: 'locality' | 'frag-min' | undefined;
   /** Run the placement control plane on BullMQ at this Redis (else in-process). */
@@ -165,6 +172,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           provisioning: options.provisioning ?? 'blocks',
           placementPolicy: options.placementPolicy ?? 'locality',
           scaleOutQueue: options.scaleOutQueue ?? null,
+          adaptive: options.adaptive ?? true,
+          maxQueueLen: options.maxQueueLen ?? null,
           redis: options.redis ?? null,
         },
         { onProgress: (line) => app.log.info(line), ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}) },

@@ -44,6 +44,15 @@ describe('parseCli', () => {
     for (const flag of ['--devices', '--device-mb', '--provisioning', '--placement-policy', '--redis', '--redis-prefix', 'BLOCKLLM_DEVICES']) expect(USAGE).toContain(flag);
   });
 
+  it('reads the adaptive serving flags (on, no queue bound by default)', () => {
+    expect(parseCli([], {})).toMatchObject({ adaptive: true, maxQueue: undefined });
+    expect(parseCli(['--no-adaptive', '--max-queue', '4'], {})).toMatchObject({ adaptive: false, maxQueue: 4 });
+    expect(parseCli([], { BLOCKLLM_ADAPTIVE: '0', BLOCKLLM_MAX_QUEUE: '2' })).toMatchObject({ adaptive: false, maxQueue: 2 });
+    expect(parseCli([], { BLOCKLLM_ADAPTIVE: '1' })).toMatchObject({ adaptive: true });
+    expect(() => parseCli(['--max-queue', '0'], {})).toThrow(UsageError);
+    for (const flag of ['--no-adaptive', 'BLOCKLLM_ADAPTIVE=0', '--max-queue', 'BLOCKLLM_MAX_QUEUE']) expect(USAGE).toContain(flag);
+  });
+
   it('returns null for --help, and the usage names every flag and its variable', () => {
     expect(parseCli(['--help'], {})).toBeNull();
     expect(parseCli(['-h'], {})).toBeNull();

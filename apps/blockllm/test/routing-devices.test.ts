@@ -14,7 +14,7 @@ import { metric, placementJob, type PlacementBody } from './support/placement.js
 const fixture = makeFixture();
 let app: FastifyInstance;
 let url: string;
-// Each device can hold the whole zoo (1.13 MB unique for the demo), so both can hold the foundation's chain.
+// Each device can hold the whole zoo (1.14 MB unique for the demo), so both can hold the foundation's chain.
 beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 3_000_000 })));
 afterAll(async () => {
   await app?.close();

@@ -3,8 +3,10 @@
  * (block-zoo's chooseInstance) — a loaded replica loses to an idle one, a slower one to a faster one; a hop to
  * another device costs its activation transfer, so at equal load the instance on the previous hop's device wins,
  * and a long enough queue there makes the hop cross; ties go to the instance id whatever the snapshot's order; the
- * KV owner keeps a live sequence (rule 1); a block without an instance is the typed 404. And the inputs the device
- * set feeds it: the per-instance profile (measured, a sibling's, the prior) and the worker link (measured, the prior).
+ * KV owner keeps a live sequence (rule 1); a block without an instance is the typed 404. Adaptive serving: an
+ * equivalent segment's instance stands in for a loaded designated one (mid-chain by its estimate, at the chain start
+ * only when the designated instances are at maxQueueLen), never with adaptive serving off, and the route rejoins the
+ * chain after the blocks the segment replaces. And the inputs the device set feeds it: the per-instance profile (measured, a sibling's, the prior) and the worker link (measured, the prior).
  */
 import { type BlockBytes, transferMs } from '@tessera/block-zoo';
 import { describe, expect, it } from 'vitest';
@@ -35,7 +37,7 @@ function snapshot(chain: string[], instances: RouteInstance[], extra: Partial<Ro
 describe('routeByCostModel', () => {
   it('sends a new sequence to the idle replica, not the loaded one (either way round)', () => {
     const a = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 5), inst('a@device-1', 'device-1', 0)]));
-    expect(a).toEqual([{ instance: 'a@device-1', device: 'device-1', reason: 'min-latency', crossDevice: false, estimateMs: expect.any(Number) }]);
+    expect(a).toEqual([{ instance: 'a@device-1', device: 'device-1', block: 'a', adaptive: false, reason: 'min-latency', crossDevice: false, estimateMs: expect.any(Number) }]);
     const b = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 0), inst('a@device-1', 'device-1', 5)]));
     expect(b.map((h) => h.instance)).toEqual(['a']);
     // The queue is the routed sequences × the instance's time per token: 5 × 0.01 ms more for the loaded one.
@@ -102,6 +104,76 @@ describe('routeByCostModel', () => {
     expect(hop!.crossDevice).toBe(false);
     // Compute 100 tokens × 0.01 ms plus the ids over the link.
     expect(hop!.estimateMs!).toBeCloseTo(100 * 0.01 + transferMs(topology, null, 'device-1', 100 * TOKEN_BYTES), 9);
+  });
+});
+
+describe('routeByCostModel with equivalent segments (adaptive serving)', () => {
+  const on = (ids: string[], device = 'device-0') => ids.map((id) => inst(id, device, 0));
+  const segment = (position: number, blocks: string[], rejoin: number, score = 0.99) => ({ position, blocks: blocks.map(block), rejoin, score });
+
+  it('mid-chain: takes the equivalent instance when the designated one is loaded, not when it is idle', () => {
+    const equivalents = [segment(1, ['x'], 2)];
+    const loaded = routeByCostModel(snapshot(['a', 'b', 'c'], [...on(['a', 'c', 'x']), inst('b', 'device-0', 10)], { equivalents }));
+    expect(loaded.map((h) => [h.instance, h.block, h.adaptive])).toEqual([
+      ['a', 'a', false],
+      ['x', 'x', true],
+      ['c', 'c', false],
+    ]);
+    expect(loaded[1]!.reason).toBe('min-latency');
+    // Idle, both cost the same: the tie goes to the designated block.
+    const idle = routeByCostModel(snapshot(['a', 'b', 'c'], on(['a', 'b', 'c', 'x']), { equivalents }));
+    expect(idle.map((h) => [h.instance, h.adaptive])).toEqual([
+      ['a', false],
+      ['b', false],
+      ['c', false],
+    ]);
+    // Less loaded than the equivalent: still the designated one.
+    const lighter = routeByCostModel(snapshot(['a', 'b', 'c'], [...on(['a', 'c']), inst('b', 'device-0', 2), inst('x', 'device-0', 3)], { equivalents }));
+    expect(lighter.map((h) => h.instance)).toEqual(['a', 'b', 'c']);
+  });
+
+  it('never takes an equivalent with adaptive serving off', () => {
+    const snap = snapshot(['a', 'b', 'c'], [...on(['a', 'c', 'x']), inst('b', 'device-0', 50)], { equivalents: [segment(1, ['x'], 2)], allowAdaptive: false });
+    expect(routeByCostModel(snap).map((h) => [h.instance, h.adaptive])).toEqual([
+      ['a', false],
+      ['b', false],
+      ['c', false],
+    ]);
+    // At the chain start too, with every designated instance at maxQueueLen.
+    const start = snapshot(['a', 'b'], [inst('a', 'device-0', 4), ...on(['b', 'x'])], { equivalents: [segment(0, ['x'], 1)], allowAdaptive: false, maxQueueLen: 4 });
+    expect(routeByCostModel(start).map((h) => h.instance)).toEqual(['a', 'b']);
+  });
+
+  it('runs a segment in place of the chain blocks it replaces and rejoins after them', () => {
+    // [x, y] ≡ [a, b, c]: the route is x, y, then the chain again at d.
+    const equivalents = [segment(0, ['x', 'y'], 3)];
+    const instances = [inst('a', 'device-0', 4), ...on(['b', 'c', 'd', 'x']), inst('y', 'device-1', 0)];
+    const r = routeByCostModel(snapshot(['a', 'b', 'c', 'd'], instances, { equivalents, maxQueueLen: 4 }));
+    expect(r.map((h) => [h.instance, h.adaptive, h.crossDevice])).toEqual([
+      ['x', true, false],
+      ['y', true, true],
+      ['d', false, true],
+    ]);
+  });
+
+  it('at the chain start keeps the designated block while an instance of it is below maxQueueLen (algorithm 5.4)', () => {
+    const equivalents = [segment(0, ['x'], 1)];
+    // Loaded but available: the scheduler takes the designated block whatever the estimates.
+    const below = routeByCostModel(snapshot(['a', 'b'], [inst('a', 'device-0', 3), ...on(['b', 'x'])], { equivalents, maxQueueLen: 4 }));
+    expect(below.map((h) => h.instance)).toEqual(['a', 'b']);
+    const unbounded = routeByCostModel(snapshot(['a', 'b'], [inst('a', 'device-0', 30), ...on(['b', 'x'])], { equivalents }));
+    expect(unbounded.map((h) => h.instance)).toEqual(['a', 'b']);
+    // Every designated instance at maxQueueLen: the available equivalent.
+    const full = routeByCostModel(snapshot(['a', 'b'], [inst('a', 'device-0', 4), ...on(['b', 'x'])], { equivalents, maxQueueLen: 4 }));
+    expect(full.map((h) => [h.instance, h.adaptive])).toEqual([
+      ['x', true],
+      ['b', false],
+    ]);
+  });
+
+  it('offers no segment a block of which has no instance', () => {
+    const r = routeByCostModel(snapshot(['a', 'b', 'c'], [...on(['a', 'c', 'x']), inst('b', 'device-0', 50)], { equivalents: [segment(1, ['x', 'missing'], 3)] }));
+    expect(r.map((h) => h.instance)).toEqual(['a', 'b', 'c']);
   });
 });
 

@@ -9,9 +9,12 @@
  * modes share the devices and the step:
  *
  *   'blocks'     BlockLLM: an instance per block (plus scale-out replicas), shared by every application whose chain
- *                uses it; the device's pool holds each tensor once. Each sequence keeps a route (one instance per
- *                block) while it lives: its KV is there. The route is chosen hop by hop by the §4.3 cost model
- *                (routing.ts: block-zoo's chooseInstance over the set's queues, profiled step times and links).
+ *                uses it; the device's pool holds each tensor once. Each sequence keeps a route (the instances it
+ *                runs through) while it lives: its KV is there. The route is chosen hop by hop by the §4.3 cost
+ *                model (routing.ts: block-zoo's chooseInstance over the set's queues, profiled step times and links),
+ *                among the chain's own blocks and, with adaptive serving, the equivalent segments the zoo records
+ *                (block-zoo's hopRoutes): a route may run another weight set's blocks in place of a run of the
+ *                chain's, so it is a list of instances in span order, not one per chain block.
  *   'per-model'  per-model provisioning (PM, the baseline of design note §6.3): each application's whole model is
  *                its own set of instances in a pool of its own on one device (nothing shared, no cross-application
  *                batching); a model that does not fit next to the resident ones waits until an idle one is evicted
@@ -28,6 +31,7 @@ import {
   blockBytesOf,
   type BlockZoo,
   formatBlock,
+  hopRoutes,
   pickDevice,
   type PlacedInstance,
   placeChains,
@@ -61,6 +65,18 @@ export interface DeviceSetOptions {
    * to it — exceeds 0.8 × this gets a replica on another device. 0 turns scale-out off (default).
    */
   scaleOutQueue?: number;
+  /**
+   * Adaptive serving (design note §4.3, algorithm 5.5): a hop may go to an instance of an equivalent segment of
+   * another weight set of the same family instead of the chain's own block. Default true; false gives routes on the
+   * chain's own blocks only.
+   */
+  adaptive?: boolean;
+  /**
+   * maxQueueLen of algorithm 5.4: an instance routed this many sequences is not available to a new sequence's first
+   * hop, which then takes an available equivalent instance when there is one. Default: no bound (the first hop stays
+   * on the chain's own block; later hops compare estimates).
+   */
+  maxQueueLen?: number;
 }
 
 export interface InstanceInfo {
@@ -100,6 +116,8 @@ export interface DeviceCounters {
   hopsKvOwner: number;
   /** Chosen hops whose rows come from another device (the previous block's instance is elsewhere). */
   hopsCrossDevice: number;
+  /** Chosen hops that run a block of an equivalent segment instead of the chain's own (adaptive serving). */
+  hopsAdaptive: number;
 }
 
 export interface PlacementView {
@@ -108,7 +126,23 @@ export interface PlacementView {
   devices: { id: string; budgetBytes: number; residentBytes: number; utilisation: number; instances: string[] }[];
   /** Each instance, with the sequences routed through it since it was deployed. */
   instances: (InstanceInfo & { routed: number })[];
-  chains: { app: string; instances: string[]; devices: string[] }[];
+  chains: {
+    app: string;
+    instances: string[];
+    devices: string[];
+    /** The equivalent segments adaptive serving may run instead of the chain's blocks (same family; see equivalentsOf). */
+    equivalents: ChainEquivalent[];
+  }[];
+  /** Whether adaptive serving is on. */
+  adaptive: boolean;
+}
+
+/** An equivalent segment of a chain: `blocks` may run instead of the chain's blocks [position, rejoin). */
+export interface ChainEquivalent {
+  position: number;
+  blocks: string[];
+  rejoin: number;
+  score: number;
 }
 
 type DeviceClient = WorkerEngineClient<DeviceProtocol>;
@@ -142,6 +176,7 @@ export class DeviceSet {
     hopsMinLatency: 0,
     hopsKvOwner: 0,
     hopsCrossDevice: 0,
+    hopsAdaptive: 0,
   };
   /** Each instance's time per token, from the block runs the devices report (the cost model's compute profile). */
   readonly profiler = new InstanceProfiler();
@@ -153,7 +188,10 @@ export class DeviceSet {
   private readonly lastUsed = new Map<string, number>();
   private useClock = 0;
   private readonly seeded = new Set<string>();
-  /** Each live sequence's route: one instance per block of its chain, kept while it lives (its KV is there). */
+  /**
+   * Each live sequence's route: the instances it runs through in span order (one per chain block, or an equivalent
+   * segment's blocks in place of some), kept while it lives (its KV is there).
+   */
   readonly routes = new Map<string, { app: string; keys: string[] }>();
   readonly turns = new Turns();
   /** Per device: its last step, run and not yet committed there (it commits with the device's next program). */
@@ -247,11 +285,13 @@ export class DeviceSet {
    * live sequence whose route lost an instance the instances of its old route that still hold its KV.
    */
   routeSnapshot(id: string, app: string, tokens: number): RouteSnapshot {
-    const chain = this.instanceKeys(app).map(({ manifest }) => ({ blockId: manifest.blockId, label: formatBlock(manifest), bytes: blockBytesOf(manifest) }));
+    const routeBlock = (manifest: BlockManifest) => ({ blockId: manifest.blockId, label: formatBlock(manifest), bytes: blockBytesOf(manifest) });
+    const chain = this.instanceKeys(app).map(({ manifest }) => routeBlock(manifest));
+    const equivalents = this.equivalentsOf(app).map((e) => ({ ...e, blocks: e.blocks.map((b) => routeBlock(this.zoo.block(b))) }));
     const sequences = new Map<string, number>();
     for (const [other, r] of this.routes) if (other !== id) for (const k of r.keys) sequences.set(k, (sequences.get(k) ?? 0) + 1);
-    // The candidates: every deployed instance of each of the chain's (designated) blocks.
-    const instances = [...new Set(chain.map((b) => b.blockId))].flatMap((block) => {
+    // The candidates: every deployed instance of the chain's (designated) blocks and of its equivalent segments'.
+    const instances = [...new Set([...chain, ...equivalents.flatMap((e) => e.blocks)].map((b) => b.blockId))].flatMap((block) => {
       const of = this.instancesOf(block);
       return of.map((i) => ({
         instance: i.instance,
@@ -266,35 +306,64 @@ export class DeviceSet {
       }));
     });
     const known = this.routes.get(id);
-    const owners = known?.keys.length === chain.length ? known.keys.map((k, n) => (this.instances.get(k)?.block === chain[n]!.blockId ? k : null)) : undefined;
-    return { requestId: id, app, tokens: Math.max(1, tokens), chain, instances, topology: this.routeTopology(), ...(owners ? { owners } : {}) };
+    const owners = known?.keys.filter((k) => this.instances.has(k));
+    return {
+      requestId: id,
+      app,
+      tokens: Math.max(1, tokens),
+      chain,
+      instances,
+      topology: this.routeTopology(),
+      equivalents,
+      allowAdaptive: this.options.adaptive ?? true,
+      ...(this.options.maxQueueLen !== undefined ? { maxQueueLen: this.options.maxQueueLen } : {}),
+      ...(owners ? { owners } : {}),
+    };
   }
 
   /**
-   * A sequence's instances, one per block of its chain: the route it has (sticky: its KV lives there), or a new one.
-   * BlockLLM: each hop by the §4.3 cost model over the set's snapshot (routeByCostModel: hop 0 a scheduler dispatch,
-   * later hops agent dispatches from the previous hop's device), the reasons counted. `tokens`: the new tokens of the
-   * sequence's first step (its prompt).
+   * The equivalent segments of an application's chain (block-zoo's hopRoutes at each position, its non-designated
+   * routes), for adaptive serving. Only segments of the chain's own family: another family's hidden size needs a
+   * stitch block between the segments (§3.4), which neither the chain executor nor the devices run, so cross-family
+   * routes (`requiresStitch`, or another family) are left out of the candidates.
+   */
+  equivalentsOf(app: string): ChainEquivalent[] {
+    if (this.provisioning !== 'blocks') return [];
+    const chain = this.zoo.chain(app);
+    return chain.blocks.flatMap((_, position) =>
+      hopRoutes(this.zoo, app, position)
+        .filter((r) => !r.designated && !r.requiresStitch && r.family === chain.family)
+        .map((r) => ({ position, blocks: r.blocks, rejoin: r.rejoin, score: r.score ?? 0 })),
+    );
+  }
+
+  /**
+   * A sequence's instances in span order: the route it has (sticky: its KV lives there), or a new one. BlockLLM:
+   * each hop by the §4.3 cost model over the set's snapshot (routeByCostModel: hop 0 a scheduler dispatch, later
+   * hops agent dispatches from the previous hop's device; with adaptive serving an equivalent segment's instances
+   * may stand in for a run of the chain's blocks), the reasons counted. `tokens`: the new tokens of the sequence's
+   * first step (its prompt).
    */
   route(id: string, app: string, tokens = 1): { key: string; manifest: BlockManifest; device: string }[] {
-    const chain = this.instanceKeys(app);
     const known = this.routes.get(id);
-    if (known && known.keys.every((k) => this.instances.has(k))) return known.keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
+    const hopsOf = (keys: readonly string[]) => keys.map((key) => ({ key, manifest: this.manifests.get(key)!, device: this.instances.get(key)!.device }));
+    if (known && known.keys.every((k) => this.instances.has(k))) return hopsOf(known.keys);
     let keys: string[];
-    if (this.provisioning !== 'blocks') keys = chain.map((c) => c.key);
+    if (this.provisioning !== 'blocks') keys = this.instanceKeys(app).map((c) => c.key);
     else {
       const hops = routeByCostModel(this.routeSnapshot(id, app, tokens));
       for (const h of hops) {
         if (h.reason === 'kv-owner') this.counters.hopsKvOwner++;
         else this.counters.hopsMinLatency++;
         if (h.crossDevice) this.counters.hopsCrossDevice++;
+        if (h.adaptive) this.counters.hopsAdaptive++;
       }
       keys = hops.map((h) => h.instance);
     }
     for (const k of keys) if (!this.instances.has(k)) throw new BlockllmPlacementNotFoundError(`instance ${k} of ${app} is not deployed`);
     this.routes.set(id, { app, keys });
     for (const k of keys) if (!known?.keys.includes(k)) this.routedTotal.set(k, (this.routedTotal.get(k) ?? 0) + 1);
-    return keys.map((key, i) => ({ key, manifest: chain[i]!.manifest, device: this.instances.get(key)!.device }));
+    return hopsOf(keys);
   }
 
   /**
@@ -663,8 +732,9 @@ export class DeviceSet {
       chains: apps.map((app) => {
         // The chain's first instances (a scale-out replica serves some of its sequences too).
         const keys = this.instanceKeys(app).map((k) => (this.provisioning === 'blocks' ? (this.instancesOf(k.manifest.blockId)[0]?.instance ?? k.key) : k.key));
-        return { app, instances: keys, devices: keys.map((k) => this.instances.get(k)?.device ?? '') };
+        return { app, instances: keys, devices: keys.map((k) => this.instances.get(k)?.device ?? ''), equivalents: this.equivalentsOf(app) };
       }),
+      adaptive: this.provisioning === 'blocks' && (this.options.adaptive ?? true),
     };
   }
 

@@ -104,8 +104,13 @@ export interface BlockllmProtocol {
     ingest: { args: IngestArgs; result: AppSummary };
     zoo: { args: null; result: ZooListing };
     stats: { args: null; result: EngineStats };
-    /** Greedy tokens (exactly maxTokens, EOS not special) of one application run alone on a fresh executor: the reference the tests check served tokens against. */
-    alone: { args: { app: string; prompt: number[]; maxTokens: number }; result: number[] };
+    /**
+     * Greedy tokens (exactly maxTokens, EOS not special) of one application run alone on a fresh executor: the
+     * reference the tests check served tokens against. `blocks`: run these blocks (zoo ids, covering the model from
+     * the token ids to the logits) as the application's chain instead of its own: the reference of an adaptively
+     * served route, an equivalent segment in place of some of the chain's blocks.
+     */
+    alone: { args: { app: string; prompt: number[]; maxTokens: number; blocks?: string[] }; result: number[] };
     /** The same run's last-token logits at every step (the bit-exact reference for a served request's logprobs). */
     aloneLogits: { args: { app: string; prompt: number[]; maxTokens: number }; result: Float32Array[] };
     /** Where every block instance lives, each application's chain across the devices, and the control plane. */
@@ -149,6 +154,10 @@ export interface WorkerInit {
   placementPolicy: 'locality' | 'frag-min';
   /** Scale-out: a replica for an instance routed more than 0.8 × this many sequences (default maxBatch; 0: off). */
   scaleOutQueue: number | null;
+  /** Adaptive serving: routes may run equivalent segments of other weight sets (several devices, BlockLLM provisioning). */
+  adaptive: boolean;
+  /** maxQueueLen of algorithm 5.4: a first hop leaves an instance routed this many sequences for an equivalent one (null: no bound). */
+  maxQueueLen: number | null;
   /** The control plane on BullMQ/Redis (else in-process). */
   redis: { url: string; prefix: string } | null;
 }

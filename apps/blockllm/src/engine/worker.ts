@@ -70,6 +70,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       provisioning: init.provisioning,
       policy: init.placementPolicy,
       scaleOutQueue: init.scaleOutQueue ?? init.maxBatch,
+      adaptive: init.adaptive,
+      ...(init.maxQueueLen !== null ? { maxQueueLen: init.maxQueueLen } : {}),
     });
     progress(`${init.devices} device(s) of ${deviceBytes} bytes each (${init.provisioning} provisioning)`);
     if (init.provisioning === 'blocks') {
@@ -295,8 +297,11 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         if (!s) throw new BlockllmPlacementNotFoundError(`no placement job ${JSON.stringify(id)}`);
         return s;
       },
-      alone: ({ app, prompt, maxTokens }) => {
-        const solo = new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions });
+      alone: ({ app, prompt, maxTokens, blocks }) => {
+        // A substituted chain: the executor reads chains from the zoo, so it gets a view of the zoo whose chain of
+        // `app` is `blocks` (checked by the executor like any chain: no gap, embedding to head).
+        const chains = blocks === undefined ? zoo : (Object.create(zoo, { chain: { value: (a: string) => (a === app ? { ...zoo.chain(a), blocks: blocks.map((b) => zoo.block(b)) } : zoo.chain(a)) } }) as BlockZoo);
+        const solo = new ChainExecutor(chains, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions });
         try {
           return solo.generate([{ app, prompt, maxTokens }])[0]!.tokens;
         } finally {
