@@ -89,6 +89,15 @@ export function blockProfile(m: Pick<BlockManifest, 'paramBytes' | 'params' | 'k
   };
 }
 
+/**
+ * The part of a block's step that is latency rather than GPU work: its kernel launches and its engine's step
+ * overhead (the profile's fixedMs includes them). Under 'multiplex' sharing it does not occupy the GPU, so engines
+ * running at once overlap it; only the rest of the step is shared.
+ */
+export function blockLaunchMs(m: Pick<BlockManifest, 'span'>, gpu: GpuModel = A100_80G): number {
+  return blockLayers(m as BlockManifest) * gpu.launchMsPerLayer + gpu.blockStepMs;
+}
+
 /** Profiles of several blocks run as one engine (per-model provisioning): fixed costs, row and token costs add. */
 export function sumProfiles(profiles: readonly ComputeProfile[]): ComputeProfile {
   return profiles.reduce((a, p) => ({ fixedMs: a.fixedMs + p.fixedMs, perRowMs: a.perRowMs + p.perRowMs, perTokenMs: a.perTokenMs + p.perTokenMs }), { fixedMs: 0, perRowMs: 0, perTokenMs: 0 });

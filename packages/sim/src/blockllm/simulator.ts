@@ -49,7 +49,7 @@ import { KV_PAGE_SIZE } from '@tessera/core';
 import { EventQueue } from '../clock.js';
 import { SimArgumentError } from '../errors.js';
 import { substream } from '../random.js';
-import { A100_80G, blockLayers, blockllmTopology, blockProfile, type ClusterOptions, type GpuModel, sumBytes, sumProfiles } from './cluster.js';
+import { A100_80G, blockLaunchMs, blockLayers, blockllmTopology, blockProfile, type ClusterOptions, type GpuModel, sumBytes, sumProfiles } from './cluster.js';
 import { type BlockllmRequest, DEFAULT_LENGTH_RANGE, syntheticWorkload } from './workload.js';
 import { appMix, buildSimZoo, type SimApp, type SimZoo, type SimZooOptions } from './zoo-mix.js';
 
@@ -181,6 +181,8 @@ export interface BlockllmSimResult {
   throughputTokS: number;
   /** Engine compute time, activation / KV transfer time, and model-load time (ms, summed over steps). */
   computeMs: number;
+  /** The launch latency within computeMs (under 'multiplex' sharing it is not GPU busy time: blockLaunchMs). */
+  launchMs: number;
   transferMs: number;
   loadMs: number;
   /** transfer / (compute + transfer). */
@@ -191,8 +193,11 @@ export interface BlockllmSimResult {
   utilisationTimeline: { tMs: number; busy: number }[];
   /** Per GPU: busy fraction until the last completion, and the instances (engines) it holds at the end. */
   deviceUtilisation: { device: string; busy: number; instances: number }[];
-  /** Per instance at the end: its batches and rows (the agent's counters). */
-  instanceStats: { instance: string; device: string; block: string; computeMs: number; batches: number; rows: number; returningRows: number; newRows: number }[];
+  /**
+   * Per instance at the end: its batches and rows (the agent's counters), its steps' standalone time (computeMs)
+   * and the launch latency within it (launchMs: under 'multiplex' sharing not GPU busy time, see blockLaunchMs).
+   */
+  instanceStats: { instance: string; device: string; block: string; computeMs: number; launchMs: number; batches: number; rows: number; returningRows: number; newRows: number }[];
   /** Mean device bytes of parameters and of request data (KV), over the samples; and their peaks. */
   memory: { paramBytes: number; requestBytes: number; peakParamBytes: number; peakRequestBytes: number };
   speculation: { speculations: number; accepted: number; rolledBack: number };
@@ -234,11 +239,17 @@ interface Inst {
   lastUsed: number;
   /** The time a re-plan is scheduled for while the agent holds for a returning request. */
   holdAt: number | null;
-  /** Standalone GPU time of its batches. */
+  /** Standalone time of its batches (launch latency included), and the launch latency alone. */
   computeMs: number;
+  launchTotalMs: number;
   /** Its running batch: the shared job (multiplex) or its end time (serial). */
   job: { left: number; onDone: () => void } | null;
   runEnd: number;
+  /** Launch latency of a step (blockLaunchMs; summed over a unit's blocks), not shared under 'multiplex'. */
+  launchMs: number;
+  /** 'multiplex': when the running batch's launch latency ends and the shared work it then adds. */
+  launchEnd: number;
+  pendingWork: number;
 }
 
 interface Req {
@@ -344,6 +355,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const batchCap = (k: number) => baseBatch * Math.min(Math.max(1, k), sharedCap);
 
   let computeTotal = 0;
+  let launchTotal = 0;
   let transferTotal = 0;
   let loadTotal = 0;
   let interBytes = 0;
@@ -371,10 +383,10 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
   const holdOf = (profile: ComputeProfile) => (policy === 'blockllm' && countdownHold ? profile.fixedMs : 0);
   const newAgent = (id: string, bytes: BlockBytes, maxBatch: number, memory: number, profile: ComputeProfile) => new BlockAgent({ instance: id, block: bytes, clock, maxBatch, memoryBytes: Math.max(1, memory), holdForReturningMs: holdOf(profile) });
   const instances = new Map<string, Inst>();
-  const addInst = (dev: Device, unit: string, bytes: BlockBytes, profile: ComputeProfile, maxBatch: number, memory: number, readyAt: number): Inst => {
+  const addInst = (dev: Device, unit: string, bytes: BlockBytes, profile: ComputeProfile, maxBatch: number, memory: number, readyAt: number, launchMs: number): Inst => {
     let id = `${unit.slice(0, 16)}@${dev.id}`;
     for (let k = 2; instances.has(id); k++) id = `${unit.slice(0, 16)}@${dev.id}#${k}`;
-    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory, profile), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt, holdAt: null, computeMs: 0, job: null, runEnd: 0 };
+    const inst: Inst = { id, device: dev, agent: newAgent(id, bytes, maxBatch, memory, profile), profile, bytes, unit, readyAt, speculating: false, draining: false, loadedAt: readyAt, inflight: 0, lastUsed: readyAt, holdAt: null, computeMs: 0, launchTotalMs: 0, job: null, runEnd: 0, launchMs, launchEnd: 0, pendingWork: 0 };
     instances.set(id, inst);
     dev.instances.push(inst);
     return inst;
@@ -443,7 +455,8 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     if (sharing === 'serial') return Math.max(0, inst.runEnd - clock.now());
     const dev = inst.device;
     const k = dev.jobs.length;
-    if (!inst.job || k === 0) return 0;
+    if (!inst.job) return Math.max(0, inst.launchEnd - clock.now()) + inst.pendingWork * (k + 1);
+    if (k === 0) return 0;
     return Math.max(0, inst.job.left * k - (clock.now() - dev.since));
   };
   const startBatch = (dev: Device, inst: Inst) => {
@@ -498,9 +511,19 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       tryRun(dev);
     };
     if (sharing === 'multiplex') {
-      inst.job = startJob(dev, dur, () => {
-        inst.job = null;
-        finish();
+      // The launch latency first (it does not occupy the GPU: engines running at once overlap it), then the
+      // step's work, shared with the batches running on the GPU.
+      const latency = Math.min(inst.launchMs, dur);
+      inst.launchTotalMs += latency;
+      launchTotal += latency;
+      inst.launchEnd = now + latency;
+      inst.pendingWork = dur - latency;
+      events.schedule(now + latency, () => {
+        inst.pendingWork = 0;
+        inst.job = startJob(dev, dur - latency, () => {
+          inst.job = null;
+          finish();
+        });
       });
     } else {
       inst.runEnd = now + dur;
@@ -534,6 +557,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       apps: Set<string>;
       bytes: BlockBytes;
       profile: ComputeProfile;
+      launchMs: number;
       maxBatch: number;
     }
     const units = new Map<string, Unit>();
@@ -547,7 +571,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       } else {
         const c = chains.get(a.id)!;
         const bytes = namedSize(c.blocks.flatMap((b) => b.tensors)).bytes;
-        const u: Unit = { key: a.id, apps: new Set([a.id]), bytes: sumBytes(a.id, c.blocks.map(blockBytesOf), bytes), profile: sumProfiles(c.blocks.map((b) => blockProfile(b, blockLayers(b), gpu))), maxBatch: baseBatch };
+        const u: Unit = { key: a.id, apps: new Set([a.id]), bytes: sumBytes(a.id, c.blocks.map(blockBytesOf), bytes), profile: sumProfiles(c.blocks.map((b) => blockProfile(b, blockLayers(b), gpu))), launchMs: c.blocks.reduce((t, b) => t + blockLaunchMs(b, gpu), 0), maxBatch: baseBatch };
         units.set(u.key, u);
         unitOf.set(a.id, u);
       }
@@ -557,7 +581,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
       const blocks = list.flatMap((a) => chains.get(a.id)!.blocks);
       const bytes = uniqueSize(blocks.flatMap((b) => b.tensors)).bytes;
       const base = zoo.chain(family).blocks;
-      const u: Unit = { key: `ps:${family}`, apps: new Set(list.map((a) => a.id)), bytes: sumBytes(`ps:${family}`, base.map(blockBytesOf), bytes), profile: sumProfiles(base.map((b) => blockProfile(b, blockLayers(b), gpu))), maxBatch: batchCap(list.length) };
+      const u: Unit = { key: `ps:${family}`, apps: new Set(list.map((a) => a.id)), bytes: sumBytes(`ps:${family}`, base.map(blockBytesOf), bytes), profile: sumProfiles(base.map((b) => blockProfile(b, blockLayers(b), gpu))), launchMs: base.reduce((t, b) => t + blockLaunchMs(b, gpu), 0), maxBatch: batchCap(list.length) };
       units.set(u.key, u);
       for (const a of list) unitOf.set(a.id, u);
     }
@@ -617,7 +641,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
         const load = victimBytes / spec.memBandwidth + u.bytes.paramBytes / spec.loadBandwidth;
         loadTotal += load;
         swaps++;
-        const inst = addInst(dev, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), now + load);
+        const inst = addInst(dev, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), now + load, u.launchMs);
         const take = list.splice(0, u.maxBatch);
         for (const r of take) {
           inst.inflight++;
@@ -665,7 +689,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     const hot = [...units.values()].sort((a, b) => rate.get(b.key)! - rate.get(a.key)! || (a.key < b.key ? -1 : 1));
     devices.forEach((d, i) => {
       const u = hot[i];
-      if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0);
+      if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0, u.launchMs);
     });
     // Fewer units than GPUs (PS's one engine per family, or few applications): the GPUs left empty take replicas of
     // the units with the most rate per engine, as a deployment scaled to its cluster would (BlockLLM's warm
@@ -674,7 +698,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     for (const d of devices) {
       if (d.instances.length > 0) continue;
       const u = [...units.values()].sort((a, b) => rate.get(b.key)! / (count(b.key) + 1) - rate.get(a.key)! / (count(a.key) + 1) || (a.key < b.key ? -1 : 1))[0];
-      if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0);
+      if (u) addInst(d, u.key, u.bytes, u.profile, u.maxBatch, memoryFor(u), 0, u.launchMs);
     }
     const memSample = () => {
       let params = 0;
@@ -786,7 +810,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     const byBlock = new Map<BlockId, Inst[]>();
     const requestMemory = (dev: Device) => gpu.memoryBytes - placed.filter((p) => p.device === dev.id).reduce((n, p) => n + p.bytes, 0);
     const deploy = (block: BlockManifest, dev: Device, readyAt: number): Inst => {
-      const inst = addInst(dev, block.blockId, blockBytesOf(block), profileOf(block), batchCap(users.get(block.blockId) ?? 1), requestMemory(dev), readyAt);
+      const inst = addInst(dev, block.blockId, blockBytesOf(block), profileOf(block), batchCap(users.get(block.blockId) ?? 1), requestMemory(dev), readyAt, blockLaunchMs(block, gpu));
       const list = byBlock.get(block.blockId) ?? [];
       list.push(inst);
       byBlock.set(block.blockId, list);
@@ -1155,6 +1179,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     makespanMs: makespan,
     throughputTokS: tokens / (makespan / 1000),
     computeMs: computeTotal,
+    launchMs: launchTotal,
     transferMs: transferTotal,
     loadMs: loadTotal,
     communicationShare: transferTotal / Math.max(1e-9, computeTotal + transferTotal),
@@ -1162,7 +1187,7 @@ export function runBlockllmSimulation(options: BlockllmSimOptions): BlockllmSimR
     utilisation: busyTotal / (makespan * devices.length),
     utilisationTimeline: timeline,
     deviceUtilisation: devices.map((d) => ({ device: d.id, busy: (busyByDevice.get(d.id) ?? 0) / makespan, instances: d.instances.length })),
-    instanceStats: [...instances.values()].map((i) => ({ instance: i.id, device: i.device.id, block: i.unit, computeMs: i.computeMs, ...i.agent.stats() })),
+    instanceStats: [...instances.values()].map((i) => ({ instance: i.id, device: i.device.id, block: i.unit, computeMs: i.computeMs, launchMs: i.launchTotalMs, ...i.agent.stats() })),
     memory: { paramBytes: mean((s) => s.params), requestBytes: mean((s) => s.request), peakParamBytes: Math.max(0, ...memSamples.map((s) => s.params)), peakRequestBytes: Math.max(0, ...memSamples.map((s) => s.request)) },
     speculation: (({ speculations, accepted, rolledBack }) => ({ speculations, accepted, rolledBack }))(specStats()),
     adaptiveRequests: records.filter((r) => r.adaptive).length,
