@@ -526,6 +526,106 @@ export class DeviceSet {
     return { from: info.device, sequences, pages };
   }
 
+  /**
+   * The instances the live sequences of `key` may move to when it is evicted: the other instances of its block
+   * (scale-out replicas, or the first instance when `key` is a replica) not in `leaving`, the fewest sequences routed
+   * through them first, then by key. Throws a 409 naming why when sequences hold KV in `key` and there is none.
+   */
+  moveTargets(key: string, leaving: ReadonlySet<string> = new Set()): InstanceInfo[] {
+    const info = this.instances.get(key);
+    if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
+    const n = this.usersOf(key);
+    if (n === 0) return [];
+    const targets = this.instancesOf(info.block)
+      .filter((i) => i.instance !== key && !leaving.has(i.instance))
+      .map((i) => ({ i, users: this.usersOf(i.instance) }))
+      .sort((a, b) => a.users - b.users || (a.i.instance < b.i.instance ? -1 : a.i.instance > b.i.instance ? 1 : 0))
+      .map((t) => t.i);
+    if (targets.length === 0) {
+      const others = this.instancesOf(info.block).filter((i) => i.instance !== key);
+      throw new BlockllmPlacementConflictError(
+        `instance ${key} holds the KV of ${n} running sequence(s) and ${others.length === 0 ? `is the only instance of block ${info.block} (${formatBlock(this.manifests.get(key)!)})` : `every other instance of its block (${others.map((i) => i.instance).join(', ')}) goes too`}: ` +
+          `there is none left for them to move to. A migrate job moves the instance to another device with their KV; or deploy a replica of the block first, or retry when they finish`,
+      );
+    }
+    return targets;
+  }
+
+  /**
+   * Whether the KV of the live sequences of `key` fits the cache of some instance they may move to (moveTargets), by
+   * the pages they hold now and the pages free there: null when it does (or there is nothing to move), else why not.
+   * A check before the job runs; the move itself checks again, all or nothing.
+   */
+  async moveRoomProblem(key: string, leaving: ReadonlySet<string> = new Set()): Promise<string | null> {
+    const targets = this.moveTargets(key, leaving);
+    if (targets.length === 0) return null;
+    const ids = this.sequencesThrough(key);
+    let held: { cache: boolean; pages: number };
+    let room: { t: InstanceInfo; free: number }[];
+    try {
+      held = await this.client(this.instances.get(key)!.device).call('kvPages', { instance: key, ids });
+      if (!held.cache || held.pages === 0) return null;
+      room = await Promise.all(targets.map(async (t) => ({ t, free: (await this.client(t.device).call('kvPages', { instance: t.instance, ids: [] })).free })));
+    } catch {
+      // Not between steps: a job may have changed the instances meanwhile; the job's own run decides.
+      return null;
+    }
+    if (room.some((r) => r.free >= held.pages)) return null;
+    return (
+      `the ${ids.length} running sequence(s) routed through ${key} hold ${held.pages} KV page(s) there, more than any other instance of its block has free ` +
+      `(${room.map((r) => `${r.t.instance} on ${r.t.device}: ${r.free}`).join(', ')}); nothing changed: retry when sequences finish, or deploy a replica with room`
+    );
+  }
+
+  /**
+   * Evicts an instance; the live sequences routed through it first move to another instance of its block (design
+   * note §4.4: their KV goes along, so they keep their tokens). Between steps: the last step is committed, their
+   * committed K/V (prefix K/V included) is copied from the instance into the first of moveTargets whose cache takes
+   * all of it (all or nothing per target; none: a 409 and nothing changed), their routes are rewritten to that
+   * instance, then the instance is evicted. No other instance (or every other one in `leaving`): a 409, nothing
+   * changed (`migrate` moves the instance itself with their KV).
+   */
+  async evictMoving(key: string, leaving: ReadonlySet<string> = new Set()): Promise<{ to: string | null; sequences: number; pages: number }> {
+    const info = this.instances.get(key);
+    if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
+    const targets = this.moveTargets(key, leaving);
+    if (targets.length === 0) {
+      await this.evict(key);
+      return { to: null, sequences: 0, pages: 0 };
+    }
+    await this.settle();
+    const ids = this.sequencesThrough(key);
+    const out = await this.client(info.device).call('exportKv', { instance: key, ids });
+    const bytes = out.sequences.reduce((n, s) => n + s.snapshot.layers.reduce((m, l) => m + l.k.byteLength + l.v.byteLength, 0), 0);
+    const refusals: string[] = [];
+    let to: InstanceInfo | null = null;
+    let pages = 0;
+    for (const t of targets) {
+      try {
+        pages = (await this.client(t.device).call('importKv', { instance: t.instance, sequences: out.sequences })).pages;
+        to = t;
+        break;
+      } catch (err) {
+        if (!(err instanceof BlockllmPlacementConflictError)) throw err;
+        refusals.push(err.message);
+      }
+    }
+    if (to === null) {
+      throw new BlockllmPlacementConflictError(
+        `the ${ids.length} running sequence(s) routed through ${key} (${out.sequences.length} with KV there) fit no other instance of its block: ${refusals.join('; ')}; nothing changed: retry when sequences finish, or deploy a replica with room`,
+      );
+    }
+    if (to.device !== info.device) this.counters.crossBytes += bytes;
+    const target = to.instance;
+    for (const id of ids) {
+      const r = this.routes.get(id)!;
+      r.keys = r.keys.map((k) => (k === key ? target : k));
+    }
+    this.routedTotal.set(target, (this.routedTotal.get(target) ?? 0) + ids.length);
+    await this.evict(key);
+    return { to: target, sequences: ids.length, pages };
+  }
+
   /** The bytes `manifest` would add to `device` (its tensors that no instance of `pool` there holds). */
   marginal(manifest: BlockManifest, device: string, pool = 'shared'): number {
     const held = new Set<string>();
@@ -667,10 +767,10 @@ export class DeviceSet {
   }
 
   /**
-   * The initial placement (and the 'place' job): placeChains over the served chains, then the moves that turn
-   * the current registry into it (evictions first, so the new instances have room).
+   * What a placement by `policy` would do: placeChains over the served chains, and the instances it removes (each
+   * one not on its block's planned device, and every replica).
    */
-  async place(apps: readonly string[], policy: PlacementPolicy = this.policy): Promise<{ deployed: string[]; evicted: string[] }> {
+  placePlan(apps: readonly string[], policy: PlacementPolicy = this.policy): { plan: { block: string; device: string }[]; manifests: Map<string, BlockManifest>; removals: InstanceInfo[] } {
     if (this.provisioning !== 'blocks') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'per-model provisioning places whole models on demand; a block placement applies to BlockLLM provisioning');
     const chains = apps.map((a) => this.zoo.chain(a).blocks);
     const manifests = new Map(chains.flat().map((m) => [m.blockId, m]));
@@ -688,13 +788,29 @@ export class DeviceSet {
     }
     const plan = placeChains(this.topology, chains.map((c) => c.map((m) => m.blockId)), sizes, traffic, { policy });
     const want = new Map(plan.map((p) => [p.block, p.device]));
+    const removals = [...this.instances.values()].filter((i) => want.get(i.block) !== i.device || i.instance !== i.block);
+    return { plan, manifests, removals };
+  }
+
+  /**
+   * The initial placement (and the 'place' job): placePlan, then the moves that turn the current registry into it
+   * (evictions first, so the new instances have room). The live sequences of a removed instance move to an instance
+   * of its block the placement keeps (evictMoving); when a removed instance holding live sequences' KV has none, the
+   * job is refused (409) before anything changes.
+   */
+  async place(apps: readonly string[], policy: PlacementPolicy = this.policy): Promise<{ deployed: string[]; evicted: string[]; movedSequences: number; kvPages: number }> {
+    const { plan, manifests, removals } = this.placePlan(apps, policy);
+    const leaving = new Set(removals.map((i) => i.instance));
+    for (const i of removals) this.moveTargets(i.instance, leaving);
     const evicted: string[] = [];
     const deployed: string[] = [];
-    for (const i of [...this.instances.values()]) {
-      if (want.get(i.block) !== i.device || i.instance !== i.block) {
-        await this.evict(i.instance);
-        evicted.push(i.instance);
-      }
+    let movedSequences = 0;
+    let kvPages = 0;
+    for (const i of removals) {
+      const moved = await this.evictMoving(i.instance, leaving);
+      movedSequences += moved.sequences;
+      kvPages += moved.pages;
+      evicted.push(i.instance);
     }
     for (const p of plan) {
       if (this.instancesOf(p.block).some((i) => i.device === p.device)) continue;
@@ -709,7 +825,7 @@ export class DeviceSet {
       deployed.push(p.block);
     }
     this.policy = policy;
-    return { deployed, evicted };
+    return { deployed, evicted, movedSequences, kvPages };
   }
 
   async deviceStats(): Promise<DeviceStats[]> {

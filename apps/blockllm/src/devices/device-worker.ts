@@ -283,6 +283,11 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         }
         return { pages: done.reduce((n, id) => n + cache.pages(id).length, 0) };
       },
+      kvPages: ({ instance: key, ids }) => {
+        const cache = instance(key).runtime.cache;
+        if (!cache) return { cache: false, pages: 0, free: 0 };
+        return { cache: true, pages: ids.filter((id) => cache.hasSequence(id)).reduce((n, id) => n + cache.pages(id).length, 0), free: cache.freePages };
+      },
       rename: ({ from, to }) => {
         const i = instance(from);
         if (instances.has(to)) throw new BlockllmPlacementConflictError(`${init.device} already holds ${to}`);

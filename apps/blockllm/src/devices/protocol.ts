@@ -88,6 +88,11 @@ export interface DeviceProtocol {
     /** A KV migration's two halves: the committed K/V of the listed sequences the instance holds, as host snapshots, and putting them into another instance of the same block. */
     exportKv: { args: { instance: string; ids: string[] }; result: { sequences: { id: string; snapshot: KvSequenceSnapshot }[] } };
     importKv: { args: { instance: string; sequences: { id: string; snapshot: KvSequenceSnapshot }[] }; result: { pages: number } };
+    /**
+     * What moving sequences into or out of an instance takes: the pages the listed sequences hold in its KV cache and
+     * the pages it has free (`cache` false: the instance holds no attention, hence no KV).
+     */
+    kvPages: { args: { instance: string; ids: string[] }; result: { cache: boolean; pages: number; free: number } };
     /** Gives an instance another key (a migrated instance takes the key of the one it replaces). */
     rename: { args: { from: string; to: string }; result: null };
   };

@@ -163,7 +163,10 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     return summary(args.id);
   }
 
-  /** A placement job checked against the placement now: what it names exists and fits; an eviction or re-placement also that no running sequence holds KV there. */
+  /**
+   * A placement job checked against the placement now: what it names exists and fits; an eviction or re-placement
+   * also that the running sequences holding KV in what it removes have another instance of the block to move to.
+   */
   function checkJob(job: PlacementJob): void {
     if (!devices) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'placement jobs need several devices (start the server with --devices 2 or more)');
     if (devices.provisioning !== 'blocks') throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', 'per-model provisioning places whole models on demand; placement jobs apply to BlockLLM provisioning');
@@ -177,10 +180,6 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       return b;
     };
     const free = (d: string) => devices!.options.deviceBytes - devices!.placed().filter((p) => p.device === d).reduce((n, p) => n + p.bytes, 0);
-    const idle = (id: string) => {
-      const n = devices!.usersOf(id);
-      if (n > 0) throw new BlockllmPlacementConflictError(`instance ${id} holds the KV of ${n} running sequence(s); retry when they finish`);
-    };
     switch (job.kind) {
       case 'deploy': {
         const b = chainBlock(job.block);
@@ -194,7 +193,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       }
       case 'evict': {
         if (!devices.instance(job.block)) throw new BlockllmPlacementNotFoundError(`no instance of block ${JSON.stringify(job.block)} is deployed`);
-        idle(job.block);
+        // Its running sequences move to another instance of the block with their KV (DeviceSet.evictMoving).
+        devices.moveTargets(job.block);
         return;
       }
       case 'migrate': {
@@ -208,13 +208,29 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         return;
       }
       case 'place': {
-        const live = devices.routes.size;
-        if (live > 0) throw new BlockllmPlacementConflictError(`${live} running sequence(s) hold KV in the current placement; re-place when the server is idle`);
+        if (devices.routes.size === 0) return;
+        const { removals } = devices.placePlan(zoo.apps(), job.policy ?? devices.policy);
+        const leaving = new Set(removals.map((i) => i.instance));
+        for (const i of removals) devices.moveTargets(i.instance, leaving);
         return;
       }
       default:
         throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `unknown placement job ${JSON.stringify((job as { kind: unknown }).kind)}`);
     }
+  }
+
+  /** Whether the KV of the running sequences an evict or place job would move fits the instances they would move to (null: it does). */
+  async function roomProblem(job: PlacementJob): Promise<string | null> {
+    if (!devices || devices.routes.size === 0) return null;
+    if (job.kind === 'evict') return devices.moveRoomProblem(job.block);
+    if (job.kind !== 'place') return null;
+    const { removals } = devices.placePlan(zoo.apps(), job.policy ?? devices.policy);
+    const leaving = new Set(removals.map((i) => i.instance));
+    for (const i of removals) {
+      const problem = await devices.moveRoomProblem(i.instance, leaving);
+      if (problem !== null) return problem;
+    }
+    return null;
   }
 
   /** Runs a job between steps (the device set's turns), checked again against the placement it meets. */
@@ -225,9 +241,10 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       switch (job.kind) {
         case 'deploy':
           return { deployed: [(await set.deploy(set.keyFor(job.block, job.device), zoo.block(job.block), job.device, 'shared')).instance], evicted: [] };
-        case 'evict':
-          await set.evict(job.block);
-          return { deployed: [], evicted: [job.block] };
+        case 'evict': {
+          const moved = await set.evictMoving(job.block);
+          return { deployed: [], evicted: [job.block], movedTo: moved.to, movedSequences: moved.sequences, kvPages: moved.pages };
+        }
         case 'migrate': {
           const moved = await set.migrate(job.block, job.device);
           return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${moved.from}`], movedSequences: moved.sequences, kvPages: moved.pages };
@@ -289,6 +306,9 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       },
       placementSubmit: async (job) => {
         checkJob(job);
+        // The KV that would move must fit somewhere now (checked again, all or nothing, when the job runs).
+        const problem = await roomProblem(job);
+        if (problem !== null) throw new BlockllmPlacementConflictError(problem);
         return control!.submit(job);
       },
       placementJob: async ({ id }) => {
