@@ -166,6 +166,13 @@ constexpr double kInlineFlops = 1 << 20;
 
 bool run_inline(double m, double n, double k) { return 2.0 * m * n * k < kInlineFlops; }
 
+// Packs and transposes of op(A) move each element once at a few GB/s, a hundred times slower per element than the
+// flops run_inline counts: 512 x 768 took 100-150 us on one thread (Zen 4), while waking the pool costs about ten.
+// So they run on the calling thread only below this many elements (a few microseconds of copying).
+constexpr int64_t kInlinePackElements = int64_t(16) << 10;
+
+bool pack_inline(int64_t rows, int64_t k) { return rows * k < kInlinePackElements; }
+
 void run_plan(Isa isa, const GemmPlan& plan) {
   const bool small = run_inline(double(plan.P), double(plan.Q), double(plan.K));
   global_pool().parallel_for_or_inline(plan.p_blocks * plan.q_blocks, small, [&](int64_t t) {
@@ -278,7 +285,7 @@ constexpr int64_t kTransposeAMinCols = 64;
 void transpose_op_a(const float* a, int64_t lda, int64_t m, int64_t k, float* dst) {
   constexpr int64_t B = 32;
   const int64_t row_blocks = gemm_ceil_div(m, B);
-  global_pool().parallel_for_or_inline(row_blocks, run_inline(double(m), double(k), 1.0), [&](int64_t t) {
+  global_pool().parallel_for_or_inline(row_blocks, pack_inline(m, k), [&](int64_t t) {
     const int64_t i0 = t * B, i1 = std::min(m, i0 + B);
     for (int64_t p0 = 0; p0 < k; p0 += B) {
       const int64_t p1 = std::min(k, p0 + B);
@@ -296,7 +303,7 @@ void prepack_at_parallel(Isa isa, const float* a, int64_t lda, bool trans_a, int
   const int64_t panels = gemm_ceil_div(m, s.nr);
   const int64_t per_task = std::max<int64_t>(1, gemm_ceil_div(panels, 32));
   const int64_t tasks = gemm_ceil_div(panels, per_task);
-  global_pool().parallel_for_or_inline(tasks, run_inline(double(m), double(k), 1.0), [&](int64_t t) {
+  global_pool().parallel_for_or_inline(tasks, pack_inline(m, k), [&](int64_t t) {
     const int64_t j0 = t * per_task, j1 = std::min(panels, j0 + per_task);
     const int64_t q0 = j0 * s.nr, cols = std::min(m, j1 * s.nr) - q0;
     prepack_at(isa, trans_a ? a + q0 : a + q0 * lda, lda, trans_a, cols, k, dst + q0 * k);
@@ -406,7 +413,7 @@ void gemm_bf16_avx512bf16(const GemmArgs& g) {
     const int64_t words = gemm_bf16_panel_offset(panels - 1, pl.pairs) + gemm_bf16_panel_width(Q, panels - 1) * pl.pairs;
     uint32_t* y = reinterpret_cast<uint32_t*>(y_scratch.get(words));
     const float* a = g.trans_a ? g.a + q0 : g.a + q0 * g.lda;
-    global_pool().parallel_for_or_inline(panels, run_inline(double(Q), double(g.k), 1.0), [&](int64_t j) {
+    global_pool().parallel_for_or_inline(panels, pack_inline(Q, g.k), [&](int64_t j) {
       const int64_t rows = std::min<int64_t>(kBf16Nr, Q - j * kBf16Nr);
       const float* aj = g.trans_a ? a + j * kBf16Nr : a + j * kBf16Nr * g.lda;
       gemm_bf16_pack_avx512(aj, g.lda, g.trans_a, rows, g.k, y + gemm_bf16_panel_offset(j, pl.pairs));
