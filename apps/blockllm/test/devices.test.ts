@@ -16,8 +16,7 @@ import { type JobBody, metric, placementJob, type PlacementBody } from './suppor
 const fixture = makeFixture();
 let app: FastifyInstance;
 let url: string;
-// Each device holds about 77 % of the zoo's unique bytes (1.14 MB for the demo), so chains must spread (the initial
-// placement is greedy: at 840–860 kB or 900–940 kB per device it finds no device for vicuna's last block);
+// Each device holds about 77 % of the zoo's unique bytes (1.14 MB for the demo), so chains must spread;
 // each block instance's KV cache is 4 pages of 16 tokens, so concurrent requests exhaust it and steps roll back.
 beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 880_000, kvPages: 4 })));
 afterAll(async () => {

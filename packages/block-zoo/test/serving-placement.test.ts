@@ -126,6 +126,18 @@ describe('scale-out and rebalancing (algorithm 5.9)', () => {
     { instance: 'a@s0g0', block: 'a', device: 's0g0', bytes: 4 * GB },
     { instance: 'b@s1g0', block: 'b', device: 's1g0', bytes: 4 * GB },
   ];
+  it('charges a block the bytes it adds where it goes (bytesOn): blocks sharing a tensor fit together where their sum would not', () => {
+    // One device of 10 GB: a (6 GB) and b (6 GB) share 4 GB of tensors, so together they hold 8 GB.
+    const topology = topologyOf([1], () => 10 * GB);
+    const sizes = new Map([['a', 6 * GB], ['b', 6 * GB]]);
+    const traffic = TrafficCounter.fromChains([{ blocks: ['a', 'b'] }]);
+    expect(() => placeChains(topology, [['a', 'b']], sizes, traffic)).toThrow(ServingCapacityError);
+    const bytesOn = (block: string, dev: string, placed: readonly PlacedInstance[]) => (placed.some((p) => p.device === dev && p.block !== block) ? 2 * GB : 6 * GB);
+    const placed = placeChains(topology, [['a', 'b']], sizes, traffic, { bytesOn });
+    expect(placed.map((p) => [p.block, p.bytes])).toEqual([['a', 6 * GB], ['b', 2 * GB]]);
+    expect(freeBytes(topology, placed).get('s0g0')).toBe(2 * GB);
+  });
+
   it('scales an instance past t × maxQueueLen onto a device near its neighbours, moving the later half of its queue', () => {
     const traffic = TrafficCounter.fromChains([{ blocks: ['a', 'b'] }]);
     const queue = Array.from({ length: 9 }, (_, i) => `q${i}`);

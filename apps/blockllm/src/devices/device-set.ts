@@ -775,9 +775,8 @@ export class DeviceSet {
     const chains = apps.map((a) => this.zoo.chain(a).blocks);
     const manifests = new Map(chains.flat().map((m) => [m.blockId, m]));
     const traffic = TrafficCounter.fromChains(chains.map((c) => ({ blocks: c.map((m) => m.blockId) })));
-    // The policy sees each block's bytes with shared tensors charged once, to the first block (in chain order) that
-    // holds them: a fused LoRA block costs its LoRA, its base weights being the foundation block's. The devices then
-    // check the real bytes; a block its planned device cannot take goes where it fits.
+    // The policy orders blocks by their bytes with shared tensors charged once, to the first block (in chain order)
+    // that holds them: a fused LoRA block costs its LoRA, its base weights being the foundation block's.
     const seen = new Set<string>();
     const sizes = new Map<string, number>();
     for (const m of chains.flat()) {
@@ -786,7 +785,26 @@ export class DeviceSet {
       for (const t of m.tensors) if (!seen.has(t.id)) (seen.add(t.id), (n += this.zoo.tensor(t.id).bytes));
       sizes.set(m.blockId, n);
     }
-    const plan = placeChains(this.topology, chains.map((c) => c.map((m) => m.blockId)), sizes, traffic, { policy });
+    // Where a block goes, it adds only the tensors the blocks placed there before it lack (a device holds each
+    // tensor once), so the plan's bytes per device are the bytes the devices will hold and a plan that fits deploys.
+    const bytesOn = (block: string, device: string, placed: readonly PlacedInstance[]): number => {
+      const held = new Set(placed.filter((p) => p.device === device).flatMap((p) => manifests.get(p.block)!.tensors.map((t) => t.id)));
+      const own = new Set<string>();
+      let n = 0;
+      for (const t of manifests.get(block)!.tensors) if (!held.has(t.id) && !own.has(t.id)) (own.add(t.id), (n += this.zoo.tensor(t.id).bytes));
+      return n;
+    };
+    const blockChains = chains.map((c) => c.map((m) => m.blockId));
+    let plan: PlacedInstance[];
+    try {
+      plan = placeChains(this.topology, blockChains, sizes, traffic, { policy, bytesOn });
+    } catch (err) {
+      // The locality order is greedy: it can paint itself into a corner (a chain's last block fitting nowhere next
+      // to copies of tensors it shares) where best fit, largest block first, packs the same blocks. Locality is a
+      // preference; fitting is not, so a failed locality plan falls back to best fit.
+      if (!(err instanceof ServingCapacityError) || policy !== 'locality') throw err;
+      plan = placeChains(this.topology, blockChains, sizes, traffic, { policy: 'frag-min', bytesOn });
+    }
     const want = new Map(plan.map((p) => [p.block, p.device]));
     const removals = [...this.instances.values()].filter((i) => want.get(i.block) !== i.device || i.instance !== i.block);
     return { plan, manifests, removals };

@@ -95,6 +95,12 @@ export interface PlacementOptions {
   deviceLoad?: ReadonlyMap<string, number>;
   /** Default 0.9. */
   saturatedLoad?: number;
+  /**
+   * The bytes `block` would add on `device` next to what is placed there (instances of one device share their
+   * tensors, stored once: a fused fine-tune block next to its foundation block adds only its own tensors). Default:
+   * the block's fixed size, wherever it goes.
+   */
+  bytesOn?: (block: BlockId, device: string, placed: readonly PlacedInstance[]) => number;
 }
 
 /** Free bytes per device after the placed instances (and the headroom). */
@@ -120,7 +126,11 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
   if (!(load >= 0 && Number.isFinite(load))) throw new ServingInvalidError(`blockLoad of ${block} must be a finite number ≥ 0, got ${load}`);
   const heldLoad = (d: DeviceSpec) => placed.reduce((n, p) => (p.device === d.id ? n + (p.load ?? 0) : n), 0);
   const empty = (d: DeviceSpec) => !placed.some((p) => p.device === d.id);
-  let fits = topology.devices.filter((d) => free.get(d.id)! >= bytes && !placed.some((p) => p.device === d.id && p.block === block) && (empty(d) || (held(d) + bytes <= cap && heldLoad(d) + load <= loadCap)));
+  const need = new Map(topology.devices.map((d) => [d.id, options.bytesOn ? options.bytesOn(block, d.id, placed) : bytes]));
+  let fits = topology.devices.filter((d) => {
+    const n = need.get(d.id)!;
+    return free.get(d.id)! >= n && !placed.some((p) => p.device === d.id && p.block === block) && (empty(d) || (held(d) + n <= cap && heldLoad(d) + load <= loadCap));
+  });
   if (options.deviceLoad) {
     const busy = options.deviceLoad;
     const limit = options.saturatedLoad ?? 0.9;
@@ -129,7 +139,7 @@ export function pickDevice(topology: Topology, placed: readonly PlacedInstance[]
   }
   if (fits.length === 0) return null;
   const score = (d: DeviceSpec) => {
-    const leftover = (free.get(d.id)! - bytes) / d.memoryBytes;
+    const leftover = (free.get(d.id)! - need.get(d.id)!) / d.memoryBytes;
     if (policy === 'frag-min') return -leftover;
     let local = 0;
     for (const p of placed) if (p.block !== block && device(topology, p.device).server === d.server) local += traffic.count(block, p.block);
@@ -178,7 +188,8 @@ export function placeChains(topology: Topology, chains: readonly (readonly Block
       throw new ServingCapacityError(bytes, most, `block ${block} (${bytes} bytes) fits on no device: the most free memory left is ${most} bytes`);
     }
     const load = options.blockLoad?.get(block);
-    placed.push({ instance: `${block}@${d.id}`, block, device: d.id, bytes, ...(load !== undefined ? { load } : {}) });
+    const added = options.bytesOn ? options.bytesOn(block, d.id, placed) : bytes;
+    placed.push({ instance: `${block}@${d.id}`, block, device: d.id, bytes: added, ...(load !== undefined ? { load } : {}) });
   }
   return placed;
 }
