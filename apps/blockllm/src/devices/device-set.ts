@@ -504,7 +504,7 @@ export class DeviceSet {
       if (ids.length > 0) {
         const out = await this.client(info.device).call('exportKv', { instance: key, ids });
         sequences = out.sequences.length;
-        for (const s of out.sequences) this.counters.crossBytes += s.snapshot.layers.reduce((n, l) => n + (l.k.byteLength + l.v.byteLength), 0);
+        this.counters.crossBytes += snapshotBytes(out.sequences);
         pages = (await this.client(device).call('importKv', { instance: temp, sequences: out.sequences })).pages;
       }
     } catch (err) {
@@ -596,7 +596,7 @@ export class DeviceSet {
     await this.settle();
     const ids = this.sequencesThrough(key);
     const out = await this.client(info.device).call('exportKv', { instance: key, ids });
-    const bytes = out.sequences.reduce((n, s) => n + s.snapshot.layers.reduce((m, l) => m + l.k.byteLength + l.v.byteLength, 0), 0);
+    const bytes = snapshotBytes(out.sequences); // before the import: the transport may move the buffers
     const refusals: string[] = [];
     let to: InstanceInfo | null = null;
     let pages = 0;
@@ -630,6 +630,11 @@ export class DeviceSet {
   marginal(manifest: BlockManifest, device: string, pool = 'shared'): number {
     const held = new Set<string>();
     for (const [key, i] of this.instances) if (i.device === device && i.pool === pool) for (const t of this.manifests.get(key)!.tensors) held.add(t.id);
+    return this.bytesBeyond(manifest, held);
+  }
+
+  /** The bytes of `manifest`'s tensors that `held` lacks, each tensor once. */
+  private bytesBeyond(manifest: BlockManifest, held: ReadonlySet<string>): number {
     let n = 0;
     const seen = new Set<string>();
     for (const t of manifest.tensors) {
@@ -787,13 +792,8 @@ export class DeviceSet {
     }
     // Where a block goes, it adds only the tensors the blocks placed there before it lack (a device holds each
     // tensor once), so the plan's bytes per device are the bytes the devices will hold and a plan that fits deploys.
-    const bytesOn = (block: string, device: string, placed: readonly PlacedInstance[]): number => {
-      const held = new Set(placed.filter((p) => p.device === device).flatMap((p) => manifests.get(p.block)!.tensors.map((t) => t.id)));
-      const own = new Set<string>();
-      let n = 0;
-      for (const t of manifests.get(block)!.tensors) if (!held.has(t.id) && !own.has(t.id)) (own.add(t.id), (n += this.zoo.tensor(t.id).bytes));
-      return n;
-    };
+    const bytesOn = (block: string, device: string, placed: readonly PlacedInstance[]): number =>
+      this.bytesBeyond(manifests.get(block)!, new Set(placed.filter((p) => p.device === device).flatMap((p) => manifests.get(p.block)!.tensors.map((t) => t.id))));
     const blockChains = chains.map((c) => c.map((m) => m.blockId));
     let plan: PlacedInstance[];
     try {
@@ -811,15 +811,24 @@ export class DeviceSet {
   }
 
   /**
-   * The initial placement (and the 'place' job): placePlan, then the moves that turn the current registry into it
+   * placePlan, checked: the instances it removes (`leaving`) and a 409 when a removed instance holding live
+   * sequences' KV has no kept instance of its block for them to move to (moveTargets).
+   */
+  placeMoves(apps: readonly string[], policy: PlacementPolicy = this.policy): ReturnType<DeviceSet['placePlan']> & { leaving: Set<string> } {
+    const planned = this.placePlan(apps, policy);
+    const leaving = new Set(planned.removals.map((i) => i.instance));
+    for (const i of planned.removals) this.moveTargets(i.instance, leaving);
+    return { ...planned, leaving };
+  }
+
+  /**
+   * The initial placement (and the 'place' job): placeMoves, then the moves that turn the current registry into it
    * (evictions first, so the new instances have room). The live sequences of a removed instance move to an instance
-   * of its block the placement keeps (evictMoving); when a removed instance holding live sequences' KV has none, the
-   * job is refused (409) before anything changes.
+   * of its block the placement keeps (evictMoving); when one has none, the job is refused (409) before anything
+   * changes.
    */
   async place(apps: readonly string[], policy: PlacementPolicy = this.policy): Promise<{ deployed: string[]; evicted: string[]; movedSequences: number; kvPages: number }> {
-    const { plan, manifests, removals } = this.placePlan(apps, policy);
-    const leaving = new Set(removals.map((i) => i.instance));
-    for (const i of removals) this.moveTargets(i.instance, leaving);
+    const { plan, manifests, removals, leaving } = this.placeMoves(apps, policy);
     const evicted: string[] = [];
     const deployed: string[] = [];
     let movedSequences = 0;
@@ -1095,4 +1104,9 @@ function concatRows(blocks: RowBlock[], ids: ReadonlySet<string>): RowBlock {
   let at = 0;
   for (const p of parts) out.data.set(p, at), (at += p.length);
   return out;
+}
+
+/** The K/V bytes of exported sequences (what a KV move carries between devices). */
+function snapshotBytes(sequences: readonly { snapshot: { layers: readonly { k: ArrayBufferView; v: ArrayBufferView }[] } }[]): number {
+  return sequences.reduce((n, s) => n + s.snapshot.layers.reduce((m, l) => m + l.k.byteLength + l.v.byteLength, 0), 0);
 }

@@ -208,10 +208,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         return;
       }
       case 'place': {
-        if (devices.routes.size === 0) return;
-        const { removals } = devices.placePlan(zoo.apps(), job.policy ?? devices.policy);
-        const leaving = new Set(removals.map((i) => i.instance));
-        for (const i of removals) devices.moveTargets(i.instance, leaving);
+        if (devices.routes.size > 0) devices.placeMoves(zoo.apps(), job.policy ?? devices.policy);
         return;
       }
       default:
@@ -224,8 +221,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     if (!devices || devices.routes.size === 0) return null;
     if (job.kind === 'evict') return devices.moveRoomProblem(job.block);
     if (job.kind !== 'place') return null;
-    const { removals } = devices.placePlan(zoo.apps(), job.policy ?? devices.policy);
-    const leaving = new Set(removals.map((i) => i.instance));
+    const { removals, leaving } = devices.placeMoves(zoo.apps(), job.policy ?? devices.policy);
     for (const i of removals) {
       const problem = await devices.moveRoomProblem(i.instance, leaving);
       if (problem !== null) return problem;

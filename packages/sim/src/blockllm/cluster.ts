@@ -69,7 +69,7 @@ export function blockllmTopology(options: ClusterOptions = {}): Topology {
 }
 
 /** Layers a block covers (half layers count as one launch group each). */
-export function blockLayers(m: BlockManifest): number {
+export function blockLayers(m: Pick<BlockManifest, 'span'>): number {
   if (m.span === null) return 1;
   return Math.max(1, Math.ceil((m.span.end - m.span.start) / 2));
 }
@@ -95,7 +95,7 @@ export function blockProfile(m: Pick<BlockManifest, 'paramBytes' | 'params' | 'k
  * running at once overlap it; only the rest of the step is shared.
  */
 export function blockLaunchMs(m: Pick<BlockManifest, 'span'>, gpu: GpuModel = A100_80G): number {
-  return blockLayers(m as BlockManifest) * gpu.launchMsPerLayer + gpu.blockStepMs;
+  return blockLayers(m) * gpu.launchMsPerLayer + gpu.blockStepMs;
 }
 
 /** Profiles of several blocks run as one engine (per-model provisioning): fixed costs, row and token costs add. */
