@@ -14,7 +14,7 @@ import { allocatorStats } from '@tessera/native';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { buildSurrogate } from '../src/fit/index.js';
-import { describeHfLlama, ingestFoundation, ingestFullFineTune, ingestLora, weightsFromStore } from '../src/ingest/index.js';
+import { describeHfLlama, ingestFoundation, ingestFullFineTune, ingestLora, storeSurrogate, weightsFromStore } from '../src/ingest/index.js';
 import { BlockZoo, peParamCount, sharedParamFraction, tensorId, ZooBudgetError, ZooIntegrityError, ZooInvalidError } from '../src/planner/index.js';
 import { DevicePool, DiskTensorStore } from '../src/store/index.js';
 import { calibration, FIXTURE_OVERRIDES, fullFineTune, generatePeaky, writeLlamaDir } from './support/fixtures.js';
@@ -212,13 +212,15 @@ describe('a full fine-tune against its foundation', () => {
     expect(w.tensors.get('model.layers.3.mlp.up_proj.weight')!.data).toEqual(ffWeights.tensors.get('model.layers.3.mlp.up_proj.weight')!.data.map(Math.fround));
     const target = zoo.partition('vicuna')[1]!;
     const s = buildSurrogate(w, { from: 2, to: 4 }, calibration(16, 24, 512, 7), calibration(2, 16, 512, 8));
-    const refs = [...s.tensors].map(([name, m]) => {
-      const shape = name.endsWith('layernorm.weight') ? [m.cols] : [m.rows, m.cols];
-      const { id } = store.put({ dtype: 'f32', shape }, Float32Array.from(m.data));
-      return { name, id, dtype: 'f32', shape };
-    });
-    const sur = zoo.addSurrogate(target.blockId, { archSig: s.archSig, tensors: refs, cosine: s.cosine, speedup: s.speedup, prunedFraction: s.prunedFraction });
+    const sur = storeSurrogate(zoo, store, target.blockId, s);
     expect(sur.kind).toBe('surrogate');
+    // The pruned layers in the shapes of the surrogate's own signature (norm gains 1-D), the head lent by the target.
+    const byName = new Map(sur.tensors.map((t) => [t.name, t]));
+    expect(byName.get('model.layers.2.self_attn.q_proj.weight')!.shape).toEqual([s.archSig.numHeads * s.archSig.headDim, 32]);
+    expect(byName.get('model.layers.3.mlp.down_proj.weight')!.shape).toEqual([32, s.archSig.intermediateSize]);
+    expect(byName.get('model.layers.2.input_layernorm.weight')!.shape).toEqual([32]);
+    for (const name of ['model.norm.weight', 'lm_head.weight']) expect(byName.get(name)!.id).toBe(target.tensors.find((t) => t.name === name)!.id);
+    expect(sur.tensors).toHaveLength(s.tensors.size + 2);
     expect(sur.span).toEqual(target.span);
     expect(zoo.surrogatesOf(target.blockId)).toEqual([{ target: target.blockId, surrogate: sur.blockId, cosine: s.cosine, speedup: s.speedup, prunedFraction: s.prunedFraction }]);
     expect(sur.paramBytes).toBeLessThan(target.paramBytes);

@@ -2,13 +2,16 @@
  * One block of the zoo as the staged engine runs it: a DecoderModel over the block's own tensors (the pool's, so a
  * tensor shared by several blocks is one native tensor), the block's PE delta if it has one, and a KV cache of its
  * own over the attention layers it holds (none for an embedding, FFN or head block). `run` executes the manifest's
- * stages — embed → ffn(l)? → layers(a, b) → attention(b)? → head — on the hidden state in place.
+ * stages — embed → ffn(l)? → layers(a, b) → attention(b)? → head — on the hidden state in place. A surrogate's
+ * manifest runs too: the target's stages on the surrogate's pruned tensors, with an engine config (and a KV cache)
+ * of the surrogate's own head and channel counts.
  */
 import {
   type DecoderConfig,
   DecoderModel,
   type DecoderSequence,
   type DecoderStepContext,
+  decoderTensorShapes,
   LoraDelta,
   type ModelDelta,
   ModelWeights,
@@ -19,9 +22,9 @@ import {
 import { cast, type Tensor } from '@tessera/native';
 
 import { decoderConfigOf } from '../ingest/index.js';
-import { componentAt, type EngineStage } from '../planner/arch.js';
+import { componentAt, componentOfTensor, type EngineStage } from '../planner/arch.js';
 import { ZooInvalidError } from '../planner/errors.js';
-import type { BlockManifest } from '../planner/manifest.js';
+import type { BlockManifest, FusedPe } from '../planner/manifest.js';
 import type { DevicePool } from '../store/device-pool.js';
 import { AdapterDelta, BitFitDelta, type BottleneckAdapter, type LayerPrefix, loraConfigOf, loraWeightsOf, prefixViews, writePrefixKv } from './pe-deltas.js';
 
@@ -59,6 +62,8 @@ export class BlockRuntime {
   readonly deltas: readonly ModelDelta[];
   /** Prefix-tuning K/V per layer, written into a sequence's pages before its first token; null when none. */
   readonly prefix: ReadonlyMap<number, LayerPrefix> | null;
+  /** The fused delta the runtime applies: the manifest's, or null for a surrogate (its tensors are all it runs). */
+  readonly pe: FusedPe | null;
   private readonly stages: readonly EngineStage[];
   private readonly pool: DevicePool;
   /** Tensors this runtime made (casts, merged copies, prefix views, delta scratch): the pool's are not ours. */
@@ -68,28 +73,31 @@ export class BlockRuntime {
 
   constructor(manifest: BlockManifest, pool: DevicePool, options: BlockRuntimeOptions) {
     if (manifest.span === null || manifest.stages === null) throw new ZooInvalidError(`block ${manifest.blockId} is a ${manifest.kind}; only span blocks run as chain blocks`);
-    if (manifest.kind === 'surrogate') throw new ZooInvalidError(`block ${manifest.blockId} is a surrogate (its own pruned shape); chains run their own blocks`);
     this.manifest = manifest;
     this.stages = manifest.stages;
     this.pool = pool;
+    // A surrogate's archSig is its own (fewer heads, fewer channels): the engine runs the pruned shapes.
     this.config = { ...decoderConfigOf(manifest.archSig), maxPositions: options.maxPositions };
+    if (manifest.kind === 'surrogate') checkSurrogateTensors(manifest, this.config);
+    // A surrogate is fitted on its target's effective weights (a PE delta merged before pruning): it runs no delta.
+    this.pe = manifest.kind === 'surrogate' ? null : manifest.pe;
     const tensors = pool.acquire(manifest);
     try {
       const weights = new Map<string, Tensor>();
       const peTensors = new Map<string, Tensor>();
       for (const ref of manifest.tensors) {
         const t = tensors.get(ref.name)!;
-        if (manifest.pe && !isBaseTensor(ref.name)) peTensors.set(ref.name, t);
+        if (this.pe && !isBaseTensor(ref.name)) peTensors.set(ref.name, t);
         else weights.set(ref.name, t.shape.length === 1 && t.dtype !== 'f32' ? this.own(cast(t, 'f32')) : t);
       }
       const deltas: ModelDelta[] = [];
       this.prefix = null;
-      if (manifest.pe) {
-        const what = `block ${manifest.blockId} (${manifest.pe.method})`;
+      if (this.pe) {
+        const what = `block ${manifest.blockId} (${this.pe.method})`;
         const component = componentAt(manifest.span.start, manifest.archSig.numLayers);
-        switch (manifest.pe.method) {
+        switch (this.pe.method) {
           case 'lora': {
-            const { weights: lora, owned } = loraWeightsOf(what, peTensors, loraConfigOf(manifest.pe.config, what));
+            const { weights: lora, owned } = loraWeightsOf(what, peTensors, loraConfigOf(this.pe.config, what));
             this.owned.push(...owned);
             if (options.lora === 'merged') {
               // Copies of the targeted weights, so the pool's shared tensors stay the foundation's.
@@ -150,7 +158,7 @@ export class BlockRuntime {
   /** Prepares one step of the block over `sequences` (their K/V, if the block holds attention, in its cache). */
   prepare(sequences: readonly { id: SequenceId; tokens: ArrayLike<number> }[]): DecoderStepContext {
     this.checkLive();
-    const key = this.manifest.pe ? PE_KEY : null;
+    const key = this.pe ? PE_KEY : null;
     const seqs: DecoderSequence[] = sequences.map((s) => ({ id: s.id, tokens: s.tokens, key }));
     return this.model.prepare(seqs, { cache: this.cache, deltas: this.deltas });
   }
@@ -254,6 +262,28 @@ export class BlockRuntime {
     };
     if (tensors.size !== 2) throw new ZooInvalidError(`${what}: a bottleneck adapter is two tensors (down, up), got ${[...tensors.keys()].join(', ')}`);
     return { down: pick('down'), up: pick('up') };
+  }
+}
+
+/**
+ * A surrogate's tensors are Llama weights in the shapes its own archSig implies (pruned heads and channels), and
+ * nothing else (no PE delta: the surrogate was fitted on the merged weights). Checked before anything is resident,
+ * so a mismatch is a typed error here rather than a native shape error mid-run.
+ */
+function checkSurrogateTensors(m: BlockManifest, config: DecoderConfig): void {
+  const shapes = decoderTensorShapes(config);
+  const span = m.span!;
+  const have = new Set(m.tensors.map((t) => t.name));
+  for (const name of shapes.keys()) {
+    const c = componentOfTensor(name, config.numLayers);
+    if (c !== null && c >= span.start && c < span.end && !have.has(name)) throw new ZooInvalidError(`surrogate ${m.blockId} has no ${name}, which its stages need`);
+  }
+  for (const ref of m.tensors) {
+    const want = shapes.get(ref.name);
+    if (!want) throw new ZooInvalidError(`surrogate ${m.blockId}: ${ref.name} is not a weight of its architecture (a surrogate carries no PE delta)`);
+    if (ref.shape.length !== want.length || ref.shape.some((d, i) => d !== want[i])) {
+      throw new ZooInvalidError(`surrogate ${m.blockId}: ${ref.name} is [${ref.shape.join(', ')}], its archSig implies [${want.join(', ')}]`);
+    }
   }
 }
 

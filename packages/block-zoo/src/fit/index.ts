@@ -24,4 +24,14 @@ export {
 } from './llama.js';
 export { type CalibrationData, calibrationHash, checkNegativeControl, groupScores, layerScores, logitStd, vocabCosine } from './equivalence.js';
 export { applyStitch, type FittedStitch, fitStitch, positionFeature, type StitchPoint, stitchedCosine, stitchTensor } from './stitch.js';
-export { buildSurrogate, runSurrogate, type Surrogate, type SurrogateOptions } from './surrogate.js';
+export {
+  buildComponentSurrogate,
+  buildSurrogate,
+  runAttentionHalf,
+  runComponentSurrogate,
+  runFfnHalf,
+  runSurrogate,
+  type Surrogate,
+  type SurrogateComponent,
+  type SurrogateOptions,
+} from './surrogate.js';

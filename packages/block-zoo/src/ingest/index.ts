@@ -3,7 +3,8 @@
  * directories (model.safetensors or sharded, config.json) and PEFT LoRA adapters (adapter_config.json +
  * adapter_model.safetensors). Every tensor is hashed over its raw bytes and put into the content-addressed store
  * (deduplicated), and the zoo partitions lazily (algorithm 5.1). Full fine-tunes are scored layer by layer with
- * the logit lens against their base, read back from the store.
+ * the logit lens against their base, read back from the store. Fitted surrogates go into the store and the zoo
+ * with storeSurrogate.
  */
 import { join } from 'node:path';
 
@@ -24,6 +25,7 @@ const PEFT_ADAPTER_WEIGHTS_FILE = 'adapter_model.safetensors';
 
 /** The zoo's architecture signature of a Llama config (fit/llama.ts holds it: the fits read checkpoints too). */
 export { archSigOf };
+export { storeSurrogate } from './surrogate.js';
 
 interface HostTensorFile {
   names(): string[];
