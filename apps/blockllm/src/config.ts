@@ -46,6 +46,9 @@ const FLAGS = flagTable([
       { flag: 'scale-out-queue', arg: '<n>', help: 'a replica for an instance routed > 0.8 × n sequences (default --max-batch; 0 off)', env: 'BLOCKLLM_SCALE_OUT_QUEUE' },
       { flag: 'no-adaptive', help: 'routes on the chain\'s own blocks only: no equivalent segments (adaptive serving)', env: 'BLOCKLLM_ADAPTIVE=0' },
       { flag: 'max-queue', arg: '<n>', help: "a new sequence's first hop leaves an instance routed n sequences for an equivalent one (no bound)", env: 'BLOCKLLM_MAX_QUEUE' },
+      { flag: 'speculate', help: 'speculative execution: surrogates beside the busiest instances, successors on their prediction (needs --devices > 1)', env: 'BLOCKLLM_SPECULATE=1' },
+      { flag: 'spec-accept-cosine', arg: '<x>', help: 'a prediction is accepted at this cosine to the real output or above (0.95)', env: 'BLOCKLLM_SPEC_ACCEPT_COSINE' },
+      { flag: 'spec-fraction', arg: '<f>', help: 'fraction of the block instances that speculate (0.1; at least one)', env: 'BLOCKLLM_SPEC_FRACTION' },
       { flag: 'provisioning', arg: '<p>', help: 'blocks|per-model: shared blocks (BlockLLM) or one whole model per application (blocks)', env: 'BLOCKLLM_PROVISIONING' },
       { flag: 'redis', help: 'run the placement control plane on BullMQ/Redis (else in-process)', env: 'BLOCKLLM_REDIS=1' },
       { flag: 'redis-url', arg: '<url>', help: 'Redis for --redis (default REDIS_URL or redis://127.0.0.1:6379)', env: 'REDIS_URL' },
@@ -69,6 +72,14 @@ ${FLAGS.usage}
 The kernels run on CUDA when the CUDA addon is built and a GPU answers, else on the CPU (TESSERA_DEVICE=cpu|cuda|auto).
 `;
 
+/** A real number in [min, max], or undefined when unset. */
+function parseRealFlag(name: string, value: string | undefined, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  const x = Number(value);
+  if (value.trim() === '' || !Number.isFinite(x) || x < min || x > max) throw new UsageError(`${name} must be a number in [${min}, ${max}], got '${value}'`);
+  return x;
+}
+
 export type CliConfig = NonNullable<ReturnType<typeof parseCli>>;
 
 /** Parses argv (without node and the script) and the environment. Returns null for --help. */
@@ -76,7 +87,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
   const values = parseFlags(argv, FLAGS.options);
   if (values.help) return null;
   const str = flagOrEnv(values, env);
-  return {
+  const config = {
     modelDir: str('model', 'BLOCKLLM_MODEL'),
     modelName: str('model-name', 'BLOCKLLM_MODEL_NAME'),
     zooDir: str('zoo', 'BLOCKLLM_ZOO'),
@@ -98,9 +109,17 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     placementPolicy: parseChoiceFlag('--placement-policy', str('placement-policy', 'BLOCKLLM_PLACEMENT_POLICY'), ['locality', 'frag-min'] as const, 'locality'),
     adaptive: values['no-adaptive'] === true ? false : (parseBooleanFlag('BLOCKLLM_ADAPTIVE', env.BLOCKLLM_ADAPTIVE) ?? true),
     maxQueue: parseIntegerFlag('--max-queue', str('max-queue', 'BLOCKLLM_MAX_QUEUE'), 1, 1 << 20),
+    speculate: values.speculate === true || (parseBooleanFlag('BLOCKLLM_SPECULATE', env.BLOCKLLM_SPECULATE) ?? false),
+    specAcceptCosine: parseRealFlag('--spec-accept-cosine', str('spec-accept-cosine', 'BLOCKLLM_SPEC_ACCEPT_COSINE'), -1, 1) ?? 0.95,
+    specFraction: parseRealFlag('--spec-fraction', str('spec-fraction', 'BLOCKLLM_SPEC_FRACTION'), 0, 1) ?? 0.1,
     provisioning: parseChoiceFlag('--provisioning', str('provisioning', 'BLOCKLLM_PROVISIONING'), ['blocks', 'per-model'] as const, 'blocks'),
     redis: values.redis === true || (parseBooleanFlag('BLOCKLLM_REDIS', env.BLOCKLLM_REDIS) ?? false),
     redisUrl: str('redis-url', 'REDIS_URL') ?? 'redis://127.0.0.1:6379',
     redisPrefix: str('redis-prefix', 'BLOCKLLM_REDIS_PREFIX') ?? 'tessera-blockllm',
   };
+  // A device runs one program at a time: a prediction only saves time when the successor runs on another device.
+  if (config.speculate && (config.devices < 2 || config.provisioning !== 'blocks')) {
+    throw new UsageError(`--speculate needs --devices 2 or more with blocks provisioning (got --devices ${config.devices}, --provisioning ${config.provisioning})`);
+  }
+  return config;
 }

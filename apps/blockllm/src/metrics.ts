@@ -6,7 +6,8 @@
  * and the memory split of the zoo: unique bytes stored once against the logical bytes per-model provisioning
  * would hold, unique and shared blocks, bytes resident in the device pool. With several devices: the cross-device
  * hand-offs, each device's state, the placement's deploys and evictions, and the route hops the cost model chose
- * (by reason, those crossing devices, and those adaptively served by an equivalent segment).
+ * (by reason, those crossing devices, and those adaptively served by an equivalent segment), and speculation's
+ * outcomes (accepted, rolled back, the tentative runs dropped and the rows re-run).
  */
 import { CumulativeTotals, defineMetrics, generationMetrics } from '@tessera/server-kit';
 import type { Registry } from 'prom-client';
@@ -65,6 +66,14 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
       name: 'tessera_blockllm_route_hops_adaptive_total',
       help: "Chosen route hops that run a block of an equivalent segment (another weight set's) instead of the chain's own: adaptive serving.",
     },
+    speculations: {
+      type: 'counter',
+      name: 'tessera_blockllm_speculations_total',
+      help: "Speculations on a surrogate's prediction (a sequence's successor block ran on it while the real block ran), by outcome: accepted (cosine at or above the threshold), rolled-back (re-run on the real output) or superseded (opened downstream of a rolled-back one, re-run with it).",
+      labels: ['outcome'],
+    },
+    specDropped: { type: 'counter', name: 'tessera_blockllm_speculation_dropped_runs_total', help: 'Tentative block runs dropped by rolled-back speculations.' },
+    specRepaired: { type: 'counter', name: 'tessera_blockllm_speculation_repaired_rows_total', help: "Rows re-run from a speculated block's successor on its real output." },
   });
   const latencies: number[] = [];
   engine.on('request-end', (end) => {
@@ -109,6 +118,11 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.routeHops, d.hopsKvOwner, { reason: 'kv-owner' });
     totals.advance(m.crossHops, d.hopsCrossDevice);
     totals.advance(m.adaptiveHops, d.hopsAdaptive);
+    totals.advance(m.speculations, d.specAccepted, { outcome: 'accepted' });
+    totals.advance(m.speculations, d.specRolledBack, { outcome: 'rolled-back' });
+    totals.advance(m.speculations, d.speculations - d.specAccepted - d.specRolledBack, { outcome: 'superseded' });
+    totals.advance(m.specDropped, d.specDroppedSteps);
+    totals.advance(m.specRepaired, d.specRepairedRows);
     for (const dev of d.perDevice) {
       m.utilisation.set({ device: dev.id }, dev.upMs > 0 ? dev.busyMs / dev.upMs : 0);
       m.deviceBytes.set({ device: dev.id, kind: 'budget' }, dev.budgetBytes);

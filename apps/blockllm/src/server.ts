@@ -79,6 +79,12 @@ export interface ServerOptions extends ServerBaseOptions {
   maxQueueLen?: number | undefined;
   /** The placement policy of the serving core (default 'locality'). */
   placementPolicy?: 'locality' | 'frag-min' | undefined;
+  /**
+   * Speculative execution on surrogates (several devices): the instances selectSpeculation picks run a surrogate
+   * beside them and their successors on other devices run on its prediction, verified at `acceptCosine` (0.95) and
+   * repaired on the real output below it; `fraction` of the instances speculate (0.1). Off when absent.
+   */
+  speculation?: { acceptCosine?: number | undefined; fraction?: number | undefined } | undefined;
   /** Run the placement control plane on BullMQ at this Redis (else in-process). */
   redis?: { url: string; prefix: string } | undefined;
 }
@@ -174,6 +180,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           scaleOutQueue: options.scaleOutQueue ?? null,
           adaptive: options.adaptive ?? true,
           maxQueueLen: options.maxQueueLen ?? null,
+          speculation: options.speculation ? { acceptCosine: options.speculation.acceptCosine ?? 0.95, fraction: options.speculation.fraction ?? 0.1 } : null,
           redis: options.redis ?? null,
         },
         { onProgress: (line) => app.log.info(line), ...(options.engineShutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: options.engineShutdownTimeoutMs } : {}) },

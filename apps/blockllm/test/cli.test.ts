@@ -53,6 +53,17 @@ describe('parseCli', () => {
     for (const flag of ['--no-adaptive', 'BLOCKLLM_ADAPTIVE=0', '--max-queue', 'BLOCKLLM_MAX_QUEUE']) expect(USAGE).toContain(flag);
   });
 
+  it('reads the speculation flags (off by default; several devices with blocks provisioning)', () => {
+    expect(parseCli([], {})).toMatchObject({ speculate: false, specAcceptCosine: 0.95, specFraction: 0.1 });
+    expect(parseCli(['--devices', '2', '--speculate', '--spec-accept-cosine', '0.9', '--spec-fraction', '0.5'], {})).toMatchObject({ speculate: true, specAcceptCosine: 0.9, specFraction: 0.5 });
+    expect(parseCli([], { BLOCKLLM_DEVICES: '3', BLOCKLLM_SPECULATE: '1', BLOCKLLM_SPEC_ACCEPT_COSINE: '1' })).toMatchObject({ speculate: true, specAcceptCosine: 1 });
+    expect(() => parseCli(['--speculate'], {})).toThrow(/--devices 2 or more/);
+    expect(() => parseCli(['--devices', '2', '--speculate', '--provisioning', 'per-model'], {})).toThrow(UsageError);
+    for (const bad of ['1.5', '-2', 'high', '']) expect(() => parseCli(['--devices', '2', '--speculate', '--spec-accept-cosine', bad], {}), bad).toThrow(UsageError);
+    expect(() => parseCli(['--spec-fraction', '2'], {})).toThrow(/--spec-fraction/);
+    for (const flag of ['--speculate', 'BLOCKLLM_SPECULATE=1', '--spec-accept-cosine', '--spec-fraction']) expect(USAGE).toContain(flag);
+  });
+
   it('returns null for --help, and the usage names every flag and its variable', () => {
     expect(parseCli(['--help'], {})).toBeNull();
     expect(parseCli(['-h'], {})).toBeNull();

@@ -32,6 +32,7 @@ import {
   type BlockZoo,
   formatBlock,
   hopRoutes,
+  meanRowCosine,
   pickDevice,
   type PlacedInstance,
   placeChains,
@@ -41,11 +42,12 @@ import {
   type Topology,
   TrafficCounter,
 } from '@tessera/block-zoo';
-import type { ChainSequence } from '@tessera/block-zoo/chain';
+import { attentionLayersOf, type ChainSequence } from '@tessera/block-zoo/chain';
 import type { WorkerEngineClient } from '@tessera/server-kit';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
-import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+import { type DeviceProgram, type DeviceProtocol, type DeviceStats, predictedSequence, predictionId, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+import { SpeculationControl, type SpeculationOptions } from './speculation.js';
 import { InstanceProfiler, localTopology, type RouteSnapshot, routeByCostModel, workerTransportLink } from './routing.js';
 
 export type Provisioning = 'blocks' | 'per-model';
@@ -77,6 +79,12 @@ export interface DeviceSetOptions {
    * on the chain's own block; later hops compare estimates).
    */
   maxQueueLen?: number;
+  /**
+   * Speculative execution on surrogates (design note §4.5, algorithm 5.8): the instances selectSpeculation picks
+   * run a surrogate from the zoo beside them, and their successors on other devices run on its prediction while
+   * they run. Off when absent.
+   */
+  speculation?: SpeculationOptions;
 }
 
 export interface InstanceInfo {
@@ -118,6 +126,12 @@ export interface DeviceCounters {
   hopsCrossDevice: number;
   /** Chosen hops that run a block of an equivalent segment instead of the chain's own (adaptive serving). */
   hopsAdaptive: number;
+  /** Speculations opened, accepted, rolled back; tentative block runs dropped; rows re-run on the real output. */
+  speculations: number;
+  specAccepted: number;
+  specRolledBack: number;
+  specDroppedSteps: number;
+  specRepairedRows: number;
 }
 
 export interface PlacementView {
@@ -135,6 +149,17 @@ export interface PlacementView {
   }[];
   /** Whether adaptive serving is on. */
   adaptive: boolean;
+  /** Speculation (null when off): its threshold and fraction, the surrogates deployed, the ledger's counts. */
+  speculation: {
+    acceptCosine: number;
+    fraction: number;
+    surrogates: { instance: string; surrogate: string; device: string; label: string; cosine: number; tracked: number }[];
+    speculations: number;
+    accepted: number;
+    rolledBack: number;
+    droppedSteps: number;
+    repairedRows: number;
+  } | null;
 }
 
 /** An equivalent segment of a chain: `blocks` may run instead of the chain's blocks [position, rejoin). */
@@ -177,7 +202,14 @@ export class DeviceSet {
     hopsKvOwner: 0,
     hopsCrossDevice: 0,
     hopsAdaptive: 0,
+    speculations: 0,
+    specAccepted: 0,
+    specRolledBack: 0,
+    specDroppedSteps: 0,
+    specRepairedRows: 0,
   };
+  /** Speculation's state (its surrogates and ledger); null when it is off. */
+  readonly speculation: SpeculationControl | null;
   /** Each instance's time per token, from the block runs the devices report (the cost model's compute profile). */
   readonly profiler = new InstanceProfiler();
   /** Sequences routed through each instance since it was deployed (the placement view's `routed`). */
@@ -206,6 +238,7 @@ export class DeviceSet {
   ) {
     this.provisioning = options.provisioning ?? 'blocks';
     this.policy = options.policy ?? 'locality';
+    this.speculation = options.speculation && this.provisioning === 'blocks' ? new SpeculationControl(zoo, options.speculation) : null;
     // One machine: every device on one server; the links only matter to the placement policy's locality score (the
     // route's cost model builds its own topology with the worker transport's link, routeTopology).
     this.topology = {
@@ -428,6 +461,7 @@ export class DeviceSet {
 
   /** Forgets a sequence on every device (with each device's next program, or at the next settle). */
   release(id: string): void {
+    this.speculation?.release(id);
     for (const d of this.deviceIds) {
       let list = this.releases.get(d);
       if (!list) this.releases.set(d, (list = []));
@@ -472,6 +506,9 @@ export class DeviceSet {
     const info = this.instances.get(key);
     if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
     await this.settle();
+    // Its surrogate goes with it (a migrated instance speculates again when the selection picks it on its new device).
+    const surrogate = this.speculation?.detach(key);
+    if (surrogate) await this.client(surrogate.device).call('evict', { instance: surrogate.key });
     await this.client(info.device).call('evict', { instance: key });
     this.instances.delete(key);
     this.manifests.delete(key);
@@ -666,6 +703,7 @@ export class DeviceSet {
   private free(): Map<string, number> {
     const free = new Map(this.deviceIds.map((d) => [d, this.options.deviceBytes]));
     for (const i of this.instances.values()) free.set(i.device, free.get(i.device)! - i.bytes);
+    for (const sur of this.speculation?.surrogates() ?? []) free.set(sur.device, free.get(sur.device)! - this.marginal(sur.manifest, sur.device));
     return free;
   }
 
@@ -755,6 +793,47 @@ export class DeviceSet {
     if (target === null) return false;
     for (const k of keys) if (!this.instances.has(k.key)) await this.deploy(k.key, k.manifest, target, app);
     return true;
+  }
+
+  /**
+   * Speculation's periodic selection (algorithm 5.8): selectSpeculation over the instances, by drain time (the
+   * instance's profiled time per token × the sequences routed through it); each chosen instance gets its block's
+   * best surrogate deployed beside it on its device (one that does not fit is skipped until the choice changes), and
+   * the surrogates of instances no longer chosen are evicted. Between steps.
+   */
+  async refreshSpeculation(step: number): Promise<void> {
+    const spec = this.speculation;
+    if (!spec) return;
+    const instances = [...this.instances.values()];
+    const plan = spec.plan(step, {
+      instances,
+      drainMs: (key) => {
+        const i = this.instances.get(key)!;
+        const siblings = this.instancesOf(i.block).map((x) => x.instance).filter((k) => k !== key);
+        return this.profiler.perTokenMs(key, siblings, this.manifests.get(key)!.paramBytes) * this.usersOf(key);
+      },
+      chains: this.zoo.apps().map((a) => this.zoo.chain(a).blocks.map((b) => b.blockId)),
+    });
+    const wanted = new Set(plan.map((p) => p.instance));
+    await this.settle();
+    for (const s of spec.surrogates()) {
+      if (wanted.has(s.target) && this.instances.get(s.target)?.device === s.device) continue;
+      spec.detach(s.target);
+      await this.client(s.device).call('evict', { instance: s.key });
+    }
+    for (const p of plan) {
+      if (spec.surrogateOf(p.instance) || spec.wasRefused(p.instance)) continue;
+      const key = `${p.instance}~surrogate`;
+      try {
+        await this.client(p.device).call('deploy', { instance: key, manifest: p.surrogate, pool: 'shared' });
+      } catch (err) {
+        if (!(err instanceof BlockllmPlacementConflictError)) throw err;
+        spec.refuse(p.instance);
+        continue;
+      }
+      spec.attach(p.instance, p.device, p.surrogate, p.cosine);
+      this.counters.loadedBytes += p.surrogate.paramBytes;
+    }
   }
 
   /** Evicts instances no served chain uses any more (after a zoo re-partition) and idle scale-out replicas. */
@@ -878,6 +957,12 @@ export class DeviceSet {
         return { app, instances: keys, devices: keys.map((k) => this.instances.get(k)?.device ?? ''), equivalents: this.equivalentsOf(app) };
       }),
       adaptive: this.provisioning === 'blocks' && (this.options.adaptive ?? true),
+      speculation: this.speculation && {
+        ...this.speculation.stats(),
+        acceptCosine: this.speculation.ledger.acceptCosine,
+        fraction: this.speculation.fraction,
+        surrogates: this.speculation.surrogates().map((s) => ({ instance: s.target, surrogate: s.key, device: s.device, label: formatBlock(s.manifest), cosine: s.cosine, tracked: s.tracked.size })),
+      },
     };
   }
 
@@ -896,6 +981,12 @@ interface Walker {
   cursor: number;
   /** Device holding the sequence's hidden rows now (null before its first block). */
   at: string | null;
+  /** A sent program whose exports hold the rows for the next hop (a prediction, or a repair's real output). */
+  source: Promise<ProgramResult> | null;
+  /** Set at a speculated block: the prediction's rows, the next hop's source. */
+  next?: Promise<ProgramResult> | null;
+  /** Chain positions speculated on in this step. */
+  specAt: number[];
 }
 
 interface Pending {
@@ -945,14 +1036,17 @@ export class DeviceChainExecutor {
 
   private async runStep(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
     const set = this.set;
+    const spec = set.speculation;
     const step = ++stepCounter;
+    if (spec?.due(step)) await set.refreshSpeculation(step);
     const t0 = performance.now();
+    // Sequences starting in this step (no route yet): a surrogate with its own K/V may track them from here.
+    const first = new Set(sequences.map((s) => String(s.id)).filter((id) => !set.routes.has(id)));
     const walkers: Walker[] = sequences.map((seq, index) => {
       if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
-      return { index, seq, chain: set.route(String(seq.id), seq.app, seq.tokens.length), cursor: 0, at: null };
+      return { index, seq, chain: set.route(String(seq.id), seq.app, seq.tokens.length), cursor: 0, at: null, source: null, specAt: [] };
     });
     const appOrder = [...new Set(sequences.map((s) => s.app))];
-    const order = [...walkers].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
 
     const pending = new Map<string, Pending>();
     const sent: { device: string; result: Promise<ProgramResult> }[] = [];
@@ -1009,9 +1103,17 @@ export class DeviceChainExecutor {
         .call('end', { step: program.commit ?? -1, commit: program.commit !== null, release: program.release })
         .catch(() => null);
 
-    let failure: unknown = null;
-    const results = new Array<Float32Array>(sequences.length);
-    try {
+    // Speculations opened in this step: the prediction's program and the real output's.
+    const speculations: { w: Walker; tag: string; position: number; device: string; predicted: Promise<ProgramResult>; real: Promise<ProgramResult> | null }[] = [];
+
+    /**
+     * Walks `list` from each walker's cursor to the end of its chain in lockstep, appending groups to their device's
+     * program. With `speculate`, a group at an instance with a surrogate first runs the surrogate (its program sent
+     * at once, so the prediction leaves before the real block runs) and the real block's program is sent right
+     * after it: the successors on other devices run on the prediction while the block runs.
+     */
+    const walk = (list: Walker[], speculate: boolean): void => {
+      const order = [...list].sort((a, b) => appOrder.indexOf(a.seq.app) - appOrder.indexOf(b.seq.app) || a.index - b.index);
       for (;;) {
         const active = order.filter((w) => w.cursor < w.chain.length);
         if (active.length === 0) break;
@@ -1024,9 +1126,18 @@ export class DeviceChainExecutor {
         }
         for (const [key, group] of groups) {
           const device = group[0]!.chain[group[0]!.cursor]!.device;
-          // Rows living on another device: that device's program hands them on (sent now if still pending).
+          // Rows living on another device: that device's program hands them on (sent now if still pending); rows a
+          // sent program already hands on (a prediction, or a repair's real output) are imported from it.
           const bySource = new Map<string, Walker[]>();
-          for (const w of group) if (w.at !== null && w.at !== device) bySource.set(w.at, [...(bySource.get(w.at) ?? []), w]);
+          for (const w of group) {
+            if (w.source !== null) {
+              const dst = pendingOf(device);
+              if (!dst.from.includes(w.source)) dst.from.push(w.source);
+              dst.importIds.add(String(w.seq.id));
+              w.source = null;
+              if (speculate) set.traffic.record(w.chain[w.cursor - 1]!.manifest.blockId, w.chain[w.cursor]!.manifest.blockId);
+            } else if (w.at !== null && w.at !== device) bySource.set(w.at, [...(bySource.get(w.at) ?? []), w]);
+          }
           for (const [source, ws] of bySource) {
             const src = pendingOf(source);
             src.program.exports.push(...ws.map((w) => String(w.seq.id)));
@@ -1036,18 +1147,66 @@ export class DeviceChainExecutor {
             for (const w of ws) dst.importIds.add(String(w.seq.id));
             for (const w of ws) set.traffic.record(w.chain[w.cursor - 1]!.manifest.blockId, w.chain[w.cursor]!.manifest.blockId);
           }
-          pendingOf(device).program.groups.push({ instance: key, seqs: group.map((w) => ({ id: String(w.seq.id), app: w.seq.app, tokens: Array.from(w.seq.tokens) })) });
+          const seqsOf = (ws: readonly Walker[]) => ws.map((w) => ({ id: String(w.seq.id), app: w.seq.app, tokens: Array.from(w.seq.tokens) }));
+          const surrogate = speculate ? spec?.surrogateOf(key) : undefined;
+          let predicted: Walker[] = [];
+          let prediction: Promise<ProgramResult> | null = null;
+          if (spec && surrogate) {
+            const runs = new Set(spec.runsOn(surrogate, group.map((w) => String(w.seq.id)), first));
+            const riders = group.filter((w) => runs.has(String(w.seq.id)));
+            // Worth it only where the successor runs elsewhere (a device runs one program at a time); never the
+            // last block, never right after a block speculated on in this iteration (rule 1).
+            predicted = riders.filter((w) => w.cursor + 1 < w.chain.length && w.chain[w.cursor + 1]!.device !== device && !w.specAt.includes(w.cursor - 1));
+            if (riders.length > 0) {
+              const p = pendingOf(device);
+              p.program.groups.push({ instance: surrogate.key, seqs: seqsOf(riders), predict: true });
+              if (predicted.length > 0) {
+                p.program.exports.push(...predicted.map((w) => predictionId(String(w.seq.id))));
+                const sentPrediction = send(device);
+                prediction = sentPrediction;
+                const renamed = sentPrediction.then((r) => ({ ...r, exports: r.exports && { ...r.exports, ids: r.exports.ids.map(predictedSequence) } }));
+                for (const w of predicted) {
+                  const tag = spec.ledger.open(String(w.seq.id), step, w.cursor, w.chain.length);
+                  speculations.push({ w, tag, position: w.cursor, device, predicted: sentPrediction, real: null });
+                  w.specAt.push(w.cursor);
+                  w.next = renamed;
+                }
+              }
+            }
+          }
+          pendingOf(device).program.groups.push({ instance: key, seqs: seqsOf(group) });
+          if (prediction !== null) {
+            // The real output goes back for verification; sent now, so the block runs while its successors do.
+            const p = pendingOf(device);
+            p.program.exports.push(...predicted.map((w) => String(w.seq.id)));
+            const real = send(device);
+            for (const s of speculations) if (s.predicted === prediction) s.real = real;
+          }
           for (const w of group) {
+            // A step after an open speculation of its iteration is tentative (the ledger's record).
+            if (spec && speculate && w.specAt.some((p) => p < w.cursor)) {
+              const m = w.chain[w.cursor]!.manifest;
+              spec.ledger.record({ request: String(w.seq.id), iteration: step, position: w.cursor, instance: key, block: m.blockId, kvTokens: attentionLayersOf(m.stages ?? []) ? w.seq.tokens.length : 0 });
+            }
             w.at = device;
             w.cursor++;
+            if (w.next) {
+              w.source = w.next;
+              w.next = null;
+            }
           }
         }
       }
       for (const device of [...pending.keys()]) send(device);
-      const outcomes = await Promise.allSettled(sent.map((s) => s.result));
+    };
+
+    let failure: unknown = null;
+    const results = new Array<Float32Array>(sequences.length);
+    let computeOnPath = 0;
+    const absorb = async (from: number): Promise<void> => {
+      const outcomes = await Promise.allSettled(sent.slice(from).map((s) => s.result));
       const bad = outcomes.find((o) => o.status === 'rejected');
       if (bad) throw (bad as PromiseRejectedResult).reason;
-      let computeOnPath = 0;
       for (const o of outcomes) {
         const r = (o as PromiseFulfilledResult<ProgramResult>).value;
         computeOnPath += r.computeMs;
@@ -1061,6 +1220,18 @@ export class DeviceChainExecutor {
           results[w.index] = l.data;
         }
       }
+    };
+    try {
+      walk(walkers, spec !== null);
+      await absorb(0);
+      if (spec && speculations.length > 0) {
+        const repairs = await this.verify(spec, step, speculations);
+        if (repairs.length > 0) {
+          const from = sent.length;
+          walk(repairs, false);
+          await absorb(from);
+        }
+      }
       set.counters.programs += sent.length;
       const wall = performance.now() - t0;
       set.counters.stepMs += wall;
@@ -1072,15 +1243,59 @@ export class DeviceChainExecutor {
     if (failure !== null) {
       // Every device that ran part of the step gives its pages back now; the releases its programs carried were
       // applied (a release is idempotent), the ones of devices whose program never went out are sent too.
+      // Open speculations of the failed step are aborted (nothing of it is kept).
+      if (spec) {
+        for (const s of speculations) if (spec.ledger.openTags(String(s.w.seq.id), step).includes(s.tag)) spec.ledger.verify(s.tag, -Infinity);
+        for (const s of speculations) spec.ledger.retire(String(s.w.seq.id), step);
+      }
       await Promise.allSettled([...pending].map(([device, p]) => deliver(device, p.program)));
       await Promise.allSettled([...touched].map((device) => set.clients.get(device)!.call('end', { step, commit: false, release: set.takeNews(device).release })));
       throw failure;
+    }
+    if (spec) {
+      const st = spec.stats();
+      Object.assign(set.counters, { speculations: st.speculations, specAccepted: st.accepted, specRolledBack: st.rolledBack, specDroppedSteps: st.droppedSteps, specRepairedRows: st.repairedRows });
     }
     // The devices commit this step with their next program (or at the next settle).
     for (const device of touched) set.unsettled.set(device, step);
     set.counters.steps++;
     return results;
   }
+
+  /**
+   * Verifies the step's speculations in chain order (the ledger's verify at its cosine threshold: the prediction's
+   * rows against the real output's, averaged over the sequence's new tokens, A18) and returns the walkers to re-run
+   * from the speculated block's successor on its real output: the rejected ones. A rejection aborts the later tags
+   * of the same sequence (their tentative steps are re-run with it). The K/V the tentative steps appended is not
+   * committed yet, so the repair writes over it at the same positions.
+   */
+  private async verify(spec: SpeculationControl, step: number, speculations: readonly { w: Walker; tag: string; position: number; device: string; predicted: Promise<ProgramResult>; real: Promise<ProgramResult> | null }[]): Promise<Walker[]> {
+    const repairs = new Map<string, Walker>();
+    for (const s of [...speculations].sort((a, b) => a.position - b.position)) {
+      const id = String(s.w.seq.id);
+      if (!spec.ledger.openTags(id, step).includes(s.tag)) continue;
+      const predictedRows = rowsIn((await s.predicted).exports, predictionId(id));
+      const real = await s.real!;
+      const v = spec.ledger.verify(s.tag, meanRowCosine(rowsIn(real.exports, id), predictedRows, real.exports!.width));
+      if (v.accepted) continue;
+      spec.repairedRows += s.w.seq.tokens.length;
+      repairs.set(id, { ...s.w, cursor: v.resumeAt, at: s.device, source: Promise.resolve(real), specAt: [], next: null });
+    }
+    for (const s of speculations) spec.ledger.retire(String(s.w.seq.id), step);
+    return [...repairs.values()];
+  }
+}
+
+/** The rows of sequence `id` in an exported RowBlock. */
+function rowsIn(block: RowBlock | null, id: string): Float32Array {
+  if (block === null) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `no rows were handed on for ${id}`);
+  let at = 0;
+  for (let k = 0; k < block.ids.length; k++) {
+    const n = block.rows[k]! * block.width;
+    if (block.ids[k] === id) return block.data.subarray(at, at + n);
+    at += n;
+  }
+  throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `the rows handed on lack ${id}`);
 }
 
 /** The rows of `ids` (in the blocks' order) as one RowBlock. */

@@ -4,7 +4,9 @@
  * ChainExecutor's walk: each group's input is the hidden state its sequences left — the tensor itself or a view
  * when the group is a contiguous run of one tensor's rows, else a gather — so consecutive blocks on this device
  * hand the hidden state on in place. The step's KV appends stay uncommitted until the coordinator ends the step,
- * so a step that fails on any device is rolled back on all of them.
+ * so a step that fails on any device is rolled back on all of them. A surrogate's group (speculation) runs on a copy
+ * of its rows and leaves its prediction under other ids; a repair program of the same step re-runs tentative groups
+ * on the real rows, writing their K/V over the tentative ones at the same (uncommitted) positions.
  */
 import { BlockRuntime } from '@tessera/block-zoo/chain';
 import { DevicePool, DiskTensorStore } from '@tessera/block-zoo/store';
@@ -13,7 +15,7 @@ import { type DecoderStepContext, KvCacheExhaustedError } from '@tessera/engine'
 import { cast, Tensor } from '@tessera/native';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
-import type { DeviceInit, DeviceProgram, DeviceProtocol, DeviceStats, ProgramResult, RowBlock } from './protocol.js';
+import { type DeviceInit, type DeviceProgram, type DeviceProtocol, type DeviceStats, predictionId, type ProgramResult, type RowBlock } from './protocol.js';
 
 type P = DeviceProtocol;
 
@@ -83,7 +85,9 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     try {
       if (commit) for (const c of contexts) c.commit();
     } finally {
-      for (const c of contexts) c.dispose();
+      // Newest first: a speculation's repair re-prepares sequences a tentative group reserved pages for, and an
+      // abort must undo the later reservation before the earlier one.
+      for (const c of [...contexts].reverse()) c.dispose();
       for (const b of bases) b.tensor.dispose();
       if (!commit) for (const { rt, id } of prefixed) rt.release(id);
       rowsOf = new Map();
@@ -165,7 +169,25 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       const ctx = rt.prepare(group.seqs);
       contexts.push(ctx);
       const ids = group.seqs.map((s) => s.id);
-      const { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(ids);
+      // A surrogate's group writes its prediction under other ids, on a copy: the real block reads the rows after it.
+      const outIds = group.predict ? ids.map(predictionId) : ids;
+      let { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(ids);
+      if (group.predict && input !== null) {
+        const base = newBase(Tensor.empty([input.shape[0]!, input.shape[1]!], 'f32', input.backend));
+        cast(input, 'f32', { out: base.tensor });
+        view?.dispose();
+        let row = 0;
+        outIds.forEach((id, k) => {
+          const rows = rowsOf.get(ids[k]!)!.rows;
+          drop(rowsOf.get(id));
+          base.refs++;
+          rowsOf.set(id, { base, row, rows });
+          row += rows;
+        });
+        copied += row;
+        input = base.tensor;
+        view = null;
+      }
       result.copiedRows += copied;
       try {
         const out = rt.run(input, ctx, 'last');
@@ -178,10 +200,10 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         if (rt.startsAtTokens) {
           const base = newBase(out.hidden!);
           let row = 0;
-          group.seqs.forEach((s) => {
-            drop(rowsOf.get(s.id));
+          group.seqs.forEach((s, k) => {
+            drop(rowsOf.get(outIds[k]!));
             base.refs++;
-            rowsOf.set(s.id, { base, row, rows: s.tokens.length });
+            rowsOf.set(outIds[k]!, { base, row, rows: s.tokens.length });
             row += s.tokens.length;
           });
         }

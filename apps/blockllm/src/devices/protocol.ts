@@ -27,7 +27,24 @@ export interface ProgramGroup {
   instance: string;
   /** Its sequences in row order: new tokens (the prompt for a prefill, the last token for a decode). */
   seqs: { id: string; app: string; tokens: number[] }[];
+  /**
+   * A surrogate's prediction (speculation, design note §4.5): the group runs on a copy of its sequences' rows and
+   * leaves its output as `predictionId(id)`, so the real block still finds its input under `id`.
+   */
+  predict?: boolean;
 }
+
+/** The rows a surrogate predicts for sequence `id` (a predict group's output, exported under this id). */
+export function predictionId(id: string): string {
+  return `${id}${PREDICTION_SUFFIX}`;
+}
+
+/** The sequence a prediction's rows belong to. */
+export function predictedSequence(id: string): string {
+  return id.endsWith(PREDICTION_SUFFIX) ? id.slice(0, -PREDICTION_SUFFIX.length) : id;
+}
+
+const PREDICTION_SUFFIX = '~predicted';
 
 export interface DeviceProgram {
   /** The coordinator's step number: every program of one step carries it; commit/abort name it. */

@@ -158,6 +158,8 @@ export interface WorkerInit {
   adaptive: boolean;
   /** maxQueueLen of algorithm 5.4: a first hop leaves an instance routed this many sequences for an equivalent one (null: no bound). */
   maxQueueLen: number | null;
+  /** Speculation on surrogates (several devices, BlockLLM provisioning); null: off. */
+  speculation: { acceptCosine: number; fraction: number } | null;
   /** The control plane on BullMQ/Redis (else in-process). */
   redis: { url: string; prefix: string } | null;
 }

@@ -23,6 +23,7 @@ import { DeviceChainExecutor, DeviceSet } from '../devices/device-set.js';
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
 import type { AppSummary, BlockllmProtocol, DeviceMetrics, EngineStats, IngestArgs, MemorySplit, PlacementStatus, WorkerInit, ZooListing } from './protocol.js';
 import { ChainStepLoop, type StepExecutor } from './step-loop.js';
+import { buildMissingSurrogates } from './surrogates.js';
 
 type P = BlockllmProtocol;
 
@@ -30,8 +31,8 @@ type P = BlockllmProtocol;
 export const APP_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** Calibration for scoring full fine-tunes against their base: seeded token sequences (the §8.1 miniature's data). */
-function calibration(vocab: number): number[][] {
-  let s = 0x2545f491;
+function calibration(vocab: number, seed = 0x2545f491): number[][] {
+  let s = seed;
   const next = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s);
   return Array.from({ length: 4 }, () => Array.from({ length: 16 }, () => next() % (vocab - 2)));
 }
@@ -49,8 +50,12 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     ingestFoundation(zoo, store, init.foundationDir, { id: init.foundation });
     if (init.demoRoot !== null) populateDemoZoo(zoo, store, init.demoRoot, init.foundation, progress);
   }
-  store.saveZoo(zoo);
   const config = readHfConfig(init.foundationDir);
+  // Speculation runs surrogates of the foundation's blocks (the blocks every application's chain shares most).
+  if (init.speculation !== null && init.devices > 1) {
+    buildMissingSurrogates(zoo, store, init.foundation, { calibration: calibration(config.vocabSize), evaluation: calibration(config.vocabSize, 0x9e3779b9) }, progress);
+  }
+  store.saveZoo(zoo);
   if (config.family !== 'decoder') throw new BlockllmRequestError('TESSERA_INGEST_INVALID', `${init.foundationDir} holds a ${config.architecture}, not a decoder`);
   const tokenizer = TextTokenizer.fromDir(init.foundationDir);
 
@@ -72,6 +77,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       scaleOutQueue: init.scaleOutQueue ?? init.maxBatch,
       adaptive: init.adaptive,
       ...(init.maxQueueLen !== null ? { maxQueueLen: init.maxQueueLen } : {}),
+      ...(init.speculation !== null ? { speculation: init.speculation } : {}),
     });
     progress(`${init.devices} device(s) of ${deviceBytes} bytes each (${init.provisioning} provisioning)`);
     if (init.provisioning === 'blocks') {
