@@ -38,6 +38,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     scaleOutQueue: config.scaleOutQueue,
     adaptive: config.adaptive,
     maxQueueLen: config.maxQueue,
+    kvMigration: config.kvMigration,
     speculation: config.speculate ? { acceptCosine: config.specAcceptCosine, fraction: config.specFraction } : undefined,
     provisioning: config.provisioning,
     redis: config.redis ? { url: config.redisUrl, prefix: config.redisPrefix } : undefined,

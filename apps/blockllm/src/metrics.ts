@@ -72,6 +72,12 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
       help: "Speculations on a surrogate's prediction (a sequence's successor block ran on it while the real block ran), by outcome: accepted (cosine at or above the threshold), rolled-back (re-run on the real output) or superseded (opened downstream of a rolled-back one, re-run with it).",
       labels: ['outcome'],
     },
+    migrationPages: {
+      type: 'counter',
+      name: 'tessera_blockllm_migration_kv_pages_total',
+      help: "K/V pages moved by migrate jobs, by how: recomputed on the target from the inputs the source logged, or copied from the source.",
+      labels: ['how'],
+    },
     specDropped: { type: 'counter', name: 'tessera_blockllm_speculation_dropped_runs_total', help: 'Tentative block runs dropped by rolled-back speculations.' },
     specRepaired: { type: 'counter', name: 'tessera_blockllm_speculation_repaired_rows_total', help: "Rows re-run from a speculated block's successor on its real output." },
   });
@@ -122,6 +128,8 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.speculations, d.specRolledBack, { outcome: 'rolled-back' });
     totals.advance(m.speculations, d.speculations - d.specAccepted - d.specRolledBack, { outcome: 'superseded' });
     totals.advance(m.specDropped, d.specDroppedSteps);
+    totals.advance(m.migrationPages, d.migrationPagesRecomputed, { how: 'recomputed' });
+    totals.advance(m.migrationPages, d.migrationPagesCopied, { how: 'copied' });
     totals.advance(m.specRepaired, d.specRepairedRows);
     for (const dev of d.perDevice) {
       m.utilisation.set({ device: dev.id }, dev.upMs > 0 ? dev.busyMs / dev.upMs : 0);

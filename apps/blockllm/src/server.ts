@@ -18,6 +18,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 
+import type { MigrationRates } from '@tessera/block-zoo';
 import { readHfConfig, TextTokenizer } from '@tessera/engine';
 import {
   createTesseraServer,
@@ -85,8 +86,20 @@ export interface ServerOptions extends ServerBaseOptions {
    * repaired on the real output below it; `fraction` of the instances speculate (0.1). Off when absent.
    */
   speculation?: { acceptCosine?: number | undefined; fraction?: number | undefined } | undefined;
+  /**
+   * How a migrate job moves the K/V of its instance's running sequences: 'overlapped' (default; design note 5.7:
+   * the front recomputed on the target from the inputs the source logged while the back is copied, split by the
+   * serving core's planMigration at the measured rates, or at `rates` where given) or 'copy' (every page).
+   */
+  kvMigration?: 'copy' | 'overlapped' | { mode: 'copy' | 'overlapped'; rates?: Partial<MigrationRates> } | undefined;
   /** Run the placement control plane on BullMQ at this Redis (else in-process). */
   redis?: { url: string; prefix: string } | undefined;
+}
+
+function kvMigrationOf(o: ServerOptions['kvMigration']): { mode: 'copy' | 'overlapped'; rates: Partial<MigrationRates> | null } {
+  if (o === undefined) return { mode: 'overlapped', rates: null };
+  if (typeof o === 'string') return { mode: o, rates: null };
+  return { mode: o.mode, rates: o.rates ?? null };
 }
 
 const IngestBody = Type.Object(
@@ -180,6 +193,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           scaleOutQueue: options.scaleOutQueue ?? null,
           adaptive: options.adaptive ?? true,
           maxQueueLen: options.maxQueueLen ?? null,
+          kvMigration: kvMigrationOf(options.kvMigration),
           speculation: options.speculation ? { acceptCosine: options.speculation.acceptCosine ?? 0.95, fraction: options.speculation.fraction ?? 0.1 } : null,
           redis: options.redis ?? null,
         },

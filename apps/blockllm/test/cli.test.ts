@@ -53,6 +53,14 @@ describe('parseCli', () => {
     for (const flag of ['--no-adaptive', 'BLOCKLLM_ADAPTIVE=0', '--max-queue', 'BLOCKLLM_MAX_QUEUE']) expect(USAGE).toContain(flag);
   });
 
+  it('reads how migrate jobs move K/V (overlapped by default)', () => {
+    expect(parseCli([], {})).toMatchObject({ kvMigration: 'overlapped' });
+    expect(parseCli(['--kv-migration', 'copy'], {})).toMatchObject({ kvMigration: 'copy' });
+    expect(parseCli([], { BLOCKLLM_KV_MIGRATION: 'copy' })).toMatchObject({ kvMigration: 'copy' });
+    expect(() => parseCli(['--kv-migration', 'teleport'], {})).toThrow(UsageError);
+    for (const flag of ['--kv-migration', 'BLOCKLLM_KV_MIGRATION']) expect(USAGE).toContain(flag);
+  });
+
   it('reads the speculation flags (off by default; several devices with blocks provisioning)', () => {
     expect(parseCli([], {})).toMatchObject({ speculate: false, specAcceptCosine: 0.95, specFraction: 0.1 });
     expect(parseCli(['--devices', '2', '--speculate', '--spec-accept-cosine', '0.9', '--spec-fraction', '0.5'], {})).toMatchObject({ speculate: true, specAcceptCosine: 0.9, specFraction: 0.5 });

@@ -480,6 +480,48 @@ describe('PagedKvCache sequence export and import (KV migration)', () => {
     }
   });
 
+  it('moves the back of a sequence onto a front written here (a migration that recomputes the front)', () => {
+    const src = PagedKvCache.create({ ...geometry, numPages: 8 }, backend);
+    const dst = PagedKvCache.create({ ...geometry, numPages: 8 }, backend);
+    const q = Tensor.from(randomFloats(nHeads * d, 78), [1, nHeads, d], { backend });
+    try {
+      write(src, 'a', 21, 1);
+      write(src, 'a', 18, 500);
+      // The destination writes the first 21 positions itself (the same rows: the recomputed front).
+      write(dst, 'a', 21, 1);
+      const back = src.exportSequence('a', 21);
+      expect(back.start).toBe(21);
+      expect(back.length).toBe(18);
+      expect(back.layers[0]!.k).toHaveLength(18 * rowWidth);
+      dst.importSequence('a', back);
+      expect(dst.length('a')).toBe(39);
+      expect(dst.exportSequence('a')).toEqual(src.exportSequence('a'));
+      for (let l = firstLayer; l < firstLayer + numLayers; l++) expect(decode(dst, 'a', l, q)).toEqual(decode(src, 'a', l, q));
+      // Nothing left to copy: an empty back at the end is a no-op.
+      dst.importSequence('a', src.exportSequence('a', 39));
+      expect(dst.length('a')).toBe(39);
+      // The back must meet the front exactly.
+      expect(() => dst.importSequence('a', back)).toThrow(/starts at 21, but the cache holds 39/);
+      expect(() => dst.importSequence('z', back)).toThrow(/no such sequence/);
+      expect(() => src.exportSequence('a', 40)).toThrow(/past the 39 committed/);
+      // A back that does not fit changes nothing.
+      const small = PagedKvCache.create({ ...geometry, numPages: 2 }, backend);
+      try {
+        write(small, 'a', 21, 1);
+        const before = snapshot(small);
+        expect(() => small.importSequence('a', back)).toThrow(KvCacheExhaustedError);
+        expect(snapshot(small)).toEqual(before);
+        expect(small.length('a')).toBe(21);
+      } finally {
+        small.dispose();
+      }
+    } finally {
+      q.dispose();
+      src.dispose();
+      dst.dispose();
+    }
+  });
+
   it('refuses a snapshot of other layers or geometry, or an id already there; a full cache changes nothing', () => {
     const src = PagedKvCache.create({ ...geometry, numPages: 4 }, backend);
     const other = PagedKvCache.create({ ...geometry, headDim: d / 2, numPages: 4 }, backend);

@@ -32,7 +32,10 @@ import {
   type BlockZoo,
   formatBlock,
   hopRoutes,
+  KvCoordinator,
   meanRowCosine,
+  type MigrationRates,
+  migrationRates,
   pickDevice,
   type PlacedInstance,
   placeChains,
@@ -43,10 +46,11 @@ import {
   TrafficCounter,
 } from '@tessera/block-zoo';
 import { attentionLayersOf, type ChainSequence } from '@tessera/block-zoo/chain';
+import { KV_PAGE_SIZE, systemClock } from '@tessera/core';
 import type { WorkerEngineClient } from '@tessera/server-kit';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
-import { type DeviceProgram, type DeviceProtocol, type DeviceStats, predictedSequence, predictionId, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type InputLogSnapshot, predictedSequence, predictionId, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
 import { SpeculationControl, type SpeculationOptions } from './speculation.js';
 import { InstanceProfiler, localTopology, type RouteSnapshot, routeByCostModel, workerTransportLink } from './routing.js';
 
@@ -85,6 +89,14 @@ export interface DeviceSetOptions {
    * they run. Off when absent.
    */
   speculation?: SpeculationOptions;
+  /**
+   * How a `migrate` job moves the K/V of the instance's running sequences (design note §4.4, algorithm 5.7):
+   * 'overlapped' (default) recomputes the front of each sequence on the target by chunked prefill over the inputs
+   * the source logged while the source copies the back, split where the two would meet by the serving core's
+   * planMigration (`rates`: the measured ones, unless pinned here); 'copy' copies every page. The devices log each
+   * attention instance's inputs per sequence only under 'overlapped'.
+   */
+  kvMigration?: { mode: 'copy' | 'overlapped'; rates?: Partial<MigrationRates> };
 }
 
 export interface InstanceInfo {
@@ -126,6 +138,9 @@ export interface DeviceCounters {
   hopsCrossDevice: number;
   /** Chosen hops that run a block of an equivalent segment instead of the chain's own (adaptive serving). */
   hopsAdaptive: number;
+  /** K/V pages moved by migrate jobs: recomputed on the target from logged inputs, and copied from the source. */
+  migrationPagesRecomputed: number;
+  migrationPagesCopied: number;
   /** Speculations opened, accepted, rolled back; tentative block runs dropped; rows re-run on the real output. */
   speculations: number;
   specAccepted: number;
@@ -202,6 +217,8 @@ export class DeviceSet {
     hopsKvOwner: 0,
     hopsCrossDevice: 0,
     hopsAdaptive: 0,
+    migrationPagesRecomputed: 0,
+    migrationPagesCopied: 0,
     speculations: 0,
     specAccepted: 0,
     specRolledBack: 0,
@@ -253,7 +270,9 @@ export class DeviceSet {
     if (!Number.isSafeInteger(options.devices) || options.devices < 1) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `devices must be a positive integer, got ${options.devices}`);
     const ids = Array.from({ length: options.devices }, (_, i) => `device-${i}`);
     const started = await Promise.allSettled(
-      ids.map((device) => startDevice({ device, zooDir: options.zooDir, budgetBytes: options.deviceBytes, kvPages: options.kvPages, maxPositions: options.maxPositions })),
+      ids.map((device) =>
+        startDevice({ device, zooDir: options.zooDir, budgetBytes: options.deviceBytes, kvPages: options.kvPages, maxPositions: options.maxPositions, inputLog: (options.kvMigration?.mode ?? 'overlapped') === 'overlapped' }),
+      ),
     );
     const failed = started.find((s) => s.status === 'rejected');
     if (failed) {
@@ -526,7 +545,7 @@ export class DeviceSet {
    * the new one takes its key, so the routes stay as they are. A failure before the eviction (the target's cache
    * cannot take the pages, the deploy does not fit) evicts the new instance and leaves the old one serving.
    */
-  async migrate(key: string, device: string): Promise<{ from: string; sequences: number; pages: number }> {
+  async migrate(key: string, device: string): Promise<{ from: string; sequences: number; pages: number; recomputedPages: number; copiedPages: number }> {
     const info = this.instances.get(key);
     if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
     this.client(device); // an unknown device throws here, before anything moves
@@ -536,13 +555,22 @@ export class DeviceSet {
     await this.deploy(temp, manifest, device, info.pool);
     let sequences = 0;
     let pages = 0;
+    let recomputedPages = 0;
     try {
       const ids = this.sequencesThrough(key);
       if (ids.length > 0) {
-        const out = await this.client(info.device).call('exportKv', { instance: key, ids });
+        // Overlapped (5.7): the front of each sequence is recomputed on the target from the inputs the source
+        // logged while the source exports the back; the back then lands on the recomputed front.
+        const overlapped = (this.options.kvMigration?.mode ?? 'overlapped') === 'overlapped';
+        const { front, recompute } = overlapped ? await this.planFront(key, manifest, info.device, device, ids) : { front: new Map<string, number>(), recompute: null };
+        const [, out] = await Promise.all([
+          recompute && this.client(device).call('recomputeKv', { ...recompute, instance: temp }),
+          this.client(info.device).call('exportKv', { instance: key, ids, from: Object.fromEntries(front) }),
+        ]);
         sequences = out.sequences.length;
         this.counters.crossBytes += snapshotBytes(out.sequences);
         pages = (await this.client(device).call('importKv', { instance: temp, sequences: out.sequences })).pages;
+        recomputedPages = [...front.values()].reduce((n, t) => n + Math.ceil(t / KV_PAGE_SIZE), 0);
       }
     } catch (err) {
       await this.evict(temp);
@@ -560,7 +588,36 @@ export class DeviceSet {
     this.instances.set(key, { ...moved, instance: key });
     this.manifests.delete(temp);
     this.manifests.set(key, manifest);
-    return { from: info.device, sequences, pages };
+    this.counters.migrationPagesRecomputed += recomputedPages;
+    this.counters.migrationPagesCopied += pages - recomputedPages;
+    return { from: info.device, sequences, pages, recomputedPages, copiedPages: pages - recomputedPages };
+  }
+
+  /**
+   * Plans an overlapped migration's recompute half: the serving core's planMigration (a KvCoordinator holding the
+   * sequences' K/V at the source) splits the pages, in global order, where chunked prefill on the target from the
+   * front and copying from the back would meet, at the measured rates (recompute: the instance's profiled time per
+   * token; copy: the worker link's bandwidth over the block's K/V bytes per page) unless pinned. Returns each
+   * sequence's front length (the copy starts there) and the target's recompute job: the inputs the source logged
+   * (the whole log, so the target can be migrated again), run while the source exports the back. Sequences
+   * without a whole log (they arrived by a KV move; a prefix block) are copied whole.
+   */
+  private async planFront(key: string, manifest: BlockManifest, src: string, dst: string, ids: readonly string[]): Promise<{ front: Map<string, number>; recompute: { chunk: number; sequences: (InputLogSnapshot & { upTo: number })[] } | null }> {
+    const logs = (await this.client(src).call('exportInputs', { instance: key, ids: [...ids] })).sequences.filter((s) => s.length > 0);
+    const front = new Map<string, number>();
+    if (logs.length === 0) return { front, recompute: null };
+    const coordinator = new KvCoordinator({ clock: systemClock });
+    for (const s of logs) coordinator.append(s.id, manifest.blockId, key, s.length);
+    const siblings = this.instancesOf(manifest.blockId).map((i) => i.instance).filter((k) => k !== key);
+    const perTokenMs = this.profiler.perTokenMs(key, siblings, manifest.paramBytes);
+    const measured = migrationRates(this.routeTopology(), src, dst, blockBytesOf(manifest), { fixedMs: workerTransportLink(this.counters).latencyMs, perRowMs: 0, perTokenMs });
+    const rates: MigrationRates = { ...measured, ...this.options.kvMigration?.rates };
+    const plan = coordinator.planMigration(logs.map((s) => ({ request: s.id, block: manifest.blockId })), key, `${key}~${dst}`, rates);
+    const byId = new Map(logs.map((s) => [s.id, s]));
+    const sequences = plan.sequences.map((p) => ({ ...byId.get(p.request)!, upTo: p.recomputeTokens }));
+    for (const s of sequences) front.set(s.id, s.upTo);
+    this.counters.crossBytes += logs.reduce((n, s) => n + s.rows.byteLength, 0);
+    return { front, recompute: { chunk: Math.max(1, Math.floor(rates.chunkPages)) * KV_PAGE_SIZE, sequences } };
   }
 
   /**

@@ -33,6 +33,36 @@ interface Rows {
 interface Instance {
   runtime: BlockRuntime;
   pool: string;
+  /**
+   * Per sequence, the inputs the instance ran it on, position by position (the rows entering the block; the token
+   * ids of a block that starts at the embedding): what an overlapped migration recomputes the front of its K/V
+   * from. Positions past the cache's committed length are tentative (a failed or repaired step writes them again).
+   * `whole`: the log starts at position 0 (a sequence that arrived by a KV move has none).
+   */
+  inputs: Map<string, InputLog>;
+}
+
+interface InputLog {
+  width: number;
+  rows: Float32Array;
+  tokens: number[];
+  whole: boolean;
+}
+
+/** Writes positions [start, start + n) of a sequence's input log (growing it). */
+function writeInputs(log: InputLog, start: number, rows: Float32Array | null, tokens: ArrayLike<number>): void {
+  const n = tokens.length;
+  if (rows && log.width > 0) {
+    const need = (start + n) * log.width;
+    if (log.rows.length < need) {
+      const grown = new Float32Array(Math.max(need, 2 * log.rows.length));
+      grown.set(log.rows.subarray(0, start * log.width));
+      log.rows = grown;
+    }
+    log.rows.set(rows, start * log.width);
+  }
+  log.tokens.length = start;
+  for (let i = 0; i < n; i++) log.tokens.push(tokens[i]!);
 }
 
 /** A device takes no generation requests: its work comes as admin calls. */
@@ -97,7 +127,12 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     }
   };
   const release = (ids: readonly string[]) => {
-    for (const id of ids) for (const i of instances.values()) i.runtime.release(id);
+    for (const id of ids) {
+      for (const i of instances.values()) {
+        i.runtime.release(id);
+        i.inputs.delete(id);
+      }
+    }
   };
 
   /** The group's input: one base's rows in order → that tensor or a view; else a gather into a new base. */
@@ -189,6 +224,21 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         view = null;
       }
       result.copiedRows += copied;
+      const cache = rt.cache;
+      if (init.inputLog && cache && !rt.prefix && !group.predict) {
+        // The block's inputs, before it runs on them in place (a recompute of its K/V starts from them).
+        const inputs = instance(group.instance).inputs;
+        const width = input ? input.shape[1]! : 0;
+        const host = input ? (input.toArray() as Float32Array) : null;
+        let row = 0;
+        for (const s of group.seqs) {
+          const start = cache.length(s.id);
+          let log = inputs.get(s.id);
+          if (!log) inputs.set(s.id, (log = { width, rows: new Float32Array(0), tokens: [], whole: start === 0 }));
+          writeInputs(log, start, host && host.subarray(row * width, (row + s.tokens.length) * width), s.tokens);
+          row += s.tokens.length;
+        }
+      }
       try {
         const out = rt.run(input, ctx, 'last');
         if (out.logits) {
@@ -257,7 +307,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
             `${key} (${after - before} more bytes) does not fit ${init.device}: ${before} of its ${init.budgetBytes} bytes are in use`,
           );
         }
-        instances.set(key, { runtime, pool });
+        instances.set(key, { runtime, pool, inputs: new Map() });
         return { residentBytes: after };
       },
       evict: ({ instance: key }) => {
@@ -280,10 +330,54 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         release(ids);
         return null;
       },
-      exportKv: ({ instance: key, ids }) => {
+      exportKv: ({ instance: key, ids, from }) => {
         const cache = instance(key).runtime.cache;
         if (!cache) return { sequences: [] };
-        return { sequences: ids.filter((id) => cache.hasSequence(id)).map((id) => ({ id, snapshot: cache.exportSequence(id) })) };
+        return { sequences: ids.filter((id) => cache.hasSequence(id)).map((id) => ({ id, snapshot: cache.exportSequence(id, from?.[id] ?? 0) })) };
+      },
+      exportInputs: ({ instance: key, ids }) => {
+        const i = instance(key);
+        const cache = i.runtime.cache;
+        if (!cache) return { sequences: [] };
+        return {
+          sequences: ids.flatMap((id) => {
+            const log = i.inputs.get(id);
+            if (!log?.whole || !cache.hasSequence(id)) return [];
+            const length = cache.length(id);
+            return [{ id, length, width: log.width, rows: log.rows.slice(0, length * log.width), tokens: log.tokens.slice(0, length) }];
+          }),
+        };
+      },
+      recomputeKv: ({ instance: key, chunk, sequences }) => {
+        const i = instance(key);
+        const rt = i.runtime;
+        if (!rt.cache) throw new BlockllmPlacementConflictError(`${key} on ${init.device} holds no KV cache to recompute into`);
+        if (rt.prefix) throw new BlockllmPlacementConflictError(`${key} on ${init.device} is prefix-tuned: its prefix positions have no inputs to recompute from`);
+        if (!(Number.isSafeInteger(chunk) && chunk > 0)) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `recompute chunk must be a positive integer, got ${chunk}`);
+        const t0 = performance.now();
+        let tokens = 0;
+        for (const s of sequences) {
+          if (rt.cache.hasSequence(s.id)) throw new BlockllmPlacementConflictError(`${key} on ${init.device} already holds sequence ${s.id}`);
+          // Chunked prefill of the front, front to back (each position's K/V depends on the earlier ones').
+          for (let a = 0; a < s.upTo; a += chunk) {
+            const b = Math.min(s.upTo, a + chunk);
+            const ctx = rt.prepare([{ id: s.id, tokens: s.tokens.slice(a, b) }]);
+            const input = rt.startsAtTokens ? null : Tensor.from(s.rows.slice(a * s.width, b * s.width), [b - a, s.width]);
+            try {
+              const out = rt.run(input, ctx, 'last');
+              out.logits?.dispose();
+              if (rt.startsAtTokens) out.hidden?.dispose();
+              ctx.commit();
+            } finally {
+              ctx.dispose();
+              input?.dispose();
+            }
+            tokens += b - a;
+          }
+          i.inputs.set(s.id, { width: s.width, rows: s.rows, tokens: [...s.tokens], whole: true });
+        }
+        busyMs += performance.now() - t0;
+        return { tokens };
       },
       importKv: ({ instance: key, sequences }) => {
         const cache = instance(key).runtime.cache;

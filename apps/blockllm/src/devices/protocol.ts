@@ -72,6 +72,15 @@ export interface ProgramResult {
   runs: { instance: string; rows: number; apps: number; ms: number }[];
 }
 
+/** The inputs a block instance ran one sequence on: `length` positions of `width` floats (width 0 and the token ids for a block that starts at the embedding). */
+export interface InputLogSnapshot {
+  id: string;
+  length: number;
+  width: number;
+  rows: Float32Array;
+  tokens: number[];
+}
+
 export interface DeployArgs {
   instance: string;
   manifest: BlockManifest;
@@ -102,14 +111,29 @@ export interface DeviceProtocol {
     /** Ends a step: commit makes its KV appends permanent; abort gives the step's pages back everywhere. */
     end: { args: { step: number; commit: boolean; release: string[] }; result: null };
     stats: { args: null; result: DeviceStats };
-    /** A KV migration's two halves: the committed K/V of the listed sequences the instance holds, as host snapshots, and putting them into another instance of the same block. */
-    exportKv: { args: { instance: string; ids: string[] }; result: { sequences: { id: string; snapshot: KvSequenceSnapshot }[] } };
+    /**
+     * A KV migration's two halves: the committed K/V of the listed sequences the instance holds, as host snapshots
+     * (from position `from[id]` on, default 0: an overlapped migration copies only the back), and putting them into
+     * another instance of the same block (a snapshot that starts past 0 extends a sequence whose front is there).
+     */
+    exportKv: { args: { instance: string; ids: string[]; from?: Record<string, number> }; result: { sequences: { id: string; snapshot: KvSequenceSnapshot }[] } };
     importKv: { args: { instance: string; sequences: { id: string; snapshot: KvSequenceSnapshot }[] }; result: { pages: number } };
     /**
      * What moving sequences into or out of an instance takes: the pages the listed sequences hold in its KV cache and
      * the pages it has free (`cache` false: the instance holds no attention, hence no KV).
      */
     kvPages: { args: { instance: string; ids: string[] }; result: { cache: boolean; pages: number; free: number } };
+    /**
+     * An overlapped migration's front (design note 5.7): the inputs the instance logged for the listed sequences —
+     * every position the sequence's K/V there covers — of those whose log is whole (none: a sequence that arrived
+     * by a KV move, or a prefix-tuned block, whose prefix positions have no input).
+     */
+    exportInputs: { args: { instance: string; ids: string[] }; result: { sequences: InputLogSnapshot[] } };
+    /**
+     * Recomputes the K/V of positions [0, upTo) of each sequence by chunked prefill over its logged inputs (`chunk`
+     * tokens a chunk) into a new instance, which keeps the whole log; the back is copied in after (importKv).
+     */
+    recomputeKv: { args: { instance: string; chunk: number; sequences: (InputLogSnapshot & { upTo: number })[] }; result: { tokens: number } };
     /** Gives an instance another key (a migrated instance takes the key of the one it replaces). */
     rename: { args: { from: string; to: string }; result: null };
   };
@@ -124,6 +148,8 @@ export interface DeviceInit {
   budgetBytes: number;
   kvPages: number;
   maxPositions: number;
+  /** Log each attention instance's inputs per sequence (what an overlapped migration recomputes the front from). */
+  inputLog: boolean;
 }
 
 /** Starts one device worker (several may run in one process: each is its own JS environment of the addon). */

@@ -4,6 +4,7 @@
  * for the zoo (ingest, listing) and the statistics. The front side is server-kit's WorkerEngineClient; the host
  * side is worker.ts: the zoo, its DevicePool and the ChainExecutor, driven by the step loop (step-loop.ts).
  */
+import type { MigrationRates } from '@tessera/block-zoo';
 import type { FinishedResult, HostEvent, Placement } from '@tessera/cluster';
 
 import type { JobStatus, PlacementJob } from '../devices/control-plane.js';
@@ -158,6 +159,8 @@ export interface WorkerInit {
   adaptive: boolean;
   /** maxQueueLen of algorithm 5.4: a first hop leaves an instance routed this many sequences for an equivalent one (null: no bound). */
   maxQueueLen: number | null;
+  /** How a migrate job moves K/V: overlapped front recompute and back copy (rates measured unless pinned), or copy only. */
+  kvMigration: { mode: 'copy' | 'overlapped'; rates: Partial<MigrationRates> | null };
   /** Speculation on surrogates (several devices, BlockLLM provisioning); null: off. */
   speculation: { acceptCosine: number; fraction: number } | null;
   /** The control plane on BullMQ/Redis (else in-process). */

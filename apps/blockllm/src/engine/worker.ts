@@ -78,6 +78,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       adaptive: init.adaptive,
       ...(init.maxQueueLen !== null ? { maxQueueLen: init.maxQueueLen } : {}),
       ...(init.speculation !== null ? { speculation: init.speculation } : {}),
+      kvMigration: { mode: init.kvMigration.mode, ...(init.kvMigration.rates ? { rates: init.kvMigration.rates } : {}) },
     });
     progress(`${init.devices} device(s) of ${deviceBytes} bytes each (${init.provisioning} provisioning)`);
     if (init.provisioning === 'blocks') {
@@ -249,7 +250,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
         }
         case 'migrate': {
           const moved = await set.migrate(job.block, job.device);
-          return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${moved.from}`], movedSequences: moved.sequences, kvPages: moved.pages };
+          return { deployed: [`${job.block}@${job.device}`], evicted: [`${job.block}@${moved.from}`], movedSequences: moved.sequences, kvPages: moved.pages, recomputedPages: moved.recomputedPages, copiedPages: moved.copiedPages };
         }
         case 'place':
           return set.place(zoo.apps(), job.policy ?? set.policy);

@@ -65,6 +65,8 @@ export interface KvLayerTensors {
  * processes as plain typed arrays.
  */
 export interface KvSequenceSnapshot {
+  /** Positions [start, start + length) of the sequence (start 0, or absent: the whole committed sequence). */
+  start?: number;
   length: number;
   numKvHeads: number;
   headDim: number;
@@ -362,10 +364,16 @@ export class PagedKvCache {
     return { table, maxPages: width, contextLens };
   }
 
-  /** Copies the sequence's committed K/V (positions [0, length)) of every layer to host memory. */
-  exportSequence(id: SequenceId): KvSequenceSnapshot {
-    const length = this.allocator.length(id);
-    const idx = length > 0 ? Tensor.from(this.slotsFor(id, 0, length), [length], { dtype: 'i32', backend: this.backend }) : null;
+  /**
+   * Copies the sequence's committed K/V of positions [from, length) (default: all of it) of every layer to host
+   * memory. A migration that recomputes the front of a sequence elsewhere copies only the back.
+   */
+  exportSequence(id: SequenceId, from = 0): KvSequenceSnapshot {
+    const committed = this.allocator.length(id);
+    nonNegativeInteger(() => `exportSequence(${describeId(id)}): from`, from);
+    if (from > committed) throw new InvalidArgumentError(`PagedKvCache: exportSequence(${describeId(id)}): from ${from} is past the ${committed} committed tokens`);
+    const length = committed - from;
+    const idx = length > 0 ? Tensor.from(this.slotsFor(id, from, length), [length], { dtype: 'i32', backend: this.backend }) : null;
     const take = (src: Tensor): Float32Array => {
       if (!idx) return new Float32Array(0);
       const rows = gatherRows(src, idx);
@@ -380,7 +388,7 @@ export class PagedKvCache {
         const { k, v } = this.layerRows(this.firstLayer + l);
         return { k: take(k), v: take(v) };
       });
-      return { length, numKvHeads: this.numKvHeads, headDim: this.headDim, firstLayer: this.firstLayer, layers };
+      return { ...(from > 0 ? { start: from } : {}), length, numKvHeads: this.numKvHeads, headDim: this.headDim, firstLayer: this.firstLayer, layers };
     } finally {
       idx?.dispose();
     }
@@ -389,9 +397,12 @@ export class PagedKvCache {
   /**
    * Puts a snapshot in as a new sequence: adds it, reserves its pages (all or none: KvCacheExhaustedError changes
    * nothing), writes every layer's K/V and commits the length. The snapshot must come from a cache of the same
-   * layers and geometry (InvalidArgumentError otherwise) and the id must not be in this cache yet.
+   * layers and geometry (InvalidArgumentError otherwise) and the id must not be in this cache yet. A snapshot that
+   * starts at position `start` > 0 (the back of a sequence whose front was recomputed here) extends the sequence,
+   * which must hold exactly `start` committed tokens.
    */
   importSequence(id: SequenceId, snap: KvSequenceSnapshot): void {
+    const start = snap.start ?? 0;
     const width = this.numKvHeads * this.headDim;
     if (snap.numKvHeads !== this.numKvHeads || snap.headDim !== this.headDim || snap.firstLayer !== this.firstLayer || snap.layers.length !== this.numLayers) {
       throw new InvalidArgumentError(
@@ -405,16 +416,29 @@ export class PagedKvCache {
         throw new InvalidArgumentError(`PagedKvCache: importSequence(${describeId(id)}): layer ${snap.firstLayer + i} holds ${l.k.length} / ${l.v.length} floats, expected ${snap.length} × ${width}`);
       }
     });
-    if (this.hasSequence(id)) throw new InvalidArgumentError(`PagedKvCache: importSequence(${describeId(id)}): the sequence is already in the cache`);
-    this.addSequence(id);
-    try {
-      this.reserve(id, snap.length);
-    } catch (err) {
-      this.release(id);
-      throw err;
+    nonNegativeInteger(() => `importSequence(${describeId(id)}): start`, start);
+    if (start === 0) {
+      if (this.hasSequence(id)) throw new InvalidArgumentError(`PagedKvCache: importSequence(${describeId(id)}): the sequence is already in the cache`);
+      this.addSequence(id);
+      try {
+        this.reserve(id, snap.length);
+      } catch (err) {
+        this.release(id);
+        throw err;
+      }
+    } else {
+      const have = this.hasSequence(id) ? this.allocator.length(id) : null;
+      if (have !== start) throw new InvalidArgumentError(`PagedKvCache: importSequence(${describeId(id)}): the snapshot starts at ${start}, but the cache holds ${have === null ? 'no such sequence' : `${have} committed tokens of it`}`);
+      const pagesBefore = this.pages(id).length;
+      try {
+        this.reserve(id, start + snap.length);
+      } catch (err) {
+        this.shrinkPages(id, pagesBefore);
+        throw err;
+      }
     }
     if (snap.length > 0) {
-      const idx = Tensor.from(this.slotsFor(id, 0, snap.length), [snap.length], { dtype: 'i32', backend: this.backend });
+      const idx = Tensor.from(this.slotsFor(id, start, snap.length), [snap.length], { dtype: 'i32', backend: this.backend });
       try {
         snap.layers.forEach((l, i) => {
           const rows = this.layerRows(this.firstLayer + i);
@@ -434,7 +458,7 @@ export class PagedKvCache {
         idx.dispose();
       }
     }
-    this.commit(id, snap.length);
+    this.commit(id, start + snap.length);
   }
 
   stats(): KvCacheStats {
