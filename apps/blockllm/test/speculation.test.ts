@@ -113,4 +113,19 @@ describe('speculation on surrogates, every prediction rejected', () => {
     const r = await app.engine.submit({ request: { id: 'after-migrate', adapter: FOUNDATION, prompt: PROMPTS[1]!, maxTokens: N, sampling: {}, stop: [], ignoreEos: true }, attempt: 0, generated: [] }).result();
     expect(r.tokens).toEqual(reference);
   });
+
+  it('a re-placement takes the surrogates\' room back first; the periodic selection deploys them again', async () => {
+    expect((await placement()).speculation!.surrogates.length).toBeGreaterThan(0);
+    const job = await placementJob(url, { kind: 'place' });
+    expect(job.state, String(job.error)).toBe('completed');
+    const p = await placement();
+    expect(p.speculation!.surrogates).toEqual([]);
+    for (const d of p.devices) expect(d.instances.some((i) => i.endsWith('~surrogate'))).toBe(false);
+    // More steps than the selection's period: the surrogates come back, and the tokens stay exact.
+    const prompt = PROMPTS[2]!;
+    const reference = await app.engine.call('alone', { app: FOUNDATION, prompt, maxTokens: 20 });
+    const r = await app.engine.submit({ request: { id: 'after-place', adapter: FOUNDATION, prompt, maxTokens: 20, sampling: {}, stop: [], ignoreEos: true }, attempt: 0, generated: [] }).result();
+    expect(r.tokens).toEqual(reference);
+    expect((await placement()).speculation!.surrogates.length).toBeGreaterThan(0);
+  });
 });

@@ -44,6 +44,12 @@ export interface BlockllmRealOptions {
   deviceBytes?: number;
   /** Times the trace runs on each server (alternating); the median is reported. Default 3 quick, 5 full. */
   rounds?: number;
+  /**
+   * A third server: BlockLLM with speculation on surrogates (`--speculate`, threshold 0.95, top 10 % of instances),
+   * compared with BlockLLM without it. Its greedy outputs may differ (an accepted prediction is approximate), so they
+   * are counted, not required equal. Default false.
+   */
+  speculation?: boolean;
 }
 
 interface TraceRequest {
@@ -54,7 +60,7 @@ interface TraceRequest {
 }
 
 interface RunResult {
-  config: 'PM' | 'BlockLLM';
+  config: 'PM' | 'BlockLLM' | 'BlockLLM+spec';
   latenciesMs: number[];
   tokens: number;
   makespanMs: number;
@@ -140,7 +146,7 @@ function metricValue(text: string, series: string): number {
 export async function runBlockllmRealMiniature(
   ctx: BenchContext,
   opts: BlockllmRealOptions,
-): Promise<{ rows: Row[]; ratios: { real_throughput_vs_pm: number; real_p95_vs_pm: number }; notes: string[] }> {
+): Promise<{ rows: Row[]; ratios: { real_throughput_vs_pm: number; real_p95_vs_pm: number; real_spec_throughput_vs_blockllm?: number; real_spec_p95_vs_blockllm?: number }; notes: string[] }> {
   const demoSize = opts.demoSize ?? 'small';
   const demoDir = opts.demoDir ?? join(BENCH_MODELS_DIR, `blockllm-demo-${demoSize}`);
   const requests = opts.requests ?? (opts.quick ? 160 : 480);
@@ -191,16 +197,20 @@ export async function runBlockllmRealMiniature(
     servers.push(blockServer);
     const pmServer = await startServer([...common, '--provisioning', 'per-model', '--device-bytes', String(deviceBytes)], ctx.log);
     servers.push(pmServer);
+    const specServer = opts.speculation ? await startServer([...common, '--device-bytes', String(deviceBytes), '--speculate'], ctx.log) : null;
+    if (specServer) servers.push(specServer);
     const models = (await (await fetch(`${blockServer.url}/v1/models`)).json()) as { data: { id: string }[] };
     const trace = makeTrace(models.data.map((m) => m.id));
-    const sides = [
-      { config: 'PM' as const, server: pmServer, runs: [] as Awaited<ReturnType<typeof runTrace>>[] },
-      { config: 'BlockLLM' as const, server: blockServer, runs: [] as Awaited<ReturnType<typeof runTrace>>[] },
+    const sides: { config: RunResult['config']; server: Server; runs: Awaited<ReturnType<typeof runTrace>>[] }[] = [
+      { config: 'PM', server: pmServer, runs: [] },
+      { config: 'BlockLLM', server: blockServer, runs: [] },
+      ...(specServer ? [{ config: 'BlockLLM+spec' as const, server: specServer, runs: [] }] : []),
     ];
     // One warm-up request per application on each (first-use costs, JIT).
     for (const side of sides) for (const app of new Set(trace.map((r) => r.app))) await runTrace(side.server.url, [{ at: 0, app, prompt: [5, 6, 7], maxTokens: 2 }]);
     for (let round = 0; round < rounds; round++) {
-      for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
+      // Each round starts with another side, so drift in the machine's load falls on all of them.
+      for (const side of [...sides.slice(round % sides.length), ...sides.slice(0, round % sides.length)]) {
         ctx.log(`blockllm-real: round ${round + 1}/${rounds}, ${side.config}: ${trace.length} requests over ${new Set(trace.map((r) => r.app)).size} applications`);
         side.runs.push(await runTrace(side.server.url, trace));
       }
@@ -215,12 +225,12 @@ export async function runBlockllmRealMiniature(
         return { config: side.config, ...mid, deviceBytes, placement, metrics, trace, rounds: side.runs.length };
       }),
     );
-    return finish(results[0]!, results[1]!);
+    return finish(results[0]!, results[1]!, results[2] ?? null);
   } finally {
     await Promise.allSettled(servers.map(stopServer));
   }
 
-  function finish(pm: RunResult & { trace: TraceRequest[]; rounds: number }, blocks: RunResult & { trace: TraceRequest[]; rounds: number }) {
+  function finish(pm: RunResult & { trace: TraceRequest[]; rounds: number }, blocks: RunResult & { trace: TraceRequest[]; rounds: number }, spec: (RunResult & { trace: TraceRequest[]; rounds: number }) | null) {
   const rowOf = (r: RunResult & { trace: TraceRequest[]; rounds: number }): Row => ({
     figure: 'real',
     config: r.config,
@@ -242,12 +252,26 @@ export async function runBlockllmRealMiniature(
     shared_batches: metricValue(r.metrics, 'tessera_blockllm_shared_block_batches_total'),
     scale_outs: metricValue(r.metrics, 'tessera_blockllm_scale_outs_total'),
   });
-  const rows = [rowOf(pm), rowOf(blocks)];
+  const rows = [rowOf(pm), rowOf(blocks), ...(spec ? [rowOf(spec)] : [])];
   const same = pm.texts.every((t, i) => t === blocks.texts[i]);
-  const ratios = {
+  const ratios: { real_throughput_vs_pm: number; real_p95_vs_pm: number; real_spec_throughput_vs_blockllm?: number; real_spec_p95_vs_blockllm?: number } = {
     real_throughput_vs_pm: (rows[1]!.tokens_per_s as number) / (rows[0]!.tokens_per_s as number),
     real_p95_vs_pm: (rows[1]!.p95_ms as number) / (rows[0]!.p95_ms as number),
   };
+  const specNotes: string[] = [];
+  if (spec) {
+    const row = rows[2]!;
+    ratios.real_spec_throughput_vs_blockllm = (row.tokens_per_s as number) / (rows[1]!.tokens_per_s as number);
+    ratios.real_spec_p95_vs_blockllm = (row.p95_ms as number) / (rows[1]!.p95_ms as number);
+    const outcome = (o: string) => metricValue(spec.metrics, `tessera_blockllm_speculations_total{outcome="${o}"}`);
+    const agree = spec.texts.filter((t, i) => t === blocks.texts[i]).length;
+    row.speculations = outcome('accepted') + outcome('rolled-back') + outcome('superseded');
+    row.spec_accepted = outcome('accepted');
+    specNotes.push(
+      `speculation (BlockLLM+spec: --speculate, cosine 0.95, top 10 % of instances): ${row.speculations} speculations over all rounds, ${row.spec_accepted} accepted, ${outcome('rolled-back')} rolled back; ` +
+        `throughput ${ratios.real_spec_throughput_vs_blockllm.toFixed(2)}× and p95 ${ratios.real_spec_p95_vs_blockllm.toFixed(2)}× BlockLLM without it; ${agree} of ${spec.texts.length} greedy outputs equal to BlockLLM's (an accepted prediction is approximate)`,
+    );
+  }
   const notes = [
     `real miniature: ${rows[1]!.apps} applications of the ${demoSize} demo zoo on 2 devices (worker threads, one kernel thread each), ${requests} requests at ${rate}/s (Poisson), outputs of ${outMin}–${outMax} tokens, greedy`,
     `median of ${blocks.rounds} rounds per side, the two servers taking turns on one trace`,
@@ -255,6 +279,7 @@ export async function runBlockllmRealMiniature(
     `real_throughput_vs_pm = ${ratios.real_throughput_vs_pm.toFixed(2)} (target ≥ 1.3); real_p95_vs_pm = ${ratios.real_p95_vs_pm.toFixed(2)} (lower is better)`,
     `greedy outputs ${same ? 'identical' : 'DIFFER'} between PM and BlockLLM`,
     'indicative: a tiny model on a small machine shared with other work, both servers run one after the other on the same cores',
+    ...specNotes,
   ];
   if (!same) throw new Error('blockllm-real: PM and BlockLLM gave different greedy outputs for the same trace');
   return { rows, ratios, notes };

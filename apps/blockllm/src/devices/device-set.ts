@@ -813,12 +813,35 @@ export class DeviceSet {
         await this.pruneUnused();
         d = pick();
       }
+      if (d === null && (await this.yieldSurrogates())) d = pick();
       if (d === null) {
         const most = Math.max(...this.free().values());
         throw new ServingCapacityError(manifest.paramBytes, most, `block ${formatBlock(manifest)} of ${app} (${manifest.paramBytes} bytes) fits on no device: the most free is ${most} bytes`);
       }
-      await this.deploy(this.keyFor(manifest.blockId, d), manifest, d, 'shared');
+      try {
+        await this.deploy(this.keyFor(manifest.blockId, d), manifest, d, 'shared');
+      } catch (err) {
+        // The device's own budget is the last word; a chain block comes before a surrogate.
+        if (!(await this.yieldSurrogates(d))) throw err;
+        await this.deploy(this.keyFor(manifest.blockId, d), manifest, d, 'shared');
+      }
     }
+  }
+
+  /**
+   * Evicts the surrogates (of `device`, or every device) to make room for chain blocks: speculation is optional,
+   * serving a chain is not. Their instances do not speculate again while they live (unless `refuse` is false: a
+   * re-placement, after which the selection starts over). Returns whether any went.
+   */
+  private async yieldSurrogates(device?: string, refuse = true): Promise<boolean> {
+    const spec = this.speculation;
+    const going = (spec?.surrogates() ?? []).filter((s) => device === undefined || s.device === device);
+    for (const s of going) {
+      spec!.detach(s.target);
+      if (refuse) spec!.refuse(s.target);
+      await this.client(s.device).call('evict', { instance: s.key });
+    }
+    return going.length > 0;
   }
 
   private async ensureModel(app: string, busy: ReadonlySet<string>): Promise<boolean> {
@@ -884,7 +907,8 @@ export class DeviceSet {
       try {
         await this.client(p.device).call('deploy', { instance: key, manifest: p.surrogate, pool: 'shared' });
       } catch (err) {
-        if (!(err instanceof BlockllmPlacementConflictError)) throw err;
+        // No room on the device (its pool's budget, or the device's): that instance does not speculate.
+        if (!(err instanceof BlockllmPlacementConflictError) && (err as { kind?: string }).kind !== 'capacity') throw err;
         spec.refuse(p.instance);
         continue;
       }
@@ -964,6 +988,8 @@ export class DeviceSet {
    * changes.
    */
   async place(apps: readonly string[], policy: PlacementPolicy = this.policy): Promise<{ deployed: string[]; evicted: string[]; movedSequences: number; kvPages: number }> {
+    // The plan is of chain blocks; surrogates give their room back and the selection deploys them again.
+    await this.yieldSurrogates(undefined, false);
     const { plan, manifests, removals, leaving } = this.placeMoves(apps, policy);
     const evicted: string[] = [];
     const deployed: string[] = [];
@@ -1328,6 +1354,8 @@ export class DeviceChainExecutor {
    */
   private async verify(spec: SpeculationControl, step: number, speculations: readonly { w: Walker; tag: string; position: number; device: string; predicted: Promise<ProgramResult>; real: Promise<ProgramResult> | null }[]): Promise<Walker[]> {
     const repairs = new Map<string, Walker>();
+    // One source per real output: the next hop's program imports each sent program's rows once.
+    const sources = new Map<Promise<ProgramResult>, Promise<ProgramResult>>();
     for (const s of [...speculations].sort((a, b) => a.position - b.position)) {
       const id = String(s.w.seq.id);
       if (!spec.ledger.openTags(id, step).includes(s.tag)) continue;
@@ -1336,7 +1364,8 @@ export class DeviceChainExecutor {
       const v = spec.ledger.verify(s.tag, meanRowCosine(rowsIn(real.exports, id), predictedRows, real.exports!.width));
       if (v.accepted) continue;
       spec.repairedRows += s.w.seq.tokens.length;
-      repairs.set(id, { ...s.w, cursor: v.resumeAt, at: s.device, source: Promise.resolve(real), specAt: [], next: null });
+      if (!sources.has(s.real!)) sources.set(s.real!, Promise.resolve(real));
+      repairs.set(id, { ...s.w, cursor: v.resumeAt, at: s.device, source: sources.get(s.real!)!, specAt: [], next: null });
     }
     for (const s of speculations) spec.ledger.retire(String(s.w.seq.id), step);
     return [...repairs.values()];
@@ -1355,16 +1384,18 @@ function rowsIn(block: RowBlock | null, id: string): Float32Array {
   throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `the rows handed on lack ${id}`);
 }
 
-/** The rows of `ids` (in the blocks' order) as one RowBlock. */
+/** The rows of `ids` (in the blocks' order; a sequence's first rows found) as one RowBlock. */
 function concatRows(blocks: RowBlock[], ids: ReadonlySet<string>): RowBlock {
   const width = blocks[0]!.width;
   const out: RowBlock = { ids: [], rows: [], width, data: new Float32Array(0) };
   const parts: Float32Array[] = [];
+  const taken = new Set<string>();
   for (const b of blocks) {
     let at = 0;
     b.ids.forEach((id, k) => {
       const n = b.rows[k]! * width;
-      if (ids.has(id)) {
+      if (ids.has(id) && !taken.has(id)) {
+        taken.add(id);
         out.ids.push(id);
         out.rows.push(b.rows[k]!);
         parts.push(b.data.subarray(at, at + n));

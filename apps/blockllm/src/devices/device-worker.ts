@@ -188,6 +188,8 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     const result: ProgramResult = { logits: [], exports: null, computeMs: 0, copiedRows: 0, runs: [] };
     if (program.imports) {
       const { ids, rows, width, data } = program.imports;
+      // A sequence's rows arrive once: a second copy would drop the first's reference and could free its tensor.
+      if (new Set(ids).size !== ids.length) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: step ${program.step} imports some sequence's rows twice (${ids.join(', ')})`);
       const base = newBase(Tensor.from(data, [data.length / width, width]));
       let row = 0;
       ids.forEach((id, k) => {
