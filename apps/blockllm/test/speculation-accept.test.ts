@@ -19,8 +19,7 @@ afterAll(async () => {
   fixture.cleanup();
 });
 
-type View = PlacementBody & { speculation: { acceptCosine: number; speculations: number; accepted: number; rolledBack: number; repairedRows: number } | null };
-const placement = async () => (await (await fetch(`${url}/v1/placement`)).json()) as View;
+const placement = async () => (await (await fetch(`${url}/v1/placement`)).json()) as PlacementBody;
 
 describe('speculation on surrogates, predictions accepted', () => {
   it('accepts close predictions: the tentative runs become final, nothing is re-run', async () => {

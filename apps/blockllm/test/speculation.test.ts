@@ -21,17 +21,7 @@ afterAll(async () => {
   fixture.cleanup();
 });
 
-interface SpeculationView {
-  acceptCosine: number;
-  surrogates: { instance: string; surrogate: string; device: string; label: string; cosine: number; tracked: number }[];
-  speculations: number;
-  accepted: number;
-  rolledBack: number;
-  droppedSteps: number;
-  repairedRows: number;
-}
-
-const placement = async () => (await (await fetch(`${url}/v1/placement`)).json()) as PlacementBody & { speculation: SpeculationView | null };
+const placement = async () => (await (await fetch(`${url}/v1/placement`)).json()) as PlacementBody;
 
 /** Alternates the foundation's chain over the two devices: attention blocks on one, FFN blocks on the other. */
 async function alternate(): Promise<void> {

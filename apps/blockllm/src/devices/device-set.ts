@@ -51,7 +51,7 @@ import type { WorkerEngineClient } from '@tessera/server-kit';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
 import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type InputLogSnapshot, predictedSequence, predictionId, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
-import { SpeculationControl, type SpeculationOptions } from './speculation.js';
+import { SpeculationControl, type SpeculationOptions, surrogateKey } from './speculation.js';
 import { InstanceProfiler, localTopology, type RouteSnapshot, routeByCostModel, workerTransportLink } from './routing.js';
 
 export type Provisioning = 'blocks' | 'per-model';
@@ -526,8 +526,7 @@ export class DeviceSet {
     if (!info) throw new BlockllmPlacementNotFoundError(`no instance ${key} is deployed`);
     await this.settle();
     // Its surrogate goes with it (a migrated instance speculates again when the selection picks it on its new device).
-    const surrogate = this.speculation?.detach(key);
-    if (surrogate) await this.client(surrogate.device).call('evict', { instance: surrogate.key });
+    await this.dropSurrogate(key, false);
     await this.client(info.device).call('evict', { instance: key });
     this.instances.delete(key);
     this.manifests.delete(key);
@@ -562,7 +561,7 @@ export class DeviceSet {
         // Overlapped (5.7): the front of each sequence is recomputed on the target from the inputs the source
         // logged while the source exports the back; the back then lands on the recomputed front.
         const overlapped = (this.options.kvMigration?.mode ?? 'overlapped') === 'overlapped';
-        const { front, recompute } = overlapped ? await this.planFront(key, manifest, info.device, device, ids) : { front: new Map<string, number>(), recompute: null };
+        const { front, recompute } = overlapped ? await this.planFront(key, temp, manifest, info.device, device, ids) : { front: new Map<string, number>(), recompute: null };
         const [, out] = await Promise.all([
           recompute && this.client(device).call('recomputeKv', { ...recompute, instance: temp }),
           this.client(info.device).call('exportKv', { instance: key, ids, from: Object.fromEntries(front) }),
@@ -602,7 +601,7 @@ export class DeviceSet {
    * (the whole log, so the target can be migrated again), run while the source exports the back. Sequences
    * without a whole log (they arrived by a KV move; a prefix block) are copied whole.
    */
-  private async planFront(key: string, manifest: BlockManifest, src: string, dst: string, ids: readonly string[]): Promise<{ front: Map<string, number>; recompute: { chunk: number; sequences: (InputLogSnapshot & { upTo: number })[] } | null }> {
+  private async planFront(key: string, temp: string, manifest: BlockManifest, src: string, dst: string, ids: readonly string[]): Promise<{ front: Map<string, number>; recompute: { chunk: number; sequences: (InputLogSnapshot & { upTo: number })[] } | null }> {
     const logs = (await this.client(src).call('exportInputs', { instance: key, ids: [...ids] })).sequences.filter((s) => s.length > 0);
     const front = new Map<string, number>();
     if (logs.length === 0) return { front, recompute: null };
@@ -612,7 +611,7 @@ export class DeviceSet {
     const perTokenMs = this.profiler.perTokenMs(key, siblings, manifest.paramBytes);
     const measured = migrationRates(this.routeTopology(), src, dst, blockBytesOf(manifest), { fixedMs: workerTransportLink(this.counters).latencyMs, perRowMs: 0, perTokenMs });
     const rates: MigrationRates = { ...measured, ...this.options.kvMigration?.rates };
-    const plan = coordinator.planMigration(logs.map((s) => ({ request: s.id, block: manifest.blockId })), key, `${key}~${dst}`, rates);
+    const plan = coordinator.planMigration(logs.map((s) => ({ request: s.id, block: manifest.blockId })), key, temp, rates);
     const byId = new Map(logs.map((s) => [s.id, s]));
     const sequences = plan.sequences.map((p) => ({ ...byId.get(p.request)!, upTo: p.recomputeTokens }));
     for (const s of sequences) front.set(s.id, s.upTo);
@@ -836,12 +835,17 @@ export class DeviceSet {
   private async yieldSurrogates(device?: string, refuse = true): Promise<boolean> {
     const spec = this.speculation;
     const going = (spec?.surrogates() ?? []).filter((s) => device === undefined || s.device === device);
-    for (const s of going) {
-      spec!.detach(s.target);
-      if (refuse) spec!.refuse(s.target);
-      await this.client(s.device).call('evict', { instance: s.key });
-    }
+    for (const s of going) await this.dropSurrogate(s.target, refuse);
     return going.length > 0;
+  }
+
+  /** Evicts the surrogate beside `target`, if any; `refuse`: that instance does not get one again while it lives. */
+  private async dropSurrogate(target: string, refuse: boolean): Promise<void> {
+    const spec = this.speculation;
+    const s = spec?.detach(target);
+    if (!s) return;
+    if (refuse) spec!.refuse(target);
+    await this.client(s.device).call('evict', { instance: s.key });
   }
 
   private async ensureModel(app: string, busy: ReadonlySet<string>): Promise<boolean> {
@@ -898,14 +902,12 @@ export class DeviceSet {
     await this.settle();
     for (const s of spec.surrogates()) {
       if (wanted.has(s.target) && this.instances.get(s.target)?.device === s.device) continue;
-      spec.detach(s.target);
-      await this.client(s.device).call('evict', { instance: s.key });
+      await this.dropSurrogate(s.target, false);
     }
     for (const p of plan) {
       if (spec.surrogateOf(p.instance) || spec.wasRefused(p.instance)) continue;
-      const key = `${p.instance}~surrogate`;
       try {
-        await this.client(p.device).call('deploy', { instance: key, manifest: p.surrogate, pool: 'shared' });
+        await this.client(p.device).call('deploy', { instance: surrogateKey(p.instance), manifest: p.surrogate, pool: 'shared' });
       } catch (err) {
         // No room on the device (its pool's budget, or the device's): that instance does not speculate.
         if (!(err instanceof BlockllmPlacementConflictError) && (err as { kind?: string }).kind !== 'capacity') throw err;
@@ -1072,6 +1074,16 @@ interface Walker {
   specAt: number[];
 }
 
+/** A speculation opened in a step: its sequence, its ledger tag, and the programs of the prediction and of the real output. */
+interface OpenSpeculation {
+  w: Walker;
+  tag: string;
+  position: number;
+  device: string;
+  predicted: Promise<ProgramResult>;
+  real: Promise<ProgramResult> | null;
+}
+
 interface Pending {
   program: DeviceProgram;
   /** Sent programs whose exports this one imports (awaited before sending). */
@@ -1186,8 +1198,7 @@ export class DeviceChainExecutor {
         .call('end', { step: program.commit ?? -1, commit: program.commit !== null, release: program.release })
         .catch(() => null);
 
-    // Speculations opened in this step: the prediction's program and the real output's.
-    const speculations: { w: Walker; tag: string; position: number; device: string; predicted: Promise<ProgramResult>; real: Promise<ProgramResult> | null }[] = [];
+    const speculations: OpenSpeculation[] = [];
 
     /**
      * Walks `list` from each walker's cursor to the end of its chain in lockstep, appending groups to their device's
@@ -1352,7 +1363,7 @@ export class DeviceChainExecutor {
    * of the same sequence (their tentative steps are re-run with it). The K/V the tentative steps appended is not
    * committed yet, so the repair writes over it at the same positions.
    */
-  private async verify(spec: SpeculationControl, step: number, speculations: readonly { w: Walker; tag: string; position: number; device: string; predicted: Promise<ProgramResult>; real: Promise<ProgramResult> | null }[]): Promise<Walker[]> {
+  private async verify(spec: SpeculationControl, step: number, speculations: readonly OpenSpeculation[]): Promise<Walker[]> {
     const repairs = new Map<string, Walker>();
     // One source per real output: the next hop's program imports each sent program's rows once.
     const sources = new Map<Promise<ProgramResult>, Promise<ProgramResult>>();
@@ -1384,18 +1395,16 @@ function rowsIn(block: RowBlock | null, id: string): Float32Array {
   throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `the rows handed on lack ${id}`);
 }
 
-/** The rows of `ids` (in the blocks' order; a sequence's first rows found) as one RowBlock. */
+/** The rows of `ids` (in the blocks' order) as one RowBlock; each block is imported from once, so a sequence's rows appear once. */
 function concatRows(blocks: RowBlock[], ids: ReadonlySet<string>): RowBlock {
   const width = blocks[0]!.width;
   const out: RowBlock = { ids: [], rows: [], width, data: new Float32Array(0) };
   const parts: Float32Array[] = [];
-  const taken = new Set<string>();
   for (const b of blocks) {
     let at = 0;
     b.ids.forEach((id, k) => {
       const n = b.rows[k]! * width;
-      if (ids.has(id) && !taken.has(id)) {
-        taken.add(id);
+      if (ids.has(id)) {
         out.ids.push(id);
         out.rows.push(b.rows[k]!);
         parts.push(b.data.subarray(at, at + n));

@@ -14,6 +14,11 @@
 import { attentionLayersOf } from '@tessera/block-zoo/chain';
 import { type BlockManifest, type BlockZoo, selectSpeculation, type SpeculationCandidate, SpeculationLedger, type SpeculationStats } from '@tessera/block-zoo';
 
+/** The key a surrogate deployed beside `target` has on its device. */
+export function surrogateKey(target: string): string {
+  return `${target}~surrogate`;
+}
+
 /** Steps between two selections (the design note's "periodic"; the drain times move with the routed sequences). */
 export const SPEC_REFRESH_STEPS = 16;
 
@@ -110,7 +115,7 @@ export class SpeculationControl {
   }
 
   attach(target: string, device: string, manifest: BlockManifest, cosine: number): DeployedSurrogate {
-    const s: DeployedSurrogate = { target, key: `${target}~surrogate`, device, manifest, kv: attentionLayersOf(manifest.stages ?? []) !== null, tracked: new Set(), cosine };
+    const s: DeployedSurrogate = { target, key: surrogateKey(target), device, manifest, kv: attentionLayersOf(manifest.stages ?? []) !== null, tracked: new Set(), cosine };
     this.deployed.set(target, s);
     this.refused.delete(target);
     return s;

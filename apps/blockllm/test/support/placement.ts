@@ -1,6 +1,7 @@
 /** Helpers for the placement routes and /metrics. */
 import type { FastifyInstance } from 'fastify';
 
+import type { PlacementView } from '../../src/devices/device-set.js';
 import { postJson } from './fixture.js';
 
 export interface PlacementBody {
@@ -11,6 +12,7 @@ export interface PlacementBody {
   instances: { instance: string; block: string; label: string; device: string; pool: string; bytes: number; routed: number }[];
   chains: { app: string; instances: string[]; devices: string[]; equivalents: { position: number; blocks: string[]; rejoin: number; score: number }[] }[];
   adaptive: boolean;
+  speculation: PlacementView['speculation'];
   jobs: { id: string; state: string }[];
 }
 
