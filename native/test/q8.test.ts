@@ -6,7 +6,7 @@
  * - The GEMM is checked against a float64 TS model of the whole op (the activations quantized by the same rule as the
  *   kernel: f32 scale max|x| / 127, q = rne(x · 127/max|x|)); the integer block dots are exact, so the only error is
  *   the f32 summation: |got - want| <= 2^-22 · (nb + 8) · T with T = sum over blocks of |dw·dx| · sum |qw·qx|
- *   (a worst-case bound for nb sequential f32 steps, a rounded scale product and the final 8-lane sum).
+ *   (a worst-case bound for the chain of nb f32 steps per output and a rounded scale product).
  * - Every fast body (scalar, avx2, avx2-vnni, avx512, avx512-vnni: those this CPU has) gives the same bits as the
  *   scalar body, on 1 and 2 threads, for m = 0..32, ragged n and k = 0; k not a multiple of 32 is refused.
  * - Accuracy of the int8 product against the float64 product of the unquantized f32 operands is measured and printed

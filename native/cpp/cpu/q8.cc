@@ -4,7 +4,8 @@
 //
 // Schedule (decode: m <= 32 rows, a pure stream over W): the activations are quantized once on the calling thread,
 // then tasks over ranges of output columns each run every row against their W rows, which they read once from
-// memory (a register tile of rows x columns walks all blocks; the tile's W rows stay in L1/L2 across row tiles).
+// memory (a few columns at a time are packed column-interleaved in cache, and register tiles of rows x columns walk
+// all blocks of that copy).
 // Every output is computed by one task with the canonical arithmetic, so the bits never depend on the split.
 #include <algorithm>
 #include <atomic>
@@ -246,23 +247,16 @@ void q8_gemm_cols_scalar(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
   const int64_t nb = a.nb;
   for (int64_t r = 0; r < a.m; ++r) {
     for (int64_t c = c0; c < c1; ++c) {
-      float acc[16] = {};  // lanes 0-7: even blocks, 8-15: odd blocks (q8_simd.h)
+      float acc = 0.0f;  // one chain over the blocks (q8_simd.h)
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = a.w + (c * nb + b) * kQ8BlockBytes;
         const int8_t* qw = reinterpret_cast<const int8_t*>(blk + 2);
         const int8_t* qx = a.xq + (r * nb + b) * kQ8Block;
-        const float dw = read_f16(blk), dx = a.xd[r * nb + b];
-        float* lanes = acc + (b % 2) * 8;
-        for (int j = 0; j < 8; ++j) {
-          int32_t isum = 0;
-          for (int t = 0; t < 4; ++t) isum += int32_t(qw[4 * j + t]) * int32_t(qx[4 * j + t]);
-          lanes[j] = std::fma(static_cast<float>(isum) * dw, dx, lanes[j]);
-        }
+        int32_t isum = 0;
+        for (int i = 0; i < kQ8Block; ++i) isum += int32_t(qw[i]) * int32_t(qx[i]);
+        acc = std::fma(static_cast<float>(isum) * read_f16(blk), a.xd[r * nb + b], acc);
       }
-      float v[8];
-      for (int j = 0; j < 8; ++j) v[j] = acc[j] + acc[8 + j];
-      const float sum = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-      a.y[r * a.n + c] = a.bias ? sum + a.bias[c] : sum;
+      a.y[r * a.n + c] = a.bias ? acc + a.bias[c] : acc;
     }
   }
 }
@@ -303,9 +297,16 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, 
   if (kernel == Q8Kernel::Auto || !q8_kernel_available(kernel)) kernel = q8_auto_kernel();
   thread_local std::vector<int8_t> xq_scratch;
   thread_local std::vector<float> xd_scratch;
+  thread_local std::vector<int32_t> xsum_scratch;
   int8_t* xq = thread_scratch(xq_scratch, m * nb * kQ8Block);
   float* xd = thread_scratch(xd_scratch, m * nb);
+  int32_t* xsum = thread_scratch(xsum_scratch, m * nb);
   quantize_act(kernel, x, nb, m, xq, xd);
+  for (int64_t i = 0; i < m * nb; ++i) {
+    int32_t s = 0;
+    for (int j = 0; j < kQ8Block; ++j) s += xq[i * kQ8Block + j];
+    xsum[i] = s;
+  }
 
   Q8GemmArgs a;
   a.m = m;
@@ -313,6 +314,7 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, 
   a.nb = nb;
   a.xq = xq;
   a.xd = xd;
+  a.xsum = xsum;
   a.w = w;
   a.bias = bias;
   a.y = y;

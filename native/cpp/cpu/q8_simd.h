@@ -11,14 +11,17 @@
 // f32 scale: amax = max |x| over the block, id = 127 / amax (0 when amax == 0), q = round-to-nearest-even(x * id)
 // (|q| <= 127), dx = amax / 127. A block holding a NaN or an infinity gets dx = NaN, so the outputs it feeds are NaN.
 //
-// One output y[r, c] (canonical arithmetic, every fast path): 16 f32 lanes, 0..7 for the even blocks and 8..15 for
-// the odd ones (a 512-bit register holds a block pair), all 0 first;
-//   for each block b, in order:  isum_j = sum over t < 4 of qw[4j + t] * qx[4j + t]   (int32, exact; j < 8)
-//                                t_j = float(isum_j) * f32(dw[c, b])                  (one f32 multiply)
-//                                L = 8 * (b % 2);  acc[L + j] = fma(t_j, dx[r, b], acc[L + j])
-//   v_j = acc[j] + acc[8 + j];  y = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), then + bias[c] if any.
-// The integer dots are exact (|isum_j| <= 4·128·127 < 2^24), so the only rounding is the f32 chain above; the
-// reference (q8_gemm_ref) sums the same products in double and rounds once.
+// One output y[r, c] (canonical arithmetic, every fast path): one f32 accumulator, 0 first;
+//   for each block b, in order:  isum = sum over i < 32 of qw[i] * qx[i]    (int32, exact: |isum| <= 32·128·127 < 2^24)
+//                                t = float(isum) * f32(dw[c, b])            (exact conversion, one f32 multiply)
+//                                acc = fma(t, dx[r, b], acc)
+//   y = acc, then + bias[c] if any.
+// So every output is one chain over its blocks, and the SIMD bodies hold outputs, not partial sums, in their lanes:
+// a vector lane is an output column (16 on AVX-512, 8 on AVX2) and a block costs one conversion, one multiply and
+// one FMA per 16 (8) outputs, after the integer dots (vpdpbusd, or maddubs + madd). They read the weights through a
+// column-interleaved copy of a few columns at a time (a "packed group", built in cache by each task from the Q8_0
+// rows it owns; see q8_body.inl), so the stored format stays llama.cpp's. The reference (q8_gemm_ref) sums the same
+// products in double and rounds once.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -56,12 +59,14 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, 
              Q8Kernel kernel = Q8Kernel::Auto);
 
 // ---------------------------------------------------------------- per-ISA bodies
-// One call's operands after activation quantization: xq [m, nb, 32] int8, xd [m, nb] f32, w [n, nb] blocks,
-// y [m, n] (row stride n), bias [n] or null.
+// One call's operands after activation quantization: xq [m, nb, 32] int8, xd [m, nb] f32, xsum [m, nb] (the sum
+// of each activation block's 32 qx: the VNNI bodies feed w + 128 as the unsigned operand and take 128 * xsum back
+// off), w [n, nb] blocks, y [m, n] (row stride n), bias [n] or null.
 struct Q8GemmArgs {
   int64_t m = 0, n = 0, nb = 0;
   const int8_t* xq = nullptr;
   const float* xd = nullptr;
+  const int32_t* xsum = nullptr;
   const uint8_t* w = nullptr;
   const float* bias = nullptr;
   float* y = nullptr;
