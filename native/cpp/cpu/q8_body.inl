@@ -28,13 +28,15 @@ static uint8_t* aligned_scratch(int64_t bytes) {
 }
 
 template <int C>
-static void group_rows(const Q8GemmArgs& a, const uint8_t* buf, int64_t b0, int64_t b1, float* acc, int64_t c0, int64_t cols) {
+static void group_rows(const Q8GemmArgs& a, const uint8_t* buf, int64_t b0, int64_t b1, float* acc, int64_t c0, int64_t cols,
+                       const PieceFetch* fetch) {
   int64_t r = 0;
-  for (; r + kRowsMax <= a.m; r += kRowsMax) tile<kRowsMax, C>(a, r, buf, b0, b1, acc, c0, cols);
+  for (; r + kRowsMax <= a.m; r += kRowsMax) tile<kRowsMax, C>(a, r, buf, b0, b1, acc, c0, cols, r == 0 ? fetch : nullptr);
+  const PieceFetch* f = r == 0 ? fetch : nullptr;
   switch (a.m - r) {
-    case 1: tile<1, C>(a, r, buf, b0, b1, acc, c0, cols); break;
-    case 2: if constexpr (kRowsMax > 2) tile<2, C>(a, r, buf, b0, b1, acc, c0, cols); break;
-    case 3: if constexpr (kRowsMax > 3) tile<3, C>(a, r, buf, b0, b1, acc, c0, cols); break;
+    case 1: tile<1, C>(a, r, buf, b0, b1, acc, c0, cols, f); break;
+    case 2: if constexpr (kRowsMax > 2) tile<2, C>(a, r, buf, b0, b1, acc, c0, cols, f); break;
+    case 3: if constexpr (kRowsMax > 3) tile<3, C>(a, r, buf, b0, b1, acc, c0, cols, f); break;
     default: break;
   }
 }
@@ -48,17 +50,38 @@ static void gemm_cols(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
   const int64_t piece_bytes = kPackBlocks * kPackedBlockBytes;
   uint8_t* buf = aligned_scratch<0>(kGroupsMax * piece_bytes);
   float* acc = reinterpret_cast<float*>(aligned_scratch<1>(a.m * kAccStride * int64_t(sizeof(float))));
+  const int64_t row_bytes = a.nb * kQ8BlockBytes;
+  {  // the range's first piece has no piece before it to prefetch it: ask for all of it at once
+    PieceFetch first;
+    first.first = a.w + c0 * row_bytes;
+    first.rows = std::min<int64_t>(kG * kGroupsMax, c1 - c0);
+    first.row_bytes = row_bytes;
+    first.bytes = std::min(kPackBlocks, a.nb) * kQ8BlockBytes;
+    first.step(0, 1);
+  }
   for (int64_t c = c0; c < c1; c += kG * kGroupsMax) {
     const int64_t cols = std::min<int64_t>(kG * kGroupsMax, c1 - c);
     const int groups = static_cast<int>((cols + kG - 1) / kG);
     for (int64_t b0 = 0; b0 < a.nb; b0 += kPackBlocks) {
       const int64_t b1 = std::min(a.nb, b0 + kPackBlocks);
       for (int g = 0; g < groups; ++g) pack_group(a, c + g * kG, std::min<int64_t>(kG, cols - g * kG), b0, b1, buf + g * (b1 - b0) * kPackedBlockBytes);
+      PieceFetch next;  // the same columns' next blocks, else the next columns' first blocks (within this range)
+      next.row_bytes = row_bytes;
+      if (b1 < a.nb) {
+        next.first = a.w + c * row_bytes + b1 * kQ8BlockBytes;
+        next.rows = cols;
+        next.bytes = std::min(kPackBlocks, a.nb - b1) * kQ8BlockBytes;
+      } else if (c + cols < c1) {
+        next.first = a.w + (c + cols) * row_bytes;
+        next.rows = std::min<int64_t>(kG * kGroupsMax, c1 - c - cols);
+        next.bytes = std::min(kPackBlocks, a.nb) * kQ8BlockBytes;
+      }
+      const PieceFetch* fetch = next.rows > 0 ? &next : nullptr;
       switch (groups) {
-        case 1: group_rows<1>(a, buf, b0, b1, acc, c, cols); break;
-        case 2: if constexpr (kGroupsMax > 1) group_rows<2>(a, buf, b0, b1, acc, c, cols); break;
-        case 3: if constexpr (kGroupsMax > 2) group_rows<3>(a, buf, b0, b1, acc, c, cols); break;
-        case 4: if constexpr (kGroupsMax > 3) group_rows<4>(a, buf, b0, b1, acc, c, cols); break;
+        case 1: group_rows<1>(a, buf, b0, b1, acc, c, cols, fetch); break;
+        case 2: if constexpr (kGroupsMax > 1) group_rows<2>(a, buf, b0, b1, acc, c, cols, fetch); break;
+        case 3: if constexpr (kGroupsMax > 2) group_rows<3>(a, buf, b0, b1, acc, c, cols, fetch); break;
+        case 4: if constexpr (kGroupsMax > 3) group_rows<4>(a, buf, b0, b1, acc, c, cols, fetch); break;
         default: break;
       }
     }

@@ -66,15 +66,17 @@ static void pack_group(const Q8GemmArgs& a, int64_t c0, int64_t cols, int64_t b0
 // Rows [r0, r0 + R) x the C packed groups at buf, blocks [b0, b1) (group g: columns c0 + 16g, of which cols - 16g are real), that
 // range of the canonical chain of q8_simd.h, one output per lane: started at 0 (b0 = 0) or at the row's parked
 // accumulators in acc_rows (row stride kAccStride), and parked there again unless b1 is the last block, when y is
-// written.
+// written. fetch (or null) is the next piece's W, prefetched a share per block while this one computes.
 template <int R, int C>
-static void tile(const Q8GemmArgs& a, int64_t r0, const uint8_t* buf, int64_t b0, int64_t b1, float* acc_rows, int64_t c0, int64_t cols) {
+static void tile(const Q8GemmArgs& a, int64_t r0, const uint8_t* buf, int64_t b0, int64_t b1, float* acc_rows, int64_t c0, int64_t cols,
+                 const PieceFetch* fetch) {
   const int64_t nb = a.nb, group_bytes = (b1 - b0) * kPackedBlockBytes;
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc_rows + (r0 + r) * kAccStride + c * kG);
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* pb = buf + (b - b0) * kPackedBlockBytes;
+    if (fetch) fetch->step(b - b0, b1 - b0);
     __m512i s[R][C];
     for (int r = 0; r < R; ++r) {
       const __m512i start = kVnni ? _mm512_set1_epi32(-128 * a.xsum[(r0 + r) * nb + b]) : _mm512_setzero_si512();
