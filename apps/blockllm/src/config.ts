@@ -15,7 +15,7 @@ const FLAGS = flagTable([
       { flag: 'zoo', arg: '<dir>', help: "the zoo's tensor store; an existing zoo there is served (default <model>/../zoo)", env: 'BLOCKLLM_ZOO' },
       { flag: 'demo', help: 'serve the demo even if --model is set', env: 'BLOCKLLM_DEMO=1' },
       { flag: 'demo-dir', arg: '<dir>', help: 'where the demo is generated and cached', env: 'BLOCKLLM_DEMO_DIR' },
-      { flag: 'demo-size', arg: '<size>', help: "tiny|small: the demo foundation's size (tiny)", env: 'BLOCKLLM_DEMO_SIZE' },
+      { flag: 'demo-size', arg: '<size>', help: "tiny|small|medium: the demo foundation's size (tiny)", env: 'BLOCKLLM_DEMO_SIZE' },
     ],
   ],
   [
@@ -94,7 +94,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     zooDir: str('zoo', 'BLOCKLLM_ZOO'),
     demo: values.demo === true || (parseBooleanFlag('BLOCKLLM_DEMO', env.BLOCKLLM_DEMO) ?? false),
     demoDir: str('demo-dir', 'BLOCKLLM_DEMO_DIR'),
-    demoSize: parseChoiceFlag('--demo-size', str('demo-size', 'BLOCKLLM_DEMO_SIZE'), ['tiny', 'small'] as const, 'tiny'),
+    demoSize: parseChoiceFlag('--demo-size', str('demo-size', 'BLOCKLLM_DEMO_SIZE'), ['tiny', 'small', 'medium'] as const, 'tiny'),
     host: str('host', 'BLOCKLLM_HOST') ?? '127.0.0.1',
     port: parseIntegerFlag('--port', str('port', 'BLOCKLLM_PORT'), 0, 65_535) ?? 8000,
     ingest: values['no-ingest'] === true ? false : (parseBooleanFlag('BLOCKLLM_INGEST', env.BLOCKLLM_INGEST) ?? true),

@@ -37,11 +37,12 @@ const SHARPEN = 24;
  * 'small' (hidden 256, 4 layers, 8 heads over 4 KV heads, FFN 688: 14 MB per model in f32, where compute dominates,
  * as the real miniature of the bench needs). The vocabulary (1024, the generator's tokenizer) is the same.
  */
-export type DemoSize = 'tiny' | 'small';
-export const DEMO_SIZES: readonly DemoSize[] = ['tiny', 'small'];
+export type DemoSize = 'tiny' | 'small' | 'medium';
+export const DEMO_SIZES: readonly DemoSize[] = ['tiny', 'small', 'medium'];
 const SIZE_OVERRIDES: Record<DemoSize, Partial<DecoderConfig>> = {
   tiny: {},
   small: { hiddenSize: 256, numLayers: 4, numHeads: 8, numKvHeads: 4, headDim: 32, intermediateSize: 688 },
+  medium: { hiddenSize: 768, numLayers: 4, numHeads: 12, numKvHeads: 4, headDim: 64, intermediateSize: 2048 },
 };
 /**
  * The noise on the attention output projection (o_proj) of the first half of vicuna's layers: small enough that
@@ -50,7 +51,7 @@ const SIZE_OVERRIDES: Record<DemoSize, Partial<DecoderConfig>> = {
  * bytes of its own there (16 KiB on the tiny demo); its other tensors there stay the foundation's. The second half
  * gets 0.02 on every matrix (scores 0.3 and below).
  */
-const NEAR_STD: Record<DemoSize, number> = { tiny: 0.003, small: 0.0006 };
+const NEAR_STD: Record<DemoSize, number> = { tiny: 0.003, small: 0.0006, medium: 0.0003 };
 
 export interface Demo {
   dir: string;

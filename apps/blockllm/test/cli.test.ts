@@ -53,6 +53,14 @@ describe('parseCli', () => {
     for (const flag of ['--no-adaptive', 'BLOCKLLM_ADAPTIVE=0', '--max-queue', 'BLOCKLLM_MAX_QUEUE']) expect(USAGE).toContain(flag);
   });
 
+  it('reads the demo size (tiny by default; small and medium)', () => {
+    expect(parseCli([], {})).toMatchObject({ demoSize: 'tiny' });
+    expect(parseCli(['--demo-size', 'medium'], {})).toMatchObject({ demoSize: 'medium' });
+    expect(parseCli([], { BLOCKLLM_DEMO_SIZE: 'small' })).toMatchObject({ demoSize: 'small' });
+    expect(() => parseCli(['--demo-size', 'huge'], {})).toThrow(UsageError);
+    expect(USAGE).toContain('tiny|small|medium');
+  });
+
   it('reads how migrate jobs move K/V (overlapped by default)', () => {
     expect(parseCli([], {})).toMatchObject({ kvMigration: 'overlapped' });
     expect(parseCli(['--kv-migration', 'copy'], {})).toMatchObject({ kvMigration: 'copy' });

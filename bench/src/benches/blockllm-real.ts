@@ -38,7 +38,7 @@ export interface BlockllmRealOptions {
   /** Where the demo is generated (and its zoo cached). Default <tmp>/tessera-bench-models/blockllm-demo-<size>. */
   demoDir?: string;
   /** The demo foundation: 'small' (hidden 256, 4 layers; default: compute outweighs per-call overheads) or 'tiny'. */
-  demoSize?: 'tiny' | 'small';
+  demoSize?: 'tiny' | 'small' | 'medium';
   seed?: number;
   /** Block parameter bytes per device, for both servers. Default 1.5 × the largest application's model. */
   deviceBytes?: number;
