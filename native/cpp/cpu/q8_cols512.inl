@@ -121,6 +121,16 @@ static void tile(const Q8GemmArgs& a, int64_t r0, const uint8_t* buf, int64_t b0
 // four columns' lanes into their isum for both blocks, and the chain of q8_simd.h runs on the four columns in the lanes
 // of one 128-bit vector, so the bits equal the tiles'. A range's last columns (fewer than four) reuse its first
 // column's row in the unused lanes and are not stored.
+// Four columns' int32 lanes (v[j]: block b in lanes 0-7, b + 1 in 8-15) -> their block sums: 128-bit lane 0 holds
+// isum_b of columns 0..3, lane 2 isum_{b+1}. Per 128-bit lane first the four columns' sums of its 4 words, then
+// lanes 0 + 1 and 2 + 3.
+static inline __m512i reduce4(const __m512i* v) {
+  const __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  const __m512i q = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
+  return _mm512_add_epi32(q, _mm512_shuffle_i32x4(q, q, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
 static void gemv_cols(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
   const int64_t nb = a.nb, row = nb * kQ8BlockBytes;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -153,11 +163,7 @@ static void gemv_cols(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
         if (kVnni) wq = _mm512_xor_si512(wq, flip);
         v[j] = dot(_mm512_setzero_si512(), wq, xv);
       }
-      // Per 128-bit lane: the four columns' sums of that lane's 4 words, then lanes 0 + 1 (block b), 2 + 3 (b + 1).
-      const __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
-      const __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
-      __m512i q = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
-      q = _mm512_add_epi32(q, _mm512_shuffle_i32x4(q, q, _MM_SHUFFLE(2, 3, 0, 1)));
+      const __m512i q = reduce4(v);
       step(_mm512_castsi512_si128(q), b);
       step(_mm512_extracti32x4_epi32(q, 2), b + 1);
     }
@@ -169,11 +175,7 @@ static void gemv_cols(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
         if (kVnni) wq = _mm256_xor_si256(wq, _mm512_castsi512_si256(flip));
         v[j] = dot(_mm512_setzero_si512(), _mm512_zextsi256_si512(wq), _mm512_zextsi256_si512(xv));
       }
-      const __m512i p01 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
-      const __m512i p23 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
-      __m512i q = _mm512_add_epi32(_mm512_unpacklo_epi64(p01, p23), _mm512_unpackhi_epi64(p01, p23));
-      q = _mm512_add_epi32(q, _mm512_shuffle_i32x4(q, q, _MM_SHUFFLE(2, 3, 0, 1)));
-      step(_mm512_castsi512_si128(q), b);
+      step(_mm512_castsi512_si128(reduce4(v)), b);
     }
     alignas(16) float out[4];
     _mm_store_ps(out, acc);
