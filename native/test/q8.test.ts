@@ -8,7 +8,8 @@
  *   the f32 summation: |got - want| <= 2^-22 · (nb + 8) · T with T = sum over blocks of |dw·dx| · sum |qw·qx|
  *   (a worst-case bound for the chain of nb f32 steps per output and a rounded scale product).
  * - Every fast body (scalar, avx2, avx2-vnni, avx512, avx512-vnni: those this CPU has) gives the same bits as the
- *   scalar body, on 1 and 2 threads, for m = 0..32, ragged n and k = 0; k not a multiple of 32 is refused.
+ *   scalar body, on 1 and 2 threads, for m = 0..32, ragged n and k = 0; k not a multiple of 32 is refused; a row
+ *   gets the same bits alone (the GEMV path) as in a batch (the packed column-lane tiles).
  * - Accuracy of the int8 product against the float64 product of the unquantized f32 operands is measured and printed
  *   (normwise relative error), and bounded loosely (< 2e-2) so a broken scale shows.
  */
@@ -256,12 +257,27 @@ describe('q8Gemm', () => {
   });
 
   it('handles large and ragged n, long k, and empty shapes', () => {
-    for (const [m, n, k] of [[1, 300, 1024], [16, 129, 512], [32, 70, 2048], [5, 1, 32], [3, 0, 64], [0, 5, 64], [4, 9, 0], [2, 2000, 64]] as const) {
+    // [1, 45, 800] and [6, 45, 800]: an odd block count (the GEMV's single last block; packed pieces of 16 + 9 blocks),
+    // a last column group of 13 and a last row tile of 2.
+    for (const [m, n, k] of [[1, 300, 1024], [16, 129, 512], [32, 70, 2048], [5, 1, 32], [3, 0, 64], [0, 5, 64], [4, 9, 0], [2, 2000, 64], [1, 45, 800], [6, 45, 800]] as const) {
       checkShape(m, n, k, 7 * m + n + k, true);
     }
     // k = 0: y is the bias (or 0), whatever the kernel
     const y = f32(q8Gemm(tensorF32(new Float32Array(0), [3, 0]), Tensor.empty([4, 0], 'u8', cpu()), { bias: tensorF32(Float32Array.of(1, 2, 3, 4), [4]) }));
     expect(Array.from(y)).toEqual([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4]);
+  });
+
+  it("gives a row the same bits alone (the GEMV path) as among 23 others (the packed tiles), on every kernel", () => {
+    const m = 24, n = 70, k = 1056;
+    const { wq } = quantized(n, k, 91);
+    const x = randomFloats(m * k, 92, -2, 2);
+    for (const kernel of available) {
+      const all = f32(q8Gemm(tensorF32(x, [m, k]), wq, { kernel }));
+      for (const r of [0, 5, 23]) {
+        const alone = f32(q8Gemm(tensorF32(x.slice(r * k, (r + 1) * k), [1, k]), wq, { kernel }));
+        expectBitwiseEqual(alone, all.slice(r * n, (r + 1) * n), `${kernel} row ${r}`);
+      }
+    }
   });
 
   it('auto follows the active ISA (every ISA this CPU has) and gives the same bits', () => {
