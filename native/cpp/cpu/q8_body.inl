@@ -7,10 +7,10 @@
 // and the including file sets kRowsMax (<= 4) and kGroupsMax (<= 4), the largest register tile.
 //
 // A task's columns go kGroupsMax groups at a time, and their blocks kPackBlocks at a time: pack that piece (W is
-// still read once), then every row tile runs its chains over it, parking them in acc_rows between pieces. A piece is
-// small enough to stay in L1 (a whole group's copy at k = 4096 is 74 KB, and reading it back from L2 cost more than
-// the packing). Each output is one lane of one tile and its chain runs over the blocks in order, so the bits do not
-// depend on the split, the thread count or the rows beside it.
+// still read once), then every row tile runs its chains over it, parking them in acc_rows between pieces. A piece
+// (18 KB on AVX-512) stays in L1 beside the activations while the row tiles reread it, and the first row tile
+// prefetches the next piece meanwhile (PieceFetch, q8_simd.h). Each output is one lane of one tile and its chain runs
+// over the blocks in order, so the bits do not depend on the split, the thread count or the rows beside it.
 
 static inline float load_f16(const uint8_t* p) {
   uint16_t h;
