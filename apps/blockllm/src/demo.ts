@@ -33,9 +33,11 @@ const SEED = 20_241_117;
 const SHARPEN = 24;
 
 /**
- * The demo foundation's size: 'tiny' (hidden 64, 2 layers: 0.9 MB per model, per-call overheads dominate) or
+ * The demo foundation's size: 'tiny' (hidden 64, 2 layers: 0.9 MB per model, per-call overheads dominate),
  * 'small' (hidden 256, 4 layers, 8 heads over 4 KV heads, FFN 688: 14 MB per model in f32, where compute dominates,
- * as the real miniature of the bench needs). The vocabulary (1024, the generator's tokenizer) is the same.
+ * as the real miniature of the bench needs) or 'medium' (hidden 768, 4 layers, 12 heads over 4 KV heads, FFN 2048:
+ * 104 MB per model, more than a CPU's last-level cache, so the weights stream from memory). The vocabulary (1024,
+ * the generator's tokenizer) is the same.
  */
 export type DemoSize = 'tiny' | 'small' | 'medium';
 export const DEMO_SIZES: readonly DemoSize[] = ['tiny', 'small', 'medium'];

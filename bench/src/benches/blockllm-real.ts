@@ -37,7 +37,10 @@ export interface BlockllmRealOptions {
   output?: [number, number];
   /** Where the demo is generated (and its zoo cached). Default <tmp>/tessera-bench-models/blockllm-demo-<size>. */
   demoDir?: string;
-  /** The demo foundation: 'small' (hidden 256, 4 layers; default: compute outweighs per-call overheads) or 'tiny'. */
+  /**
+   * The demo foundation: 'small' (hidden 256, 4 layers; default: compute outweighs per-call overheads), 'medium'
+   * (hidden 768, 104 MB a model: the weights stream from memory) or 'tiny'.
+   */
   demoSize?: 'tiny' | 'small' | 'medium';
   seed?: number;
   /** Block parameter bytes per device, for both servers. Default 1.5 × the largest application's model. */
@@ -51,6 +54,9 @@ export interface BlockllmRealOptions {
    */
   speculation?: boolean;
 }
+
+/** One side's median run, with the trace it ran and how many rounds it took. */
+type SideResult = RunResult & { trace: TraceRequest[]; rounds: number };
 
 interface TraceRequest {
   at: number;
@@ -216,7 +222,7 @@ export async function runBlockllmRealMiniature(
       }
     }
     const results = await Promise.all(
-      sides.map(async (side): Promise<RunResult & { trace: TraceRequest[]; rounds: number }> => {
+      sides.map(async (side): Promise<SideResult> => {
         // The median round by tokens/s (every round serves the same tokens).
         const sorted = [...side.runs].sort((a, b) => a.makespanMs - b.makespanMs);
         const mid = sorted[sorted.length >> 1]!;
@@ -230,8 +236,8 @@ export async function runBlockllmRealMiniature(
     await Promise.allSettled(servers.map(stopServer));
   }
 
-  function finish(pm: RunResult & { trace: TraceRequest[]; rounds: number }, blocks: RunResult & { trace: TraceRequest[]; rounds: number }, spec: (RunResult & { trace: TraceRequest[]; rounds: number }) | null) {
-  const rowOf = (r: RunResult & { trace: TraceRequest[]; rounds: number }): Row => ({
+  function finish(pm: SideResult, blocks: SideResult, spec: SideResult | null) {
+  const rowOf = (r: SideResult): Row => ({
     figure: 'real',
     config: r.config,
     rounds: r.rounds,

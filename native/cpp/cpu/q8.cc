@@ -300,9 +300,11 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, 
   thread_local std::vector<int32_t> xsum_scratch;
   int8_t* xq = thread_scratch(xq_scratch, m * nb * kQ8Block);
   float* xd = thread_scratch(xd_scratch, m * nb);
-  int32_t* xsum = thread_scratch(xsum_scratch, m * nb);
+  // Only the VNNI bodies read xsum (the offset of their w + 128 operand).
+  const bool vnni = kernel == Q8Kernel::Avx512Vnni || kernel == Q8Kernel::Avx2Vnni;
+  int32_t* xsum = vnni ? thread_scratch(xsum_scratch, m * nb) : nullptr;
   quantize_act(kernel, x, nb, m, xq, xd);
-  for (int64_t i = 0; i < m * nb; ++i) {
+  for (int64_t i = 0; vnni && i < m * nb; ++i) {
     int32_t s = 0;
     for (int j = 0; j < kQ8Block; ++j) s += xq[i * kQ8Block + j];
     xsum[i] = s;

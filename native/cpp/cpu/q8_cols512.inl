@@ -116,11 +116,6 @@ static void tile(const Q8GemmArgs& a, int64_t r0, const uint8_t* buf, int64_t b0
   }
 }
 
-// m = 1 (a decode GEMV): no packing. Four columns' Q8_0 rows are read in order (a packed group's 16 rows, read a few
-// bytes apart each step, streamed from DRAM at half the speed), a block pair per vector; one reduction tree turns the
-// four columns' lanes into their isum for both blocks, and the chain of q8_simd.h runs on the four columns in the lanes
-// of one 128-bit vector, so the bits equal the tiles'. A range's last columns (fewer than four) reuse its first
-// column's row in the unused lanes and are not stored.
 // Four columns' int32 lanes (v[j]: block b in lanes 0-7, b + 1 in 8-15) -> their block sums: 128-bit lane 0 holds
 // isum_b of columns 0..3, lane 2 isum_{b+1}. Per 128-bit lane first the four columns' sums of its 4 words, then
 // lanes 0 + 1 and 2 + 3.
@@ -131,6 +126,11 @@ static inline __m512i reduce4(const __m512i* v) {
   return _mm512_add_epi32(q, _mm512_shuffle_i32x4(q, q, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
+// m = 1 (a decode GEMV): no packing. Four columns' Q8_0 rows are read in order (a packed group's 16 rows, read a few
+// bytes apart each step, streamed from DRAM at half the speed), a block pair per vector; one reduction tree turns the
+// four columns' lanes into their isum for both blocks, and the chain of q8_simd.h runs on the four columns in the lanes
+// of one 128-bit vector, so the bits equal the tiles'. A range's last columns (fewer than four) reuse its first
+// column's row in the unused lanes and are not stored.
 static void gemv_cols(const Q8GemmArgs& a, int64_t c0, int64_t c1) {
   const int64_t nb = a.nb, row = nb * kQ8BlockBytes;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));

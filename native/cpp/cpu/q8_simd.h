@@ -60,8 +60,8 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, 
 
 // ---------------------------------------------------------------- per-ISA bodies
 // One call's operands after activation quantization: xq [m, nb, 32] int8, xd [m, nb] f32, xsum [m, nb] (the sum
-// of each activation block's 32 qx: the VNNI bodies feed w + 128 as the unsigned operand and take 128 * xsum back
-// off), w [n, nb] blocks, y [m, n] (row stride n), bias [n] or null.
+// of each activation block's 32 qx, for the VNNI bodies only, null otherwise: they feed w + 128 as the unsigned
+// operand and take 128 * xsum back off), w [n, nb] blocks, y [m, n] (row stride n), bias [n] or null.
 struct Q8GemmArgs {
   int64_t m = 0, n = 0, nb = 0;
   const int8_t* xq = nullptr;
