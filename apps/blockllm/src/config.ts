@@ -31,7 +31,8 @@ const FLAGS = flagTable([
   [
     'Engine',
     [
-      { flag: 'max-batch', arg: '<n>', help: 'most running sequences per chain step (default 32)', env: 'BLOCKLLM_MAX_BATCH' },
+      { flag: 'max-batch', arg: '<n>', help: 'most running sequences, over all cohorts (default 32)', env: 'BLOCKLLM_MAX_BATCH' },
+      { flag: 'cohorts', arg: '<n>', help: 'cohorts of running sequences with a step each in flight, pipelined across devices (default 2 with --devices > 1 and blocks provisioning, else 1; 1 with --speculate)', env: 'BLOCKLLM_COHORTS' },
       { flag: 'kv-pages', arg: '<n>', help: "KV pages (16 tokens) of each block's own cache (default 64)", env: 'BLOCKLLM_KV_PAGES' },
       { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores; 1 per device with --devices > 1)', env: 'BLOCKLLM_THREADS' },
     ],
@@ -101,6 +102,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     ingestRoot: str('ingest-root', 'BLOCKLLM_INGEST_ROOT'),
     logLevel: parseChoiceFlag('--log-level', str('log-level', 'BLOCKLLM_LOG_LEVEL'), LOG_LEVELS, 'info'),
     maxBatch: parseIntegerFlag('--max-batch', str('max-batch', 'BLOCKLLM_MAX_BATCH'), 1, 4096) ?? 32,
+    cohorts: parseIntegerFlag('--cohorts', str('cohorts', 'BLOCKLLM_COHORTS'), 1, 64),
     kvPages: parseIntegerFlag('--kv-pages', str('kv-pages', 'BLOCKLLM_KV_PAGES'), 1, 1 << 20) ?? 64,
     threads: parseIntegerFlag('--threads', str('threads', 'BLOCKLLM_THREADS'), 1, 1024),
     devices: parseIntegerFlag('--devices', str('devices', 'BLOCKLLM_DEVICES'), 1, 16) ?? 1,
@@ -123,5 +125,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
   if (config.speculate && (config.devices < 2 || config.provisioning !== 'blocks')) {
     throw new UsageError(`--speculate needs --devices 2 or more with blocks provisioning (got --devices ${config.devices}, --provisioning ${config.provisioning})`);
   }
+  // Speculation's ledger follows one step at a time.
+  if (config.speculate && config.cohorts !== undefined && config.cohorts > 1) throw new UsageError(`--speculate runs one cohort (got --cohorts ${config.cohorts})`);
   return config;
 }

@@ -30,6 +30,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     zooDir,
     demoRoot,
     maxBatch: config.maxBatch,
+    cohorts: config.cohorts,
     kvPages: config.kvPages,
     threads: config.threads,
     devices: config.devices,

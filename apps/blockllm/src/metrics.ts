@@ -41,6 +41,11 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     bytes: { type: 'gauge', name: 'tessera_blockllm_zoo_bytes', help: 'Zoo bytes: unique (stored once), logical (per-model provisioning), resident (device pool).', labels: ['kind'] },
     blocks: { type: 'gauge', name: 'tessera_blockllm_zoo_blocks', help: 'Zoo blocks: unique, and shared by two or more applications.', labels: ['kind'] },
     crossBytes: { type: 'counter', name: 'tessera_blockllm_cross_device_bytes_total', help: 'Hidden-state bytes handed from one device to another between blocks (several devices).' },
+    overlappedSteps: {
+      type: 'counter',
+      name: 'tessera_blockllm_overlapped_steps_total',
+      help: "Device steps that started while another cohort's step was in flight (cohorts pipelined across devices).",
+    },
     crossRows: { type: 'counter', name: 'tessera_blockllm_cross_device_rows_total', help: 'Hidden-state rows handed from one device to another between blocks.' },
     commShare: {
       type: 'gauge',
@@ -116,6 +121,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     if (!d) return;
     totals.advance(m.crossBytes, d.crossBytes);
     totals.advance(m.crossRows, d.crossRows);
+    totals.advance(m.overlappedSteps, d.overlappedSteps);
     totals.advance(m.deploys, d.deploys);
     totals.advance(m.evictions, d.evictions);
     totals.advance(m.scaleOuts, d.scaleOuts);

@@ -55,6 +55,11 @@ export interface ServerOptions extends ServerBaseOptions {
   demoRoot?: string | undefined;
   /** Most running sequences per chain step (default 32). */
   maxBatch?: number | undefined;
+  /**
+   * Cohorts of running sequences, each with its own step in flight, so that one cohort's blocks run on one device
+   * while another's run on the next (default 2 with several devices, blocks provisioning and no speculation, else 1).
+   */
+  cohorts?: number | undefined;
   /** KV pages (16 tokens each) of every block's own cache (default 64). */
   kvPages?: number | undefined;
   /** CPU kernel threads of the engine (default: TESSERA_THREADS or all cores). */
@@ -182,6 +187,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           foundationDir: modelDir,
           foundation,
           maxBatch: options.maxBatch ?? 32,
+          // Two cohorts pipeline a chain's blocks across devices; per-model provisioning runs each model on one
+          // device already (its devices work side by side), and speculation follows one step at a time.
+          cohorts: options.cohorts ?? ((options.devices ?? 1) > 1 && (options.provisioning ?? 'blocks') === 'blocks' && !options.speculation ? 2 : 1),
           kvPages: options.kvPages ?? 64,
           threads: options.threads ?? null,
           demoRoot: options.demoRoot ?? null,

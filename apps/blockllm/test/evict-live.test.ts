@@ -17,7 +17,9 @@ let app: FastifyInstance;
 let url: string;
 // maxQueueLen 1: a new sequence's first hop leaves an instance another sequence runs through for an idle replica
 // (algorithm 5.4), so the tests know where their sequences run; adaptive serving off: every route is the chain's own.
-beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 3_000_000, kvPages: 8, maxQueueLen: 1, adaptive: false })));
+// One cohort: the re-placement below must meet both sequences routed, and a second cohort's first step may still
+// wait at the step gate when the job runs.
+beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 3_000_000, kvPages: 8, maxQueueLen: 1, adaptive: false, cohorts: 1 })));
 afterAll(async () => {
   await app?.close();
   fixture.cleanup();

@@ -117,6 +117,8 @@ export interface InstanceInfo {
 /** Counters of the cross-device step, cumulative. */
 export interface DeviceCounters {
   steps: number;
+  /** Steps that started while another cohort's step was in flight on the devices (pipelining). */
+  overlappedSteps: number;
   programs: number;
   /** Hidden-state bytes that crossed from one device to another. */
   crossBytes: number;
@@ -187,12 +189,44 @@ export interface ChainEquivalent {
 
 type DeviceClient = WorkerEngineClient<DeviceProtocol>;
 
-/** A promise chain: steps and placement jobs take turns. */
-class Turns {
-  private tail: Promise<unknown> = Promise.resolve();
-  run<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.tail.then(fn, fn);
-    this.tail = next.catch(() => undefined);
+/**
+ * Steps and placement changes: steps run side by side (the step loop's cohorts: their sequences are disjoint), a
+ * placement change (a job, a deployment before admission, speculation's selection) runs alone, between steps. A
+ * change asked for holds back the steps asked for after it, so a busy loop cannot starve it.
+ */
+export class StepGate {
+  /** Steps in flight now. */
+  steps = 0;
+  private drained: (() => void)[] = [];
+  private changes: Promise<unknown> = Promise.resolve();
+  /** The last change asked for, until it ends. */
+  private change: Promise<void> | null = null;
+
+  async step<T>(fn: () => Promise<T>): Promise<T> {
+    while (this.change !== null) await this.change;
+    this.steps++;
+    try {
+      return await fn();
+    } finally {
+      if (--this.steps === 0) for (const done of this.drained.splice(0)) done();
+    }
+  }
+
+  alone<T>(fn: () => Promise<T>): Promise<T> {
+    const run = async (): Promise<T> => {
+      while (this.steps > 0) await new Promise<void>((resolve) => this.drained.push(resolve));
+      return fn();
+    };
+    const next = this.changes.then(run, run);
+    const ended = next.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.changes = ended;
+    this.change = ended;
+    void ended.then(() => {
+      if (this.change === ended) this.change = null;
+    });
     return next;
   }
 }
@@ -204,6 +238,7 @@ export class DeviceSet {
   readonly traffic = new TrafficCounter();
   readonly counters: DeviceCounters = {
     steps: 0,
+    overlappedSteps: 0,
     programs: 0,
     crossBytes: 0,
     crossRows: 0,
@@ -242,11 +277,14 @@ export class DeviceSet {
    * segment's blocks in place of some), kept while it lives (its KV is there).
    */
   readonly routes = new Map<string, { app: string; keys: string[] }>();
-  readonly turns = new Turns();
-  /** Per device: its last step, run and not yet committed there (it commits with the device's next program). */
-  readonly unsettled = new Map<string, number>();
+  readonly gate = new StepGate();
   /** Per device: released sequences it has not been told of yet. */
   readonly releases = new Map<string, string[]>();
+  /** Sequences in a step in flight: a release waits for the step's end (its programs may still be on their way). */
+  readonly inflight = new Set<string>();
+  private readonly heldReleases = new Set<string>();
+  /** `end` calls posted and not yet answered (a settle waits for them). */
+  private readonly ending = new Set<Promise<unknown>>();
 
   private constructor(
     readonly zoo: BlockZoo,
@@ -357,6 +395,11 @@ export class DeviceSet {
         ),
       }));
     });
+    const deviceLoadMs: Record<string, number> = Object.fromEntries(this.deviceIds.map((d) => [d, 0]));
+    for (const i of this.instances.values()) {
+      const n = sequences.get(i.instance) ?? 0;
+      if (n > 0) deviceLoadMs[i.device]! += n * this.profiler.perTokenMs(i.instance, this.instancesOf(i.block).filter((o) => o !== i).map((o) => o.instance), this.manifests.get(i.instance)!.paramBytes);
+    }
     const known = this.routes.get(id);
     const owners = known?.keys.filter((k) => this.instances.has(k));
     return {
@@ -367,6 +410,7 @@ export class DeviceSet {
       instances,
       topology: this.routeTopology(),
       equivalents,
+      deviceLoadMs,
       allowAdaptive: this.options.adaptive ?? true,
       ...(this.options.maxQueueLen !== undefined ? { maxQueueLen: this.options.maxQueueLen } : {}),
       ...(owners ? { owners } : {}),
@@ -425,8 +469,23 @@ export class DeviceSet {
    * replica by the cost model (its queue is empty).
    */
   private async scaleOut(admitted: readonly string[]): Promise<void> {
+    const hotApps = new Set([...admitted, ...[...this.routes.values()].map((r) => r.app)]);
+    for (const plan of this.scaleOutPlan(admitted)) {
+      if (!(await this.tryReplica(plan.block, plan.device))) continue;
+      // Locality (§4.7): the chains through the replica follow it to its device where they fit, so a sequence
+      // routed there runs its whole chain on one device instead of hopping back for its own blocks.
+      for (const app of hotApps) {
+        const chain = this.zoo.chain(app).blocks;
+        if (!chain.some((b) => b.blockId === plan.block)) continue;
+        for (const b of chain) if (!this.instancesOf(b.blockId).some((i) => i.device === plan.device)) await this.tryReplica(b.blockId, plan.device);
+      }
+    }
+  }
+
+  /** planScaleOut's replicas over the set's queues, with the admitted applications' sequences counted in. */
+  private scaleOutPlan(admitted: readonly string[]): ReturnType<typeof planScaleOut> {
     const maxQueueLen = this.options.scaleOutQueue ?? 0;
-    if (this.provisioning !== 'blocks' || maxQueueLen <= 0 || this.clients.size < 2) return;
+    if (this.provisioning !== 'blocks' || maxQueueLen <= 0 || this.clients.size < 2) return [];
     const queues = new Map<string, string[]>();
     for (const [id, r] of this.routes) for (const k of r.keys) queues.set(k, [...(queues.get(k) ?? []), id]);
     admitted.forEach((app, n) => {
@@ -444,17 +503,23 @@ export class DeviceSet {
     const candidates: ScaleCandidate[] = [...this.instances.values()]
       .filter((i) => i.pool === 'shared' && this.instancesOf(i.block).length < this.clients.size)
       .map((i) => ({ instance: i.instance, block: i.block, device: i.device, bytes: addedBytes(i.block), queue: queues.get(i.instance) ?? [], maxQueueLen }));
-    const hotApps = new Set([...admitted, ...[...this.routes.values()].map((r) => r.app)]);
-    for (const plan of planScaleOut(this.topology, this.placed(), candidates, this.traffic, { policy: this.policy })) {
-      if (!(await this.tryReplica(plan.block, plan.device))) continue;
-      // Locality (§4.7): the chains through the replica follow it to its device where they fit, so a sequence
-      // routed there runs its whole chain on one device instead of hopping back for its own blocks.
-      for (const app of hotApps) {
-        const chain = this.zoo.chain(app).blocks;
-        if (!chain.some((b) => b.blockId === plan.block)) continue;
-        for (const b of chain) if (!this.instancesOf(b.blockId).some((i) => i.device === plan.device)) await this.tryReplica(b.blockId, plan.device);
-      }
+    return planScaleOut(this.topology, this.placed(), candidates, this.traffic, { policy: this.policy });
+  }
+
+  /**
+   * Whether admitting `admitted` deploys anything (ensure would): a chain block without an instance, a model that
+   * is not resident, or a scale-out replica with room on its device. Counts the use of each application (the LRU of
+   * per-model provisioning).
+   */
+  needsDeployment(admitted: readonly string[]): boolean {
+    for (const app of admitted) this.lastUsed.set(app, ++this.useClock);
+    for (const app of new Set(admitted)) {
+      if (this.provisioning === 'blocks') {
+        if (this.instanceKeys(app).some(({ manifest }) => this.instancesOf(manifest.blockId).length === 0)) return true;
+      } else if (this.instanceKeys(app).some((k) => !this.instances.has(k.key))) return true;
     }
+    const free = this.free();
+    return this.scaleOutPlan(admitted).some((plan) => this.marginal(this.zoo.block(plan.block), plan.device) <= free.get(plan.device)!);
   }
 
   /** Deploys a scale-out replica when the device has room (by the registry, then by the device's own budget). */
@@ -478,9 +543,16 @@ export class DeviceSet {
     return c;
   }
 
-  /** Forgets a sequence on every device (with each device's next program, or at the next settle). */
+  /**
+   * Forgets a sequence on every device (with each device's next program, or at the next settle); one in a step in
+   * flight is forgotten once that step ended.
+   */
   release(id: string): void {
     this.speculation?.release(id);
+    if (this.inflight.has(id)) {
+      this.heldReleases.add(id);
+      return;
+    }
     for (const d of this.deviceIds) {
       let list = this.releases.get(d);
       if (!list) this.releases.set(d, (list = []));
@@ -488,22 +560,39 @@ export class DeviceSet {
     }
   }
 
-  /** What a device has to be told before anything else: the step to commit and the sequences to forget. */
-  takeNews(device: string): { commit: number | null; release: string[] } {
-    const commit = this.unsettled.get(device) ?? null;
-    this.unsettled.delete(device);
-    const release = this.releases.get(device) ?? [];
-    this.releases.delete(device);
-    return { commit, release };
+  /** A step's sequences leave the flight: the releases held for them go out. */
+  landed(ids: Iterable<string>): void {
+    for (const id of ids) {
+      this.inflight.delete(id);
+      if (this.heldReleases.delete(id)) this.release(id);
+    }
   }
 
-  /** Commits every device's last step and delivers the releases (before its instances change). */
+  /** The sequences a device has to forget before anything else. */
+  takeReleases(device: string): string[] {
+    const release = this.releases.get(device) ?? [];
+    this.releases.delete(device);
+    return release;
+  }
+
+  /**
+   * Ends a step on a device: posted at once (a worker takes its messages in order, so it lands before any later
+   * program of those sequences), answered in the background; a settle waits for it.
+   */
+  endStep(device: string, step: number, commit: boolean): Promise<unknown> {
+    const ended = this.client(device).call('end', { step, commit, release: this.takeReleases(device) });
+    const tracked = ended.finally(() => this.ending.delete(tracked));
+    this.ending.add(tracked);
+    return tracked;
+  }
+
+  /** Waits for the posted step ends and delivers the releases (before the instances change). */
   async settle(): Promise<void> {
+    await Promise.all([...this.ending]);
     await Promise.all(
       this.deviceIds.map((d) => {
-        const news = this.takeNews(d);
-        if (news.commit === null && news.release.length === 0) return null;
-        return this.client(d).call('end', { step: news.commit ?? -1, commit: news.commit !== null, release: news.release });
+        const release = this.takeReleases(d);
+        return release.length === 0 ? null : this.client(d).call('end', { step: -1, commit: false, release });
       }),
     );
   }
@@ -849,7 +938,6 @@ export class DeviceSet {
   }
 
   private async ensureModel(app: string, busy: ReadonlySet<string>): Promise<boolean> {
-    this.lastUsed.set(app, ++this.useClock);
     const keys = this.instanceKeys(app);
     if (keys.every((k) => this.instances.has(k.key))) return true;
     const bytes = keys.reduce((n, k) => n + k.manifest.paramBytes, 0);
@@ -1112,8 +1200,10 @@ export class DeviceChainExecutor {
     this.set.zoo.chain(app);
   }
 
-  prepare(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
-    return this.set.turns.run(() => this.set.ensure(admitted, busy));
+  async prepare(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>> {
+    // Nothing to deploy (the common case): no need to stop the steps in flight.
+    if (!this.set.needsDeployment(admitted)) return new Map();
+    return this.set.gate.alone(() => this.set.ensure(admitted, busy));
   }
 
   release(id: string): void {
@@ -1125,15 +1215,23 @@ export class DeviceChainExecutor {
     for (const id of [...this.set.routes.keys()]) this.release(id);
   }
 
-  step(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
-    return this.set.turns.run(() => this.runStep(sequences));
+  async step(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+    const spec = this.set.speculation;
+    const step = ++stepCounter;
+    if (spec?.due(step)) await this.set.gate.alone(() => this.set.refreshSpeculation(step));
+    const ids = sequences.map((s) => String(s.id));
+    for (const id of ids) this.set.inflight.add(id);
+    try {
+      return await this.set.gate.step(() => this.runStep(step, sequences));
+    } finally {
+      this.set.landed(ids);
+    }
   }
 
-  private async runStep(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+  private async runStep(step: number, sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
     const set = this.set;
     const spec = set.speculation;
-    const step = ++stepCounter;
-    if (spec?.due(step)) await set.refreshSpeculation(step);
+    if (set.gate.steps > 1) set.counters.overlappedSteps++;
     const t0 = performance.now();
     // Sequences starting in this step (no route yet): a surrogate with its own K/V may track them from here.
     const first = new Set(sequences.map((s) => String(s.id)).filter((id) => !set.routes.has(id)));
@@ -1150,7 +1248,7 @@ export class DeviceChainExecutor {
       let p = pending.get(device);
       if (!p) {
         touched.add(device);
-        p = { program: { step, ...set.takeNews(device), imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
+        p = { program: { step, release: set.takeReleases(device), imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
         pending.set(device, p);
       }
       return p;
@@ -1171,8 +1269,8 @@ export class DeviceChainExecutor {
           try {
             sources = await Promise.all(p.from);
           } catch (err) {
-            // Not posted: the device still gets what the program carried for it (the last commit, the releases).
-            await deliver(device, p.program);
+            // Not posted: the releases it carried go with the device's next message.
+            requeue(device, p.program.release);
             throw err;
           }
           const blocks = sources.map((r) => r.exports).filter((b): b is RowBlock => b !== null && b.ids.some((id) => p.importIds.has(id)));
@@ -1192,11 +1290,9 @@ export class DeviceChainExecutor {
       return result;
     };
 
-    const deliver = (device: string, program: DeviceProgram) =>
-      set.clients
-        .get(device)!
-        .call('end', { step: program.commit ?? -1, commit: program.commit !== null, release: program.release })
-        .catch(() => null);
+    const requeue = (device: string, release: readonly string[]) => {
+      if (release.length > 0) set.releases.set(device, [...release, ...(set.releases.get(device) ?? [])]);
+    };
 
     const speculations: OpenSpeculation[] = [];
 
@@ -1342,16 +1438,16 @@ export class DeviceChainExecutor {
         for (const s of speculations) if (spec.ledger.openTags(String(s.w.seq.id), step).includes(s.tag)) spec.ledger.verify(s.tag, -Infinity);
         for (const s of speculations) spec.ledger.retire(String(s.w.seq.id), step);
       }
-      await Promise.allSettled([...pending].map(([device, p]) => deliver(device, p.program)));
-      await Promise.allSettled([...touched].map((device) => set.clients.get(device)!.call('end', { step, commit: false, release: set.takeNews(device).release })));
+      for (const [device, p] of pending) requeue(device, p.program.release);
+      await Promise.allSettled([...touched].map((device) => set.endStep(device, step, false)));
       throw failure;
     }
     if (spec) {
       const st = spec.stats();
       Object.assign(set.counters, { speculations: st.speculations, specAccepted: st.accepted, specRolledBack: st.rolledBack, specDroppedSteps: st.droppedSteps, specRepairedRows: st.repairedRows });
     }
-    // The devices commit this step with their next program (or at the next settle).
-    for (const device of touched) set.unsettled.set(device, step);
+    // Committed on every device it touched, before any later program of its sequences reaches them.
+    for (const device of touched) void set.endStep(device, step, true).catch(() => undefined);
     set.counters.steps++;
     return results;
   }

@@ -49,6 +49,15 @@ interface InputLog {
   whole: boolean;
 }
 
+/** One step's state on this device. */
+interface StepState {
+  step: number;
+  rowsOf: Map<string, Rows>;
+  bases: Set<Base>;
+  contexts: DecoderStepContext[];
+  prefixed: { rt: BlockRuntime; id: string }[];
+}
+
 /** Writes positions [start, start + n) of a sequence's input log (growing it). */
 function writeInputs(log: InputLog, start: number, rows: Float32Array | null, tokens: ArrayLike<number>): void {
   const n = tokens.length;
@@ -93,37 +102,39 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     return i;
   };
 
-  // The step in flight: its hidden rows per sequence, its prepared contexts, and the prefixes it wrote.
-  let stepNo = -1;
-  let rowsOf = new Map<string, Rows>();
-  let bases = new Set<Base>();
-  let contexts: DecoderStepContext[] = [];
-  let prefixed: { rt: BlockRuntime; id: string }[] = [];
+  /**
+   * The steps in flight here, by step number (several when the coordinator pipelines cohorts of sequences: their
+   * sequences are disjoint): each step's hidden rows per sequence, its prepared contexts and the prefixes it wrote,
+   * kept until the coordinator ends it (commit or abort).
+   */
+  const steps = new Map<number, StepState>();
+  const stepState = (step: number): StepState => {
+    let s = steps.get(step);
+    if (!s) steps.set(step, (s = { step, rowsOf: new Map(), bases: new Set(), contexts: [], prefixed: [] }));
+    return s;
+  };
 
-  const drop = (r: Rows | undefined) => {
+  const drop = (s: StepState, r: Rows | undefined) => {
     if (r && --r.base.refs === 0) {
       r.base.tensor.dispose();
-      bases.delete(r.base);
+      s.bases.delete(r.base);
     }
   };
-  const newBase = (tensor: Tensor): Base => {
+  const newBase = (s: StepState, tensor: Tensor): Base => {
     const b = { tensor, refs: 0 };
-    bases.add(b);
+    s.bases.add(b);
     return b;
   };
-  const endStep = (commit: boolean) => {
+  const endStep = (s: StepState, commit: boolean) => {
+    steps.delete(s.step);
     try {
-      if (commit) for (const c of contexts) c.commit();
+      if (commit) for (const c of s.contexts) c.commit();
     } finally {
       // Newest first: a speculation's repair re-prepares sequences a tentative group reserved pages for, and an
       // abort must undo the later reservation before the earlier one.
-      for (const c of [...contexts].reverse()) c.dispose();
-      for (const b of bases) b.tensor.dispose();
-      if (!commit) for (const { rt, id } of prefixed) rt.release(id);
-      rowsOf = new Map();
-      bases = new Set();
-      contexts = [];
-      prefixed = [];
+      for (const c of [...s.contexts].reverse()) c.dispose();
+      for (const b of s.bases) b.tensor.dispose();
+      if (!commit) for (const { rt, id } of s.prefixed) rt.release(id);
     }
   };
   const release = (ids: readonly string[]) => {
@@ -136,10 +147,10 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
   };
 
   /** The group's input: one base's rows in order → that tensor or a view; else a gather into a new base. */
-  function gather(ids: readonly string[]): { input: Tensor; view: Tensor | null; copied: number } {
+  function gather(st: StepState, ids: readonly string[]): { input: Tensor; view: Tensor | null; copied: number } {
     const parts = ids.map((id) => {
-      const r = rowsOf.get(id);
-      if (!r) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: sequence ${id} has no hidden state here (step ${stepNo})`);
+      const r = st.rowsOf.get(id);
+      if (!r) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: sequence ${id} has no hidden state here (step ${st.step})`);
       return r;
     });
     const first = parts[0]!.base;
@@ -155,7 +166,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       const view = first.tensor.rows(parts[0]!.row, total);
       return { input: view, view, copied: 0 };
     }
-    const base = newBase(Tensor.empty([total, first.tensor.shape[1]!], 'f32', first.tensor.backend));
+    const base = newBase(st, Tensor.empty([total, first.tensor.shape[1]!], 'f32', first.tensor.backend));
     let row = 0;
     ids.forEach((id, k) => {
       const r = parts[k]!;
@@ -167,33 +178,29 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         src.dispose();
         dst.dispose();
       }
-      drop(r);
+      drop(st, r);
       base.refs++;
-      rowsOf.set(id, { base, row, rows: r.rows });
+      st.rowsOf.set(id, { base, row, rows: r.rows });
       row += r.rows;
     });
     return { input: base.tensor, view: null, copied: total };
   }
 
   function run(program: DeviceProgram): ProgramResult {
-    // The previous step this device ran is committed here, with the next program it gets (saving a round trip per
-    // step); a failed step was aborted by an explicit end.
-    if (program.commit !== null && program.commit === stepNo) endStep(true);
-    if (program.step !== stepNo) {
-      if (contexts.length > 0 || bases.size > 0) endStep(false);
-      stepNo = program.step;
-    }
+    // Each step is ended by the coordinator (commit or abort); several may be open here at once.
     release(program.release);
+    const st = stepState(program.step);
+    const { rowsOf } = st;
     const t0 = performance.now();
     const result: ProgramResult = { logits: [], exports: null, computeMs: 0, copiedRows: 0, runs: [] };
     if (program.imports) {
       const { ids, rows, width, data } = program.imports;
       // A sequence's rows arrive once: a second copy would drop the first's reference and could free its tensor.
       if (new Set(ids).size !== ids.length) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: step ${program.step} imports some sequence's rows twice (${ids.join(', ')})`);
-      const base = newBase(Tensor.from(data, [data.length / width, width]));
+      const base = newBase(st, Tensor.from(data, [data.length / width, width]));
       let row = 0;
       ids.forEach((id, k) => {
-        drop(rowsOf.get(id));
+        drop(st, rowsOf.get(id));
         base.refs++;
         rowsOf.set(id, { base, row, rows: rows[k]! });
         row += rows[k]!;
@@ -202,21 +209,21 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     for (const group of program.groups) {
       const g0 = performance.now();
       const rt = instance(group.instance).runtime;
-      for (const s of group.seqs) if (rt.admitPrefix(s.id)) prefixed.push({ rt, id: s.id });
+      for (const s of group.seqs) if (rt.admitPrefix(s.id)) st.prefixed.push({ rt, id: s.id });
       const ctx = rt.prepare(group.seqs);
-      contexts.push(ctx);
+      st.contexts.push(ctx);
       const ids = group.seqs.map((s) => s.id);
       // A surrogate's group writes its prediction under other ids, on a copy: the real block reads the rows after it.
       const outIds = group.predict ? ids.map(predictionId) : ids;
-      let { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(ids);
+      let { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(st, ids);
       if (group.predict && input !== null) {
-        const base = newBase(Tensor.empty([input.shape[0]!, input.shape[1]!], 'f32', input.backend));
+        const base = newBase(st, Tensor.empty([input.shape[0]!, input.shape[1]!], 'f32', input.backend));
         cast(input, 'f32', { out: base.tensor });
         view?.dispose();
         let row = 0;
         outIds.forEach((id, k) => {
           const rows = rowsOf.get(ids[k]!)!.rows;
-          drop(rowsOf.get(id));
+          drop(st, rowsOf.get(id));
           base.refs++;
           rowsOf.set(id, { base, row, rows });
           row += rows;
@@ -250,10 +257,10 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
           ids.forEach((id, r) => result.logits.push({ id, data: host.slice(r * vocab, (r + 1) * vocab) }));
         }
         if (rt.startsAtTokens) {
-          const base = newBase(out.hidden!);
+          const base = newBase(st, out.hidden!);
           let row = 0;
           group.seqs.forEach((s, k) => {
-            drop(rowsOf.get(outIds[k]!));
+            drop(st, rowsOf.get(outIds[k]!));
             base.refs++;
             rowsOf.set(outIds[k]!, { base, row, rows: s.tokens.length });
             row += s.tokens.length;
@@ -262,13 +269,13 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       } finally {
         view?.dispose();
       }
-      if (rt.endsAtLogits) for (const id of ids) drop(rowsOf.get(id)), rowsOf.delete(id);
+      if (rt.endsAtLogits) for (const id of ids) drop(st, rowsOf.get(id)), rowsOf.delete(id);
       result.runs.push({ instance: group.instance, rows: ctx.rows, apps: new Set(group.seqs.map((s) => s.app)).size, ms: performance.now() - g0 });
     }
     if (program.exports.length > 0) {
       const parts = program.exports.map((id) => {
         const r = rowsOf.get(id);
-        if (!r) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: sequence ${id} has no hidden state to hand on (step ${stepNo})`);
+        if (!r) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `${init.device}: sequence ${id} has no hidden state to hand on (step ${st.step})`);
         return r;
       });
       const width = parts[0]!.base.tensor.shape[1]!;
@@ -283,7 +290,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
           view.dispose();
         }
         at += r.rows * width;
-        drop(r);
+        drop(st, r);
         rowsOf.delete(program.exports[k]!);
       });
       result.exports = { ids: [...program.exports], rows: parts.map((r) => r.rows), width, data } satisfies RowBlock;
@@ -328,7 +335,8 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         }
       },
       end: ({ step, commit, release: ids }) => {
-        if (step === stepNo) endStep(commit);
+        const st = steps.get(step);
+        if (st) endStep(st, commit);
         release(ids);
         return null;
       },
@@ -430,7 +438,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     },
     ready: { device: init.device, backend: poolOf('shared').backend.device },
     async shutdown() {
-      endStep(false);
+      for (const st of [...steps.values()]) endStep(st, false);
       for (const i of instances.values()) i.runtime.dispose();
       instances.clear();
       for (const p of pools.values()) p.dispose();

@@ -47,10 +47,11 @@ export function predictedSequence(id: string): string {
 const PREDICTION_SUFFIX = '~predicted';
 
 export interface DeviceProgram {
-  /** The coordinator's step number: every program of one step carries it; commit/abort name it. */
+  /**
+   * The coordinator's step number: every program of one step carries it; `end` names it. Several steps may be open
+   * on a device at once (cohorts pipelined across devices): their sequences are disjoint.
+   */
   step: number;
-  /** The step this device ran last, which succeeded everywhere: commit its KV appends first (null: nothing to commit). */
-  commit: number | null;
   /** Sequences to forget first (finished or cancelled since this device last heard). */
   release: string[];
   /** Rows arriving from other devices (they become those sequences' hidden state here). */
@@ -108,7 +109,10 @@ export interface DeviceProtocol {
     deploy: { args: DeployArgs; result: { residentBytes: number } };
     evict: { args: { instance: string }; result: { residentBytes: number } };
     run: { args: DeviceProgram; result: ProgramResult };
-    /** Ends a step: commit makes its KV appends permanent; abort gives the step's pages back everywhere. */
+    /**
+     * Ends a step: commit makes its KV appends permanent; abort gives the step's pages back. The coordinator posts
+     * it as soon as the step is decided, so it reaches the device before any later program of those sequences.
+     */
     end: { args: { step: number; commit: boolean; release: string[] }; result: null };
     stats: { args: null; result: DeviceStats };
     /**

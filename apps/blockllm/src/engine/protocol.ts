@@ -139,6 +139,8 @@ export interface WorkerInit {
   foundationDir: string;
   foundation: string;
   maxBatch: number;
+  /** Cohorts of running sequences with a step each in flight (several devices; one device steps one). */
+  cohorts: number;
   /** KV pages of each block's own cache. */
   kvPages: number;
   threads: number | null;

@@ -12,6 +12,12 @@
  * tokens later).
  * A request whose pages could never fit one block's cache is refused at submit (KvTooSmall, 400).
  *
+ * Cohorts (`cohorts` > 1, an asynchronous executor over several devices): the running sequences are split into
+ * cohorts, each with its own step in flight, so that while one cohort's blocks run on one device another's run on
+ * the next — the pipelining BlockLLM's per-block agents give, where a lockstep step over all sequences leaves each
+ * device idle while the others run their part. A new request joins the cohort with the fewest sequences; a sequence
+ * stays in its cohort.
+ *
  * A zoo re-partition (an ingest that cuts a block some loaded chain uses) needs a new executor: admission pauses,
  * the running sequences finish, then `rebuild` swaps the executor.
  */
@@ -65,7 +71,10 @@ export interface BlockRunCount {
 }
 
 export interface StepLoopOptions {
+  /** Running sequences at most, over all cohorts. */
   maxBatch: number;
+  /** Cohorts with a step in flight at once (default 1: one lockstep step over every running sequence). */
+  cohorts?: number;
   /** Pages of each block's cache (a request's whole length must fit one block's). */
   kvPages: number;
   eosTokenIds: readonly number[];
@@ -90,19 +99,34 @@ export interface StepCounters {
 
 let nextSequence = 0;
 
+/** A cohort: sequences stepped together, with at most one step in flight. */
+interface Cohort {
+  /** Admitted to the step in flight (not in `waiting` nor yet in `running`). */
+  inflight: Sequence[];
+  running: Sequence[];
+  /** The step in flight, if any. */
+  busy: Promise<void> | null;
+}
+
 export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   readonly counters: StepCounters = { steps: 0, tokens: 0, blockRuns: 0, blockRows: 0, sharedBatches: 0, copiedRows: 0, kvExhausted: 0, rebuilds: 0 };
   private waiting: Sequence[] = [];
-  /** Admitted to the step in flight (not in `waiting` nor yet in `running`). */
-  private inflight: Sequence[] = [];
-  private running: Sequence[] = [];
+  private readonly cohorts: Cohort[];
   private wake: (() => void) | null = null;
   private rebuildWanted: (() => StepExecutor) | null = null;
 
   constructor(
     private executor: StepExecutor,
     private readonly options: StepLoopOptions,
-  ) {}
+  ) {
+    const n = options.cohorts ?? 1;
+    if (!Number.isSafeInteger(n) || n < 1) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `cohorts must be a positive integer, got ${n}`);
+    this.cohorts = Array.from({ length: n }, () => ({ inflight: [], running: [], busy: null }));
+  }
+
+  private get running(): Sequence[] {
+    return this.cohorts.flatMap((c) => c.running);
+  }
 
   /** What each block run of the executor reports (the executor's onBlockRun). */
   onBlockRun = (run: BlockRunCount): void => {
@@ -115,7 +139,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   };
 
   get sizes(): { running: number; waiting: number } {
-    return { running: this.running.length, waiting: this.waiting.length };
+    return { running: this.cohorts.reduce((n, c) => n + c.running.length, 0), waiting: this.waiting.length };
   }
 
   /** Swaps the executor once the running sequences finished (admission pauses until then). */
@@ -147,15 +171,16 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   }
 
   cancel(id: string): boolean {
-    const inflight = this.inflight.find((s) => s.placement.request.id === id && !s.gone && !this.running.includes(s));
-    if (inflight) {
+    for (const c of this.cohorts) {
+      const inflight = c.inflight.find((s) => s.placement.request.id === id && !s.gone && !c.running.includes(s));
+      if (!inflight) continue;
       // Admitted to the step in flight (an asynchronous step): answered now, its result dropped when the step ends.
       inflight.gone = true;
       this.executor.release(inflight.seqId);
       this.finish(inflight, 'cancelled');
       return true;
     }
-    for (const list of [this.waiting, this.running]) {
+    for (const list of [this.waiting, ...this.cohorts.map((c) => c.running)]) {
       const i = list.findIndex((s) => s.placement.request.id === id);
       if (i < 0) continue;
       const [s] = list.splice(i, 1);
@@ -167,10 +192,14 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     return false;
   }
 
-  /** Runs until `signal` aborts: one chain step per iteration, yielding to the event loop between steps. */
+  /**
+   * Runs until `signal` aborts: each cohort with work steps (one chain step at a time per cohort, the cohorts' steps
+   * in flight together), yielding to the event loop between steps; returns once the steps in flight ended.
+   */
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
-      if (this.rebuildWanted && this.running.length === 0) {
+      const idle = this.cohorts.every((c) => c.busy === null);
+      if (this.rebuildWanted && idle && this.running.length === 0) {
         const make = this.rebuildWanted;
         this.rebuildWanted = null;
         this.executor.dispose();
@@ -178,18 +207,33 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         this.counters.rebuilds++;
         for (const s of this.waiting) s.started = false;
       }
-      if (this.running.length === 0 && (this.waiting.length === 0 || this.rebuildWanted)) {
+      let started = false;
+      for (const c of this.cohorts) {
+        if (c.busy !== null) continue;
+        const admits = this.waiting.length > 0 && !this.rebuildWanted;
+        if (c.running.length === 0 && !(admits && this.room(c) > 0)) continue;
+        started = true;
+        c.busy = this.step(c).finally(() => {
+          c.busy = null;
+          this.wake?.();
+        });
+      }
+      const busy = this.cohorts.filter((c) => c.busy !== null).map((c) => c.busy!);
+      if (started && busy.length === this.cohorts.length) {
+        // Every cohort has a step in flight: wait for one to end.
+        await Promise.race(busy);
+      } else if (!started) {
+        // Nothing to start: wait for a submit, a cancel, a step's end or the abort.
         const woken = new Promise<void>((resolve) => (this.wake = resolve));
         const onAbort = () => this.wake?.();
         signal.addEventListener('abort', onAbort, { once: true });
         await woken;
         signal.removeEventListener('abort', onAbort);
         this.wake = null;
-        continue;
       }
-      await this.step();
       await new Promise((resolve) => setImmediate(resolve));
     }
+    await Promise.allSettled(this.cohorts.map((c) => c.busy));
   }
 
   /** Cancels everything held and frees the executor (shutdown, after run() returned). */
@@ -198,22 +242,34 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     this.executor.dispose();
   }
 
-  private async step(): Promise<void> {
+  /**
+   * Sequences a cohort may still admit: up to an even split of the live and waiting sequences over the cohorts (a
+   * burst fills them all), at most its share of maxBatch.
+   */
+  private room(c: Cohort): number {
+    const n = this.cohorts.length;
+    const live = this.cohorts.reduce((k, o) => k + o.running.length + (o === c ? 0 : o.inflight.length), 0);
+    const even = Math.ceil((live + this.waiting.length) / n);
+    return Math.max(0, Math.min(Math.min(even, Math.ceil(this.options.maxBatch / n)) - c.running.length, this.options.maxBatch - live));
+  }
+
+  private async step(c: Cohort): Promise<void> {
     try {
-      await this.stepOnce();
+      await this.stepOnce(c);
     } finally {
-      this.inflight = [];
+      c.inflight = [];
     }
   }
 
-  private async stepOnce(): Promise<void> {
+  private async stepOnce(c: Cohort): Promise<void> {
     let admitted: Sequence[] = [];
-    if (!this.rebuildWanted) while (this.running.length + admitted.length < this.options.maxBatch && this.waiting.length > 0) admitted.push(this.waiting.shift()!);
-    this.inflight = admitted;
+    if (!this.rebuildWanted) for (let room = this.room(c); room > 0 && this.waiting.length > 0; room--) admitted.push(this.waiting.shift()!);
+    c.inflight = admitted;
     if (this.executor.prepare && admitted.length > 0) {
       // Deploy what the admitted applications need; one that must wait goes back to the queue (in order), one that
       // cannot be served ends with its error.
-      const busy = new Set(this.running.map((s) => s.app));
+      // Busy: the applications any cohort runs or is about to (a model they need must stay).
+      const busy = new Set(this.cohorts.flatMap((o) => (o === c ? o.running : [...o.running, ...o.inflight])).map((s) => s.app));
       const verdicts = await this.executor.prepare(admitted.map((s) => s.app), busy);
       const back: Sequence[] = [];
       admitted = admitted.filter((s) => {
@@ -224,14 +280,14 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         return v === undefined;
       });
       this.waiting.unshift(...back);
-      this.inflight = admitted;
-      if (admitted.length === 0 && this.running.length === 0) {
+      c.inflight = admitted;
+      if (admitted.length === 0 && c.running.length === 0) {
         // Nothing can run until a model frees its device: wait for a submit, a cancel or a finish elsewhere.
         if (back.length > 0) await new Promise((resolve) => setTimeout(resolve, 1));
         return;
       }
     }
-    let batch = [...this.running, ...admitted];
+    let batch = [...c.running, ...admitted];
     let logits: Float32Array[] | null = null;
     while (logits === null) {
       try {
@@ -240,37 +296,43 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
         if (!(err instanceof KvCacheExhaustedError)) {
           // Not a capacity problem of this step: every request in it ends with the error, the loop goes on.
           for (const s of batch) this.fail(s, err);
-          this.running = [];
+          c.running = [];
           return;
         }
         this.counters.kvExhausted++;
-        if (admitted.length === 1 && this.running.length === 0) {
+        if (admitted.length === 1 && c.running.length === 0) {
+          if (this.cohorts.some((o) => o !== c && o.running.length + o.inflight.length > 0)) {
+            // Another cohort holds pages: wait for them to free.
+            this.waiting.unshift(admitted.pop()!);
+            await new Promise((resolve) => setTimeout(resolve, 1));
+            return;
+          }
           // Alone in empty caches and still too big: waiting would not help.
           this.fail(admitted[0]!, err);
           return;
         } else if (admitted.length > 0) {
           // The newest admitted request waits for pages to free; the step is retried without it.
           this.waiting.unshift(admitted.pop()!);
-        } else if (this.running.length > 1) {
+        } else if (c.running.length > 1) {
           // Preempt the newest running request: its pages are freed, it is recomputed from its tokens later.
-          const victim = this.running.pop()!;
+          const victim = c.running.pop()!;
           this.executor.release(victim.seqId);
           victim.started = false;
           victim.seqId = `${victim.placement.request.id}#${nextSequence++}`;
           this.waiting.unshift(victim);
         } else {
           for (const s of batch) this.fail(s, err);
-          this.running = [];
+          c.running = [];
           return;
         }
-        batch = [...this.running, ...admitted];
+        batch = [...c.running, ...admitted];
         if (batch.length === 0) return;
       }
     }
     // Cancelled while the step ran: already answered, and released.
     const rows = logits.filter((_, b) => !batch[b]!.gone);
     batch = batch.filter((s) => !s.gone);
-    this.running = batch;
+    c.running = batch;
     this.counters.steps++;
     const done = new Set<Sequence>();
     batch.forEach((s, b) => {
@@ -291,7 +353,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     });
     if (done.size > 0) {
       for (const s of done) this.executor.release(s.seqId);
-      this.running = this.running.filter((s) => !done.has(s));
+      c.running = c.running.filter((s) => !done.has(s));
     }
   }
 

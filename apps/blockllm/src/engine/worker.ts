@@ -39,6 +39,8 @@ function calibration(vocab: number, seed = 0x2545f491): number[][] {
 
 serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async ({ workerData, fatal, progress }) => {
   const init = workerData as WorkerInit;
+  // Speculation's ledger follows one step at a time.
+  if (init.speculation !== null && init.cohorts > 1) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `speculation runs one cohort, got cohorts ${init.cohorts}`);
   const multi = init.devices > 1 || init.provisioning === 'per-model';
   // Several devices: one kernel thread each (the process-wide pool serialises parallel kernels of two threads, and
   // is set here once, before any device starts).
@@ -100,6 +102,8 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
   };
   const loop: ChainStepLoop = new ChainStepLoop(makeExecutor(), {
     maxBatch: init.maxBatch,
+    // One device steps synchronously: a second cohort would only wait for the first.
+    cohorts: devices ? init.cohorts : 1,
     kvPages: init.kvPages,
     eosTokenIds: config.eosTokenIds,
     decode: (ids) => tokenizer.decode(ids),
@@ -236,9 +240,9 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     return null;
   }
 
-  /** Runs a job between steps (the device set's turns), checked again against the placement it meets. */
+  /** Runs a job between steps (alone at the device set's gate), checked again against the placement it meets. */
   const runJob = (job: PlacementJob): Promise<unknown> =>
-    devices!.turns.run(async () => {
+    devices!.gate.alone(async () => {
       checkJob(job);
       const set = devices!;
       switch (job.kind) {
