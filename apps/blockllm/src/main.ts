@@ -38,6 +38,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     placementPolicy: config.placementPolicy,
     scaleOutQueue: config.scaleOutQueue,
     adaptive: config.adaptive,
+    variantBatching: config.variantBatching,
     maxQueueLen: config.maxQueue,
     kvMigration: config.kvMigration,
     speculation: config.speculate ? { acceptCosine: config.specAcceptCosine, fraction: config.specFraction } : undefined,

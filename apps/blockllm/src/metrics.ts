@@ -46,6 +46,11 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
       name: 'tessera_blockllm_overlapped_steps_total',
       help: "Device steps that started while another cohort's step was in flight (cohorts pipelined across devices).",
     },
+    variantBatches: {
+      type: 'counter',
+      name: 'tessera_blockllm_variant_batches_total',
+      help: 'Block runs that batched several variants of one base block (the foundation component and fused PE blocks modifying it) over one pass of its weights.',
+    },
     crossRows: { type: 'counter', name: 'tessera_blockllm_cross_device_rows_total', help: 'Hidden-state rows handed from one device to another between blocks.' },
     commShare: {
       type: 'gauge',
@@ -122,6 +127,7 @@ export function blockllmMetrics(registry: Registry, engine: BlockllmHost, option
     totals.advance(m.crossBytes, d.crossBytes);
     totals.advance(m.crossRows, d.crossRows);
     totals.advance(m.overlappedSteps, d.overlappedSteps);
+    totals.advance(m.variantBatches, d.variantBatches);
     totals.advance(m.deploys, d.deploys);
     totals.advance(m.evictions, d.evictions);
     totals.advance(m.scaleOuts, d.scaleOuts);

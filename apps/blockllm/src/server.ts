@@ -81,6 +81,11 @@ export interface ServerOptions extends ServerBaseOptions {
    * family in place of a run of the chain's blocks (default true; false: the chain's own blocks only).
    */
   adaptive?: boolean | undefined;
+  /**
+   * Variant batching (several devices, blocks provisioning): a fused PE block's rows run in one batch with those of
+   * the base block it modifies, each row with its own delta, so the base weights pass once (default true).
+   */
+  variantBatching?: boolean | undefined;
   /** maxQueueLen of algorithm 5.4: a new sequence's first hop leaves an instance routed this many sequences for an equivalent one (default: no bound). */
   maxQueueLen?: number | undefined;
   /** The placement policy of the serving core (default 'locality'). */
@@ -200,6 +205,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           placementPolicy: options.placementPolicy ?? 'locality',
           scaleOutQueue: options.scaleOutQueue ?? null,
           adaptive: options.adaptive ?? true,
+          variantBatching: options.variantBatching ?? true,
           maxQueueLen: options.maxQueueLen ?? null,
           kvMigration: kvMigrationOf(options.kvMigration),
           speculation: options.speculation ? { acceptCosine: options.speculation.acceptCosine ?? 0.95, fraction: options.speculation.fraction ?? 0.1 } : null,

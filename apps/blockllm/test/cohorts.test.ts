@@ -2,7 +2,7 @@
  * Cohorts (--cohorts): the running sequences split into cohorts whose steps are in flight at once, so that one
  * cohort's blocks run on one device while another's run on the other. Two cohorts give every request the tokens of
  * its chain run alone, their steps really overlap on the devices, and KV exhaustion in one cohort waits for the
- * other's pages instead of failing; one cohort never overlaps. The step gate: steps run side by side, a placement
+ * other's pages instead of failing; one cohort never overlaps (nor, with variant batching off, batches variants). The step gate: steps run side by side, a placement
  * change runs alone and holds back the steps asked for after it.
  */
 import type { FastifyInstance } from 'fastify';
@@ -34,9 +34,9 @@ describe('cohorts pipelined across two devices', () => {
   let one: FastifyInstance;
   // Each device holds about 77 % of the zoo's unique bytes, so chains cross devices.
   beforeAll(async () => {
-    two = (await serve(fixture, { devices: 2, deviceBytes: 880_000, cohorts: 2, kvPages: 6 })).app;
+    two = (await serve(fixture, { devices: 2, deviceBytes: 880_000, cohorts: 2, kvPages: 2 })).app;
     servers.push(two);
-    one = (await serve(fixture, { devices: 2, deviceBytes: 880_000, cohorts: 1, kvPages: 6 })).app;
+    one = (await serve(fixture, { devices: 2, deviceBytes: 880_000, cohorts: 1, kvPages: 2, variantBatching: false })).app;
     servers.push(one);
   });
 
@@ -50,14 +50,18 @@ describe('cohorts pipelined across two devices', () => {
     const after = await two.engine.call('stats', null);
     expect(after.devices!.overlappedSteps).toBeGreaterThan(before.overlappedSteps);
     expect(after.devices!.crossBytes).toBeGreaterThan(before.crossBytes);
-    // 14 sequences of up to 3 pages do not fit a block's 6 pages at once: a cohort waited for the other's pages.
+    // 14 sequences of up to 2 pages do not fit the 2 pages a variant adds to a block's cache: a cohort waited for the
+    // other's pages.
     expect(after.kvExhausted).toBeGreaterThan(0);
     expect(after.running + after.waiting).toBe(0);
 
-    // One cohort: the same tokens, no step overlaps another.
+    // One cohort, without variant batching: the same tokens, no step overlaps another, no variants batch together.
     const single = await Promise.all(jobs.map((j, i) => served(one, j.model, j.prompt, j.maxTokens, `single-${i}`)));
     expect(single).toEqual(alone);
-    expect((await one.engine.call('stats', null)).devices!.overlappedSteps).toBe(0);
+    const oneStats = (await one.engine.call('stats', null)).devices!;
+    expect(oneStats.overlappedSteps).toBe(0);
+    expect(oneStats.variantBatches).toBe(0);
+    expect(after.devices!.variantBatches).toBeGreaterThan(0);
   });
 });
 

@@ -2,8 +2,8 @@
  * Two devices (worker threads, each with its own byte budget) over the demo zoo: the serving core's placement
  * spreads the chains over both, a request's chain runs block by block across them with the hidden state handed on
  * between devices, and every application gives the tokens — and, greedy, the bit-identical logits (its logprobs) —
- * of its chain run on one device; applications sharing blocks served together batch per block on each device and
- * still give the tokens of alone, also when a block's KV cache is full and a step across devices is rolled back; placement jobs move and evict instances (the in-process control plane), bad ones
+ * of its chain run on one device; applications sharing blocks served together batch per block on each device (a
+ * fused PE block with the base block it modifies: variant batching) and still give the tokens of alone, also when a block's KV cache is full and a step across devices is rolled back; placement jobs move and evict instances (the in-process control plane), bad ones
  * are 4xx and the server keeps serving.
  */
 import { tokenLogprobs } from '@tessera/engine';
@@ -71,12 +71,16 @@ describe('a chain spread over two devices', () => {
 
   it('batches applications sharing a block on each device, with the tokens of alone', async () => {
     const before = await app.engine.call('stats', null);
-    const alone = await Promise.all(APPS.map((model, i) => app.engine.call('alone', { app: model, prompt: promptOf(i), maxTokens: 16 })));
-    const together = await Promise.all(APPS.map((model, i) => served(model, promptOf(i), 16, `together-${i}`)));
+    const jobs = [...APPS, ...APPS].map((model, i) => ({ model, prompt: promptOf(i) }));
+    const alone = await Promise.all(jobs.map((j) => app.engine.call('alone', { app: j.model, prompt: j.prompt, maxTokens: 16 })));
+    const together = await Promise.all(jobs.map((j, i) => served(j.model, j.prompt, 16, `together-${i}`)));
     expect(together.map((t) => t.tokens)).toEqual(alone);
     const after = await app.engine.call('stats', null);
     expect(after.sharedBatches).toBeGreaterThan(before.sharedBatches);
-    // Seven requests do not fit a shared block's 4 pages at once: steps were rolled back on every device and retried.
+    // Fused PE blocks ran in one batch with the base blocks they modify (variant batching).
+    expect(after.devices!.variantBatches).toBeGreaterThan(before.devices!.variantBatches);
+    // Fourteen requests do not fit the 4 pages a variant of a block adds to its device's cache at once: steps were
+    // rolled back on every device and retried.
     expect(after.kvExhausted).toBeGreaterThan(before.kvExhausted);
     expect(after.devices!.crossRows).toBeGreaterThan(before.devices!.crossRows);
     const text = await (await fetch(`${url}/metrics`)).text();

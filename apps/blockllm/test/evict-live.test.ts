@@ -18,8 +18,9 @@ let url: string;
 // maxQueueLen 1: a new sequence's first hop leaves an instance another sequence runs through for an idle replica
 // (algorithm 5.4), so the tests know where their sequences run; adaptive serving off: every route is the chain's own.
 // One cohort: the re-placement below must meet both sequences routed, and a second cohort's first step may still
-// wait at the step gate when the job runs.
-beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 3_000_000, kvPages: 8, maxQueueLen: 1, adaptive: false, cohorts: 1 })));
+// wait at the step gate when the job runs. No variant batching: the KV room checked below is each instance's own
+// 8 pages (a variant group's shared cache has 8 per variant of the block).
+beforeAll(async () => ({ app, url } = await serve(fixture, { devices: 2, deviceBytes: 3_000_000, kvPages: 8, maxQueueLen: 1, adaptive: false, cohorts: 1, variantBatching: false })));
 afterAll(async () => {
   await app?.close();
   fixture.cleanup();

@@ -45,7 +45,7 @@ import {
   type Topology,
   TrafficCounter,
 } from '@tessera/block-zoo';
-import { attentionLayersOf, type ChainSequence } from '@tessera/block-zoo/chain';
+import { attentionLayersOf, type ChainSequence, variantSignature } from '@tessera/block-zoo/chain';
 import { KV_PAGE_SIZE, systemClock } from '@tessera/core';
 import type { WorkerEngineClient } from '@tessera/server-kit';
 
@@ -97,6 +97,13 @@ export interface DeviceSetOptions {
    * attention instance's inputs per sequence only under 'overlapped'.
    */
   kvMigration?: { mode: 'copy' | 'overlapped'; rates?: Partial<MigrationRates> };
+  /**
+   * Variant batching (blocks provisioning): on a device, the instances of one base block's variants — the
+   * foundation's component and the fused PE blocks that modify it — share a KV cache, and the rows reaching them at
+   * one point of a step run as one batch, each row keyed to its own variant's delta: the base weights pass once.
+   * Default true.
+   */
+  variantBatching?: boolean;
 }
 
 export interface InstanceInfo {
@@ -119,6 +126,8 @@ export interface DeviceCounters {
   steps: number;
   /** Steps that started while another cohort's step was in flight on the devices (pipelining). */
   overlappedSteps: number;
+  /** Batches that ran several variants of one base block together (variant batching). */
+  variantBatches: number;
   programs: number;
   /** Hidden-state bytes that crossed from one device to another. */
   crossBytes: number;
@@ -239,6 +248,7 @@ export class DeviceSet {
   readonly counters: DeviceCounters = {
     steps: 0,
     overlappedSteps: 0,
+    variantBatches: 0,
     programs: 0,
     crossBytes: 0,
     crossRows: 0,
@@ -268,6 +278,7 @@ export class DeviceSet {
   private readonly routedTotal = new Map<string, number>();
   private readonly instances = new Map<string, InstanceInfo>();
   private readonly manifests = new Map<string, BlockManifest>();
+  private readonly variantKeys = new Map<string, string>();
   /** Per-model provisioning: when each application's model was last used (LRU). */
   private readonly lastUsed = new Map<string, number>();
   private useClock = 0;
@@ -309,7 +320,15 @@ export class DeviceSet {
     const ids = Array.from({ length: options.devices }, (_, i) => `device-${i}`);
     const started = await Promise.allSettled(
       ids.map((device) =>
-        startDevice({ device, zooDir: options.zooDir, budgetBytes: options.deviceBytes, kvPages: options.kvPages, maxPositions: options.maxPositions, inputLog: (options.kvMigration?.mode ?? 'overlapped') === 'overlapped' }),
+        startDevice({
+          device,
+          zooDir: options.zooDir,
+          budgetBytes: options.deviceBytes,
+          kvPages: options.kvPages,
+          maxPositions: options.maxPositions,
+          inputLog: (options.kvMigration?.mode ?? 'overlapped') === 'overlapped',
+          variantBatching: options.variantBatching ?? true,
+        }),
       ),
     );
     const failed = started.find((s) => s.status === 'rejected');
@@ -601,13 +620,33 @@ export class DeviceSet {
     await this.settle();
     if (this.instances.has(key)) throw new BlockllmPlacementConflictError(`${key} is already deployed on ${this.instances.get(key)!.device}`);
     if (manifest.span === null) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `block ${manifest.blockId} is a ${manifest.kind}, not a chain block`);
-    await this.client(device).call('deploy', { instance: key, manifest, pool });
+    await this.client(device).call('deploy', { instance: key, manifest, pool, variants: this.variantsOf(manifest) });
     const info: InstanceInfo = { instance: key, block: manifest.blockId, label: formatBlock(manifest), device, pool, bytes: this.marginal(manifest, device, pool) };
     this.instances.set(key, info);
     this.manifests.set(key, manifest);
     this.counters.deploys++;
     this.counters.loadedBytes += manifest.paramBytes;
     return info;
+  }
+
+  /** An instance's base block (variantSignature of its block; its own key for a block that runs alone), cached. */
+  variantKey(instance: string): string {
+    let k = this.variantKeys.get(instance);
+    if (k === undefined) {
+      const m = this.manifests.get(instance);
+      k = (m && variantSignature(m)) ?? instance;
+      this.variantKeys.set(instance, k);
+    }
+    return k;
+  }
+
+  /** The distinct blocks of the served chains that are variants of this block's base block (itself included). */
+  private variantsOf(manifest: BlockManifest): number {
+    const signature = variantSignature(manifest);
+    if (signature === null) return 1;
+    const blocks = new Set([manifest.blockId]);
+    for (const app of this.zoo.apps()) for (const b of this.zoo.chain(app).blocks) if (variantSignature(b) === signature) blocks.add(b.blockId);
+    return blocks.size;
   }
 
   async evict(key: string): Promise<void> {
@@ -1248,7 +1287,7 @@ export class DeviceChainExecutor {
       let p = pending.get(device);
       if (!p) {
         touched.add(device);
-        p = { program: { step, release: set.takeReleases(device), imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
+        p = { program: { step, release: [], imports: null, groups: [], exports: [] }, from: [], importIds: new Set() };
         pending.set(device, p);
       }
       return p;
@@ -1269,10 +1308,11 @@ export class DeviceChainExecutor {
           try {
             sources = await Promise.all(p.from);
           } catch (err) {
-            // Not posted: the releases it carried go with the device's next message.
-            requeue(device, p.program.release);
             throw err;
           }
+          // The releases so far go with it (taken when it is posted, not made: a program made earlier may be posted
+          // after another cohort's, and a page must be free before any program that needs it runs).
+          p.program.release = set.takeReleases(device);
           const blocks = sources.map((r) => r.exports).filter((b): b is RowBlock => b !== null && b.ids.some((id) => p.importIds.has(id)));
           if (blocks.length > 0) p.program.imports = concatRows(blocks, p.importIds);
           const transfer: ArrayBuffer[] = [];
@@ -1290,9 +1330,6 @@ export class DeviceChainExecutor {
       return result;
     };
 
-    const requeue = (device: string, release: readonly string[]) => {
-      if (release.length > 0) set.releases.set(device, [...release, ...(set.releases.get(device) ?? [])]);
-    };
 
     const speculations: OpenSpeculation[] = [];
 
@@ -1314,7 +1351,17 @@ export class DeviceChainExecutor {
           if (hop.manifest.span!.start !== start) continue;
           groups.set(hop.key, [...(groups.get(hop.key) ?? []), w]);
         }
-        for (const [key, group] of groups) {
+        // By device, then by base block: a device's variants of one base block go into its program one after the
+        // other, so the device runs them as one batch (variant batching); the sort is stable otherwise.
+        const ordered = [...groups].sort(([a, ga], [b, gb]) => {
+          const da = ga[0]!.chain[ga[0]!.cursor]!.device;
+          const db = gb[0]!.chain[gb[0]!.cursor]!.device;
+          if (da !== db) return da < db ? -1 : 1;
+          const va = set.variantKey(a);
+          const vb = set.variantKey(b);
+          return va === vb ? 0 : va < vb ? -1 : 1;
+        });
+        for (const [key, group] of ordered) {
           const device = group[0]!.chain[group[0]!.cursor]!.device;
           // Rows living on another device: that device's program hands them on (sent now if still pending); rows a
           // sent program already hands on (a prediction, or a repair's real output) are imported from it.
@@ -1405,6 +1452,7 @@ export class DeviceChainExecutor {
           this.onBlockRun?.({ rows: run.rows, apps: run.apps, copiedRows: 0 });
         }
         if (r.copiedRows > 0) this.onBlockRun?.({ rows: 0, apps: 0, copiedRows: r.copiedRows });
+        set.counters.variantBatches += r.variantBatches;
         for (const l of r.logits) {
           const w = walkers.find((x) => String(x.seq.id) === l.id)!;
           results[w.index] = l.data;
@@ -1438,7 +1486,6 @@ export class DeviceChainExecutor {
         for (const s of speculations) if (spec.ledger.openTags(String(s.w.seq.id), step).includes(s.tag)) spec.ledger.verify(s.tag, -Infinity);
         for (const s of speculations) spec.ledger.retire(String(s.w.seq.id), step);
       }
-      for (const [device, p] of pending) requeue(device, p.program.release);
       await Promise.allSettled([...touched].map((device) => set.endStep(device, step, false)));
       throw failure;
     }

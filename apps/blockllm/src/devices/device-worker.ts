@@ -8,14 +8,15 @@
  * of its rows and leaves its prediction under other ids; a repair program of the same step re-runs tentative groups
  * on the real rows, writing their K/V over the tentative ones at the same (uncommitted) positions.
  */
-import { BlockRuntime } from '@tessera/block-zoo/chain';
+import type { BlockManifest } from '@tessera/block-zoo';
+import { blockKvCache, BlockRuntime, variantSignature } from '@tessera/block-zoo/chain';
 import { DevicePool, DiskTensorStore } from '@tessera/block-zoo/store';
 import { type HostEvent, type Placement, type ProtocolEngine, serveWorkerHost } from '@tessera/cluster';
-import { type DecoderStepContext, KvCacheExhaustedError } from '@tessera/engine';
+import { type DecoderStepContext, KvCacheExhaustedError, type PagedKvCache } from '@tessera/engine';
 import { cast, Tensor } from '@tessera/native';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
-import { type DeviceInit, type DeviceProgram, type DeviceProtocol, type DeviceStats, predictionId, type ProgramResult, type RowBlock } from './protocol.js';
+import { type DeviceInit, type DeviceProgram, type DeviceProtocol, type DeviceStats, predictionId, type ProgramGroup, type ProgramResult, type RowBlock } from './protocol.js';
 
 type P = DeviceProtocol;
 
@@ -33,6 +34,10 @@ interface Rows {
 interface Instance {
   runtime: BlockRuntime;
   pool: string;
+  /** Its variant group here (instances of one base block that run as one batch and share a KV cache), or null. */
+  group: VariantGroup | null;
+  /** Sequences it ran (their K/V in its cache, which its variant group shares). */
+  sequences: Set<string>;
   /**
    * Per sequence, the inputs the instance ran it on, position by position (the rows entering the block; the token
    * ids of a block that starts at the embedding): what an overlapped migration recomputes the front of its K/V
@@ -47,6 +52,15 @@ interface InputLog {
   rows: Float32Array;
   tokens: number[];
   whole: boolean;
+}
+
+/** Instances of one base block on this device that run together: one KV cache, a share of it per variant. */
+interface VariantGroup {
+  signature: string;
+  cache: PagedKvCache | null;
+  members: Set<string>;
+  /** Variants it was sized for (its cache has slots × kvPages pages). */
+  slots: number;
 }
 
 /** One step's state on this device. */
@@ -142,8 +156,35 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
       for (const i of instances.values()) {
         i.runtime.release(id);
         i.inputs.delete(id);
+        i.sequences.delete(id);
       }
     }
+  };
+  const variantGroups: VariantGroup[] = [];
+  /** The variant group a new instance joins (one with a free slot), or a new one; null when it runs alone. */
+  const joinGroup = (manifest: BlockManifest, pool: string, variants: number): VariantGroup | null => {
+    const signature = variantSignature(manifest);
+    if (!init.variantBatching || pool !== 'shared' || signature === null) return null;
+    let g = variantGroups.find((x) => x.signature === signature && x.members.size < x.slots);
+    if (!g) {
+      const slots = Math.max(1, variants);
+      g = { signature, cache: blockKvCache(manifest, init.kvPages * slots, poolOf(pool).backend), members: new Set(), slots };
+      variantGroups.push(g);
+    }
+    return g;
+  };
+  const dropIfEmpty = (g: VariantGroup) => {
+    if (g.members.size > 0 || !variantGroups.includes(g)) return;
+    g.cache?.dispose();
+    variantGroups.splice(variantGroups.indexOf(g), 1);
+  };
+  const leaveGroup = (key: string, i: Instance) => {
+    const g = i.group;
+    if (!g) return;
+    // Its sequences' K/V go with it (the cache stays with the group's other variants).
+    for (const id of i.sequences) i.runtime.release(id);
+    g.members.delete(key);
+    dropIfEmpty(g);
   };
 
   /** The group's input: one base's rows in order → that tensor or a view; else a gather into a new base. */
@@ -186,13 +227,102 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     return { input: base.tensor, view: null, copied: total };
   }
 
+  /**
+   * Runs program groups as one batch: one group, or several variants of one base block (their instances in one
+   * variant group, sharing a KV cache), each row keyed to its own instance's delta, so the base weights pass once.
+   */
+  function runGroups(st: StepState, groups: readonly ProgramGroup[], result: ProgramResult): void {
+    const { rowsOf } = st;
+    const g0 = performance.now();
+    const parts = groups.map((group) => ({ group, inst: instance(group.instance) }));
+    const rt = parts[0]!.inst.runtime;
+    for (const { group, inst } of parts) {
+      for (const s of group.seqs) {
+        if (inst.runtime.admitPrefix(s.id)) st.prefixed.push({ rt: inst.runtime, id: s.id });
+        inst.sequences.add(s.id);
+      }
+    }
+    const ctx = BlockRuntime.prepareTogether(parts.map(({ group, inst }) => ({ runtime: inst.runtime, sequences: group.seqs })));
+    st.contexts.push(ctx);
+    const seqs = parts.flatMap(({ group }) => group.seqs);
+    const ids = seqs.map((s) => s.id);
+    const predict = parts.length === 1 && parts[0]!.group.predict === true;
+    // A surrogate's group writes its prediction under other ids, on a copy: the real block reads the rows after it.
+    const outIds = predict ? ids.map(predictionId) : ids;
+    let { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(st, ids);
+    if (predict && input !== null) {
+      const base = newBase(st, Tensor.empty([input.shape[0]!, input.shape[1]!], 'f32', input.backend));
+      cast(input, 'f32', { out: base.tensor });
+      view?.dispose();
+      let row = 0;
+      outIds.forEach((id, k) => {
+        const rows = rowsOf.get(ids[k]!)!.rows;
+        drop(st, rowsOf.get(id));
+        base.refs++;
+        rowsOf.set(id, { base, row, rows });
+        row += rows;
+      });
+      copied += row;
+      input = base.tensor;
+      view = null;
+    }
+    result.copiedRows += copied;
+    const cache = rt.cache;
+    if (init.inputLog && cache && !predict) {
+      // The block's inputs, before it runs on them in place (a recompute of its K/V starts from them).
+      const width = input ? input.shape[1]! : 0;
+      const host = input ? (input.toArray() as Float32Array) : null;
+      let row = 0;
+      for (const { group, inst } of parts) {
+        for (const s of group.seqs) {
+          if (!inst.runtime.prefix) {
+            const start = cache.length(s.id);
+            let log = inst.inputs.get(s.id);
+            if (!log) inst.inputs.set(s.id, (log = { width, rows: new Float32Array(0), tokens: [], whole: start === 0 }));
+            writeInputs(log, start, host && host.subarray(row * width, (row + s.tokens.length) * width), s.tokens);
+          }
+          row += s.tokens.length;
+        }
+      }
+    }
+    try {
+      const out = rt.run(input, ctx, 'last');
+      if (out.logits) {
+        const vocab = out.logits.shape[1]!;
+        const host = out.logits.toArray() as Float32Array;
+        out.logits.dispose();
+        ids.forEach((id, r) => result.logits.push({ id, data: host.slice(r * vocab, (r + 1) * vocab) }));
+      }
+      if (rt.startsAtTokens) {
+        const base = newBase(st, out.hidden!);
+        let row = 0;
+        seqs.forEach((s, k) => {
+          drop(st, rowsOf.get(outIds[k]!));
+          base.refs++;
+          rowsOf.set(outIds[k]!, { base, row, rows: s.tokens.length });
+          row += s.tokens.length;
+        });
+      }
+    } finally {
+      view?.dispose();
+    }
+    if (rt.endsAtLogits) for (const id of ids) drop(st, rowsOf.get(id)), rowsOf.delete(id);
+    // Each instance's share of the batch's time, by its rows (the route's profile is per instance).
+    const ms = performance.now() - g0;
+    if (parts.length > 1) result.variantBatches++;
+    for (const { group } of parts) {
+      const rows = group.seqs.reduce((n, s) => n + s.tokens.length, 0);
+      result.runs.push({ instance: group.instance, rows, apps: new Set(group.seqs.map((s) => s.app)).size, ms: (ms * rows) / Math.max(1, ctx.rows) });
+    }
+  }
+
   function run(program: DeviceProgram): ProgramResult {
     // Each step is ended by the coordinator (commit or abort); several may be open here at once.
     release(program.release);
     const st = stepState(program.step);
     const { rowsOf } = st;
     const t0 = performance.now();
-    const result: ProgramResult = { logits: [], exports: null, computeMs: 0, copiedRows: 0, runs: [] };
+    const result: ProgramResult = { logits: [], exports: null, computeMs: 0, copiedRows: 0, variantBatches: 0, runs: [] };
     if (program.imports) {
       const { ids, rows, width, data } = program.imports;
       // A sequence's rows arrive once: a second copy would drop the first's reference and could free its tensor.
@@ -206,71 +336,14 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         row += rows[k]!;
       });
     }
-    for (const group of program.groups) {
-      const g0 = performance.now();
-      const rt = instance(group.instance).runtime;
-      for (const s of group.seqs) if (rt.admitPrefix(s.id)) st.prefixed.push({ rt, id: s.id });
-      const ctx = rt.prepare(group.seqs);
-      st.contexts.push(ctx);
-      const ids = group.seqs.map((s) => s.id);
-      // A surrogate's group writes its prediction under other ids, on a copy: the real block reads the rows after it.
-      const outIds = group.predict ? ids.map(predictionId) : ids;
-      let { input, view, copied } = rt.startsAtTokens ? { input: null, view: null, copied: 0 } : gather(st, ids);
-      if (group.predict && input !== null) {
-        const base = newBase(st, Tensor.empty([input.shape[0]!, input.shape[1]!], 'f32', input.backend));
-        cast(input, 'f32', { out: base.tensor });
-        view?.dispose();
-        let row = 0;
-        outIds.forEach((id, k) => {
-          const rows = rowsOf.get(ids[k]!)!.rows;
-          drop(st, rowsOf.get(id));
-          base.refs++;
-          rowsOf.set(id, { base, row, rows });
-          row += rows;
-        });
-        copied += row;
-        input = base.tensor;
-        view = null;
-      }
-      result.copiedRows += copied;
-      const cache = rt.cache;
-      if (init.inputLog && cache && !rt.prefix && !group.predict) {
-        // The block's inputs, before it runs on them in place (a recompute of its K/V starts from them).
-        const inputs = instance(group.instance).inputs;
-        const width = input ? input.shape[1]! : 0;
-        const host = input ? (input.toArray() as Float32Array) : null;
-        let row = 0;
-        for (const s of group.seqs) {
-          const start = cache.length(s.id);
-          let log = inputs.get(s.id);
-          if (!log) inputs.set(s.id, (log = { width, rows: new Float32Array(0), tokens: [], whole: start === 0 }));
-          writeInputs(log, start, host && host.subarray(row * width, (row + s.tokens.length) * width), s.tokens);
-          row += s.tokens.length;
-        }
-      }
-      try {
-        const out = rt.run(input, ctx, 'last');
-        if (out.logits) {
-          const vocab = out.logits.shape[1]!;
-          const host = out.logits.toArray() as Float32Array;
-          out.logits.dispose();
-          ids.forEach((id, r) => result.logits.push({ id, data: host.slice(r * vocab, (r + 1) * vocab) }));
-        }
-        if (rt.startsAtTokens) {
-          const base = newBase(st, out.hidden!);
-          let row = 0;
-          group.seqs.forEach((s, k) => {
-            drop(st, rowsOf.get(outIds[k]!));
-            base.refs++;
-            rowsOf.set(outIds[k]!, { base, row, rows: s.tokens.length });
-            row += s.tokens.length;
-          });
-        }
-      } finally {
-        view?.dispose();
-      }
-      if (rt.endsAtLogits) for (const id of ids) drop(st, rowsOf.get(id)), rowsOf.delete(id);
-      result.runs.push({ instance: group.instance, rows: ctx.rows, apps: new Set(group.seqs.map((s) => s.app)).size, ms: performance.now() - g0 });
+    // Consecutive groups of variants of one base block (one variant group here: a shared KV cache) run as one batch.
+    const groups = program.groups;
+    for (let g = 0; g < groups.length; ) {
+      let end = g + 1;
+      const group0 = instance(groups[g]!.instance).group;
+      if (group0 !== null && !groups[g]!.predict) while (end < groups.length && !groups[end]!.predict && instance(groups[end]!.instance).group === group0) end++;
+      runGroups(st, groups.slice(g, end), result);
+      g = end;
     }
     if (program.exports.length > 0) {
       const parts = program.exports.map((id) => {
@@ -303,24 +376,34 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
   return {
     engine: noRequests,
     admin: {
-      deploy: ({ instance: key, manifest, pool }) => {
+      deploy: ({ instance: key, manifest, pool, variants }) => {
         if (instances.has(key)) throw new BlockllmPlacementConflictError(`${init.device} already holds ${key}`);
         const devicePool = poolOf(pool);
+        const group = joinGroup(manifest, pool, variants ?? 1);
         // The device's budget covers all its pools together (per-model provisioning keeps one pool per model).
         const before = residentBytes();
-        const runtime = new BlockRuntime(manifest, devicePool, { kvPages: init.kvPages, lora: 'delta', maxPositions: init.maxPositions });
+        let runtime: BlockRuntime;
+        try {
+          runtime = new BlockRuntime(manifest, devicePool, { kvPages: init.kvPages, lora: 'delta', maxPositions: init.maxPositions, ...(group?.cache ? { cache: group.cache } : {}) });
+        } catch (err) {
+          if (group) dropIfEmpty(group);
+          throw err;
+        }
         const after = residentBytes();
         if (after > init.budgetBytes) {
           runtime.dispose();
+          if (group) dropIfEmpty(group);
           throw new BlockllmPlacementConflictError(
             `${key} (${after - before} more bytes) does not fit ${init.device}: ${before} of its ${init.budgetBytes} bytes are in use`,
           );
         }
-        instances.set(key, { runtime, pool, inputs: new Map() });
+        group?.members.add(key);
+        instances.set(key, { runtime, pool, group, sequences: new Set(), inputs: new Map() });
         return { residentBytes: after };
       },
       evict: ({ instance: key }) => {
         const i = instance(key);
+        leaveGroup(key, i);
         i.runtime.dispose();
         instances.delete(key);
         return { residentBytes: residentBytes() };
@@ -385,6 +468,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
             tokens += b - a;
           }
           i.inputs.set(s.id, { width: s.width, rows: s.rows, tokens: [...s.tokens], whole: true });
+          i.sequences.add(s.id);
         }
         busyMs += performance.now() - t0;
         return { tokens };
@@ -402,6 +486,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
             cache.importSequence(s.id, s.snapshot);
             done.push(s.id);
           }
+          for (const id of done) instance(key).sequences.add(id);
         } catch (err) {
           for (const id of done) cache.release(id);
           if (err instanceof KvCacheExhaustedError) throw new BlockllmPlacementConflictError(`the KV cache of ${key} on ${init.device} cannot take the ${sequences.length} sequence(s) that move: ${err.message}`);
@@ -430,7 +515,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
           block: i.runtime.manifest.blockId,
           pool: i.pool,
           bytes: i.runtime.manifest.paramBytes,
-          sequences: i.runtime.cache?.sequenceIds().length ?? 0,
+          sequences: i.runtime.cache ? [...i.sequences].filter((id) => i.runtime.cache!.hasSequence(id)).length : 0,
         })),
         busyMs,
         upMs: performance.now() - started,
@@ -439,7 +524,10 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
     ready: { device: init.device, backend: poolOf('shared').backend.device },
     async shutdown() {
       for (const st of [...steps.values()]) endStep(st, false);
-      for (const i of instances.values()) i.runtime.dispose();
+      for (const [key, i] of instances) {
+        leaveGroup(key, i);
+        i.runtime.dispose();
+      }
       instances.clear();
       for (const p of pools.values()) p.dispose();
     },

@@ -69,6 +69,8 @@ export interface ProgramResult {
   computeMs: number;
   /** Rows gathered into a new tensor between groups (0 when every group ran on its input or a view of it). */
   copiedRows: number;
+  /** Batches that ran several variants of one base block together (consecutive groups of one variant group). */
+  variantBatches: number;
   /** Per group: rows and the applications in it (per-block batching stats), and its wall time (ms; the route's profile). */
   runs: { instance: string; rows: number; apps: number; ms: number }[];
 }
@@ -87,6 +89,12 @@ export interface DeployArgs {
   manifest: BlockManifest;
   /** Instances with one pool key share resident tensors (BlockLLM: 'shared'); per-model provisioning uses one pool per application, so nothing is shared. */
   pool: string;
+  /**
+   * Variant batching (the device's `variantBatching`): the zoo blocks the served chains use that are variants of
+   * this one's base block (equal variantSignature, itself included). The instance joins a variant group of its
+   * base block on the device, whose KV cache has this many × kvPages pages, one share per variant. Default 1.
+   */
+  variants?: number;
 }
 
 export interface DeviceStats {
@@ -154,6 +162,11 @@ export interface DeviceInit {
   maxPositions: number;
   /** Log each attention instance's inputs per sequence (what an overlapped migration recomputes the front from). */
   inputLog: boolean;
+  /**
+   * Variants of one base block in the shared pool (the foundation's component and the fused PE blocks that modify
+   * it) share a KV cache, and their consecutive groups in a program run as one batch: the base weights pass once.
+   */
+  variantBatching: boolean;
 }
 
 /** Starts one device worker (several may run in one process: each is its own JS environment of the addon). */

@@ -159,6 +159,8 @@ export interface WorkerInit {
   scaleOutQueue: number | null;
   /** Adaptive serving: routes may run equivalent segments of other weight sets (several devices, BlockLLM provisioning). */
   adaptive: boolean;
+  /** Variant batching on the devices: a fused PE block's rows batch with its base block's. */
+  variantBatching: boolean;
   /** maxQueueLen of algorithm 5.4: a first hop leaves an instance routed this many sequences for an equivalent one (null: no bound). */
   maxQueueLen: number | null;
   /** How a migrate job moves K/V: overlapped front recompute and back copy (rates measured unless pinned), or copy only. */

@@ -300,20 +300,16 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
           return;
         }
         this.counters.kvExhausted++;
-        if (admitted.length === 1 && c.running.length === 0) {
-          if (this.cohorts.some((o) => o !== c && o.running.length + o.inflight.length > 0)) {
-            // Another cohort holds pages: wait for them to free.
-            this.waiting.unshift(admitted.pop()!);
-            await new Promise((resolve) => setTimeout(resolve, 1));
-            return;
-          }
+        // Another cohort holds pages: what does not fit now may once they free.
+        const othersHold = this.cohorts.some((o) => o !== c && o.running.length + o.inflight.length > 0);
+        if (admitted.length === 1 && c.running.length === 0 && !othersHold) {
           // Alone in empty caches and still too big: waiting would not help.
           this.fail(admitted[0]!, err);
           return;
         } else if (admitted.length > 0) {
           // The newest admitted request waits for pages to free; the step is retried without it.
           this.waiting.unshift(admitted.pop()!);
-        } else if (c.running.length > 1) {
+        } else if (c.running.length > 1 || (c.running.length === 1 && othersHold)) {
           // Preempt the newest running request: its pages are freed, it is recomputed from its tokens later.
           const victim = c.running.pop()!;
           this.executor.release(victim.seqId);
@@ -326,7 +322,11 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
           return;
         }
         batch = [...c.running, ...admitted];
-        if (batch.length === 0) return;
+        if (batch.length === 0) {
+          // Everything went back to the queue for another cohort's pages: give that cohort time to free them.
+          await new Promise((resolve) => setTimeout(resolve, 1));
+          return;
+        }
       }
     }
     // Cancelled while the step ran: already answered, and released.

@@ -78,6 +78,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       policy: init.placementPolicy,
       scaleOutQueue: init.scaleOutQueue ?? init.maxBatch,
       adaptive: init.adaptive,
+      variantBatching: init.variantBatching,
       ...(init.maxQueueLen !== null ? { maxQueueLen: init.maxQueueLen } : {}),
       ...(init.speculation !== null ? { speculation: init.speculation } : {}),
       kvMigration: { mode: init.kvMigration.mode, ...(init.kvMigration.rates ? { rates: init.kvMigration.rates } : {}) },

@@ -5,6 +5,11 @@
  * stages — embed → ffn(l)? → layers(a, b) → attention(b)? → head — on the hidden state in place. A surrogate's
  * manifest runs too: the target's stages on the surrogate's pruned tensors, with an engine config (and a KV cache)
  * of the surrogate's own head and channel counts.
+ *
+ * Variants of one base block (the foundation's component and the fused PE blocks that modify it: same stages, same
+ * base tensors) can run as one batch: `prepareTogether` prepares one step over several runtimes' sequences, each
+ * row keyed to its runtime's delta, so the base weights pass once for all of them. Such runtimes share one KV cache
+ * (`BlockRuntimeOptions.cache`), since a step writes its K/V into one.
  */
 import {
   type DecoderConfig,
@@ -37,10 +42,23 @@ export interface BlockRuntimeOptions {
   lora: LoraMode;
   /** The engine config's position limit (the zoo's architecture signature does not record one). */
   maxPositions: number;
+  /**
+   * A KV cache shared with the other variants of this base block (`variantSignature` equal): the caller owns it
+   * (the runtime neither sizes nor frees it). Default: a cache of the runtime's own with `kvPages` pages.
+   */
+  cache?: PagedKvCache;
 }
 
-/** The SegmentLayout key of a fused block's rows: the block's delta applies to every row that passes through it. */
-const PE_KEY = 'pe';
+/**
+ * What variants of one base block have in common: the stages, the architecture and the base tensors (a fused PE
+ * block's own tensors left out). Runtimes with equal signatures may run together (`prepareTogether`); null for a
+ * block that never does (a surrogate runs its own pruned shapes, and no delta).
+ */
+export function variantSignature(m: BlockManifest): string | null {
+  if (m.kind === 'surrogate' || m.stages === null) return null;
+  const base = m.tensors.filter((t) => m.pe === null || isBaseTensor(t.name)).map((t) => `${t.name}=${t.id}`);
+  return JSON.stringify([m.archSig, m.stages, base.sort()]);
+}
 
 /** The layers whose attention half the stages run (and whose K/V the block's cache holds), as [first, end). */
 export function attentionLayersOf(stages: readonly EngineStage[]): { first: number; end: number } | null {
@@ -51,6 +69,14 @@ export function attentionLayersOf(stages: readonly EngineStage[]): { first: numb
   }
   if (layers.length === 0) return null;
   return { first: layers[0]!, end: layers.at(-1)! + 1 };
+}
+
+/** A KV cache of `pages` pages over the block's attention layers, in its heads' shape; null for a block without attention. */
+export function blockKvCache(m: BlockManifest, pages: number, backend: DevicePool['backend']): PagedKvCache | null {
+  const kv = m.stages ? attentionLayersOf(m.stages) : null;
+  if (!kv) return null;
+  const c = decoderConfigOf(m.archSig);
+  return PagedKvCache.create({ numLayers: kv.end - kv.first, firstLayer: kv.first, numKvHeads: c.numKvHeads, headDim: c.headDim, numPages: pages }, backend);
 }
 
 export class BlockRuntime {
@@ -64,6 +90,11 @@ export class BlockRuntime {
   readonly prefix: ReadonlyMap<number, LayerPrefix> | null;
   /** The fused delta the runtime applies: the manifest's, or null for a surrogate (its tensors are all it runs). */
   readonly pe: FusedPe | null;
+  /** variantSignature(manifest), computed once. */
+  readonly signature: string | null;
+  /** The SegmentLayout key of this runtime's rows: its delta applies to the rows under it (null: no delta). */
+  private readonly rowKey: string | null;
+  private readonly ownsCache: boolean;
   private readonly stages: readonly EngineStage[];
   private readonly pool: DevicePool;
   /** Tensors this runtime made (casts, merged copies, prefix views, delta scratch): the pool's are not ours. */
@@ -81,6 +112,11 @@ export class BlockRuntime {
     if (manifest.kind === 'surrogate') checkSurrogateTensors(manifest, this.config);
     // A surrogate is fitted on its target's effective weights (a PE delta merged before pruning): it runs no delta.
     this.pe = manifest.kind === 'surrogate' ? null : manifest.pe;
+    this.signature = variantSignature(manifest);
+    // Keyed by the block, so the deltas of several variants in one batch never meet each other's rows.
+    this.rowKey = this.pe ? manifest.blockId : null;
+    const rowKey = manifest.blockId;
+    this.ownsCache = options.cache === undefined;
     const tensors = pool.acquire(manifest);
     try {
       const weights = new Map<string, Tensor>();
@@ -109,16 +145,16 @@ export class BlockRuntime {
               }
               mergeLoraIntoWeights(new ModelWeights(weights, pool.backend), lora);
             } else {
-              deltas.push(this.keep(new LoraDelta(new Map([[PE_KEY, lora]]))));
+              deltas.push(this.keep(new LoraDelta(new Map([[rowKey, lora]]))));
             }
             break;
           }
           case 'bitfit':
-            deltas.push(this.keep(new BitFitDelta(new Map([[PE_KEY, peTensors]]))));
+            deltas.push(this.keep(new BitFitDelta(new Map([[rowKey, peTensors]]))));
             break;
           case 'adapter': {
             if (component.layer === null) throw new ZooInvalidError(`${what}: an adapter sits on an attention or FFN component, not the ${component.kind}`);
-            deltas.push(new AdapterDelta(new Map([[PE_KEY, [{ layer: component.layer, component: component.kind as 'attention' | 'ffn', adapter: this.bottleneckOf(peTensors, what) }]]])));
+            deltas.push(new AdapterDelta(new Map([[rowKey, [{ layer: component.layer, component: component.kind as 'attention' | 'ffn', adapter: this.bottleneckOf(peTensors, what) }]]])));
             break;
           }
           case 'prefix': {
@@ -135,9 +171,13 @@ export class BlockRuntime {
       this.deltas = deltas;
       this.model = new DecoderModel(this.config, new ModelWeights(weights, pool.backend));
       const kv = attentionLayersOf(this.stages);
-      this.cache = kv
-        ? PagedKvCache.create({ numLayers: kv.end - kv.first, firstLayer: kv.first, numKvHeads: this.config.numKvHeads, headDim: this.config.headDim, numPages: options.kvPages }, pool.backend)
-        : null;
+      if (options.cache !== undefined) {
+        const shared = options.cache;
+        if (!kv || shared.numLayers !== kv.end - kv.first || shared.firstLayer !== kv.first || shared.numKvHeads !== this.config.numKvHeads || shared.headDim !== this.config.headDim) {
+          throw new ZooInvalidError(`block ${manifest.blockId}: the shared KV cache does not hold its attention layers with ${this.config.numKvHeads} kv heads of ${this.config.headDim}`);
+        }
+      }
+      this.cache = kv ? (options.cache ?? blockKvCache(manifest, options.kvPages, pool.backend)) : null;
       if (this.prefix && (!kv || kv.end - kv.first !== 1)) throw new ZooInvalidError(`block ${manifest.blockId}: a prefix block must hold exactly its attention layer`);
     } catch (err) {
       this.releaseResources();
@@ -157,10 +197,32 @@ export class BlockRuntime {
 
   /** Prepares one step of the block over `sequences` (their K/V, if the block holds attention, in its cache). */
   prepare(sequences: readonly { id: SequenceId; tokens: ArrayLike<number> }[]): DecoderStepContext {
-    this.checkLive();
-    const key = this.pe ? PE_KEY : null;
-    const seqs: DecoderSequence[] = sequences.map((s) => ({ id: s.id, tokens: s.tokens, key }));
-    return this.model.prepare(seqs, { cache: this.cache, deltas: this.deltas });
+    return BlockRuntime.prepareTogether([{ runtime: this, sequences }]);
+  }
+
+  /**
+   * Prepares one step over several variants of one base block (equal `signature`, one KV cache): their sequences in
+   * order, each row keyed to its runtime's delta, so one `run` of the first runtime passes the base weights once for
+   * all of them. A row's result is the one its own runtime gives it alone (the kernels are batch-invariant and each
+   * delta touches only its rows).
+   */
+  static prepareTogether(parts: readonly { runtime: BlockRuntime; sequences: readonly { id: SequenceId; tokens: ArrayLike<number> }[] }[]): DecoderStepContext {
+    const first = parts[0]?.runtime;
+    if (!first) throw new ZooInvalidError('prepareTogether needs at least one runtime');
+    const seqs: DecoderSequence[] = [];
+    const deltas: ModelDelta[] = [];
+    const seen = new Set<BlockRuntime>();
+    for (const { runtime, sequences } of parts) {
+      runtime.checkLive();
+      if (runtime !== first && (runtime.signature === null || runtime.signature !== first.signature || runtime.cache !== first.cache)) {
+        throw new ZooInvalidError(`blocks ${first.manifest.blockId} and ${runtime.manifest.blockId} are not variants of one base block sharing a KV cache`);
+      }
+      // A runtime's deltas once, however many parts it has.
+      if (!seen.has(runtime)) deltas.push(...runtime.deltas);
+      seen.add(runtime);
+      for (const s of sequences) seqs.push({ id: s.id, tokens: s.tokens, key: runtime.rowKey });
+    }
+    return first.model.prepare(seqs, { cache: first.cache, deltas });
   }
 
   /** Writes the block's prefix K/V for a sequence new to its cache; false when the block has no prefix or knows the sequence. */
@@ -227,7 +289,7 @@ export class BlockRuntime {
 
   private releaseResources(): void {
     this.disposed = true;
-    (this as { cache: PagedKvCache | null }).cache?.dispose();
+    if (this.ownsCache) (this as { cache: PagedKvCache | null }).cache?.dispose();
     for (const d of this.disposables) d.dispose();
     for (const t of this.owned) t.dispose();
     this.owned.length = 0;

@@ -5,7 +5,7 @@
  * the block that holds it (LoRA as the engine's LoraDelta or merged, BitFit, bottleneck adapters, prefix K/V);
  * sequences of several applications run through a block they share in one batch.
  */
-export { attentionLayersOf, BlockRuntime, type BlockRuntimeOptions, type LoraMode } from './block.js';
+export { attentionLayersOf, blockKvCache, BlockRuntime, type BlockRuntimeOptions, type LoraMode, variantSignature } from './block.js';
 export {
   type BlockRun,
   ChainExecutor,
