@@ -3,7 +3,7 @@
  * (block-zoo's chooseInstance) — a loaded replica loses to an idle one, a slower one to a faster one; a hop to
  * another device costs its activation transfer, so at equal load the instance on the previous hop's device wins,
  * and a long enough queue there makes the hop cross; ties go to the instance id whatever the snapshot's order; the
- * KV owner keeps a live sequence (rule 1); the rest of a device's load counts in T_queue; a block without an instance is the typed 404. Adaptive serving: an
+ * KV owner keeps a live sequence (rule 1); a block without an instance is the typed 404. Adaptive serving: an
  * equivalent segment's instance stands in for a loaded designated one (mid-chain by its estimate, at the chain start
  * only when the designated instances are at maxQueueLen), never with adaptive serving off, and the route rejoins the
  * chain after the blocks the segment replaces. And the inputs the device set feeds it: the per-instance profile (measured, a sibling's, the prior) and the worker link (measured, the prior).
@@ -44,20 +44,6 @@ describe('routeByCostModel', () => {
     const idle = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 0)]))[0]!.estimateMs!;
     const loaded = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 5)]))[0]!.estimateMs!;
     expect(loaded - idle).toBeCloseTo(5 * 0.01, 9);
-  });
-
-  it("counts the rest of a device's load in T_queue: equal replicas, the one on the busier device loses", () => {
-    // a's two replicas carry no sequences; device-0 runs 40 sequences through its other instances (0.4 ms a step).
-    const instances = [inst('a', 'device-0', 0), inst('a@device-1', 'device-1', 0)];
-    expect(routeByCostModel(snapshot(['a'], instances))[0]!.instance).toBe('a');
-    const r = routeByCostModel(snapshot(['a'], instances, { deviceLoadMs: { 'device-0': 0.4, 'device-1': 0.1 } }));
-    expect(r[0]!.instance).toBe('a@device-1');
-    // The instance's own queue is not counted twice: its device's load includes it.
-    const own = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 5)], { deviceLoadMs: { 'device-0': 5 * 0.01 } }))[0]!.estimateMs!;
-    const alone = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 5)]))[0]!.estimateMs!;
-    expect(own).toBeCloseTo(alone, 9);
-    const busier = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 5)], { deviceLoadMs: { 'device-0': 5 * 0.01 + 0.3 } }))[0]!.estimateMs!;
-    expect(busier - alone).toBeCloseTo(0.3, 9);
   });
 
   it('at equal load prefers the instance whose profile is faster', () => {

@@ -414,11 +414,6 @@ export class DeviceSet {
         ),
       }));
     });
-    const deviceLoadMs: Record<string, number> = Object.fromEntries(this.deviceIds.map((d) => [d, 0]));
-    for (const i of this.instances.values()) {
-      const n = sequences.get(i.instance) ?? 0;
-      if (n > 0) deviceLoadMs[i.device]! += n * this.profiler.perTokenMs(i.instance, this.instancesOf(i.block).filter((o) => o !== i).map((o) => o.instance), this.manifests.get(i.instance)!.paramBytes);
-    }
     const known = this.routes.get(id);
     const owners = known?.keys.filter((k) => this.instances.has(k));
     return {
@@ -429,7 +424,6 @@ export class DeviceSet {
       instances,
       topology: this.routeTopology(),
       equivalents,
-      deviceLoadMs,
       allowAdaptive: this.options.adaptive ?? true,
       ...(this.options.maxQueueLen !== undefined ? { maxQueueLen: this.options.maxQueueLen } : {}),
       ...(owners ? { owners } : {}),

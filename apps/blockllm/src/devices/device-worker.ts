@@ -504,6 +504,7 @@ serveWorkerHost<Placement, HostEvent, never, P['admin'], P['ready']>(async ({ wo
         if (instances.has(to)) throw new BlockllmPlacementConflictError(`${init.device} already holds ${to}`);
         instances.delete(from);
         instances.set(to, i);
+        if (i.group?.members.delete(from)) i.group.members.add(to);
         return null;
       },
       stats: (): DeviceStats => ({

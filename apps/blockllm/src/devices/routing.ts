@@ -136,13 +136,7 @@ export interface RouteSnapshot {
   owners?: readonly (string | null)[];
   /** The equivalent segments of the chain (any order). Absent: none. */
   equivalents?: readonly RouteEquivalent[];
-  /**
-   * Per device, what a step spends there on the sequences routed through all its instances (Σ routed sequences ×
-   * per-token time): a device runs one program at a time, so a sequence routed to any of its instances waits for
-   * the others' work too (part of T_queue, as the running batch's remaining compute). Absent: each instance's own
-   * queue only (instances side by side, as on a GPU).
-   */
-  deviceLoadMs?: Readonly<Record<string, number>>;
+
   /** Adaptive serving (chooseInstance's allowAdaptive): false keeps every hop on the chain's own blocks. Default true. */
   allowAdaptive?: boolean;
   /**
@@ -179,8 +173,7 @@ interface Option {
  * p + 1) and, with adaptive serving, the equivalent segments starting at p; the candidates are the deployed
  * instances of each option's first block (an instance offered by two segments counts once, for the better-scored
  * one). A chosen segment's later blocks are hops among their own instances; after its last block the route rejoins
- * the chain. Each candidate gets T_queue = its routed sequences × its per-token time (plus the rest of its device's
- * load, `deviceLoadMs`: the other instances there run in the same programs), T_compute = the prompt's tokens
+ * the chain. Each candidate gets T_queue = its routed sequences × its per-token time, T_compute = the prompt's tokens
  * × the same, T_transfer = the token ids from the scheduler (hop 0) or the previous block's activations over the
  * worker link when the previous hop is on another device (0 on the same one), T_load = 0 (deployed instances are
  * resident). Ties go to the KV owner, then the designated block, then the instance id (chooseInstance's rules), so
@@ -219,7 +212,6 @@ export function routeByCostModel(s: RouteSnapshot): RouteHop[] {
             dispatcher: from === null ? 'scheduler' : 'agent',
             profile: { fixedMs: 0, perRowMs: 0, perTokenMs: x.perTokenMs },
             queued: x.sequences > 0 ? [{ rows: x.sequences, tokens: x.sequences }] : [],
-            runningMs: Math.max(0, (s.deviceLoadMs?.[x.device] ?? 0) - x.sequences * x.perTokenMs),
             request: { rows: 1, tokens: s.tokens },
             transferBytes,
             from,
