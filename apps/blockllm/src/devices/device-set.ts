@@ -207,8 +207,7 @@ export class StepGate {
   /** Steps in flight now. */
   steps = 0;
   private drained: (() => void)[] = [];
-  private changes: Promise<unknown> = Promise.resolve();
-  /** The last change asked for, until it ends. */
+  /** The last change asked for, until it ends (the next one runs after it). */
   private change: Promise<void> | null = null;
 
   async step<T>(fn: () => Promise<T>): Promise<T> {
@@ -226,12 +225,11 @@ export class StepGate {
       while (this.steps > 0) await new Promise<void>((resolve) => this.drained.push(resolve));
       return fn();
     };
-    const next = this.changes.then(run, run);
+    const next = (this.change ?? Promise.resolve()).then(run, run);
     const ended = next.then(
       () => undefined,
       () => undefined,
     );
-    this.changes = ended;
     this.change = ended;
     void ended.then(() => {
       if (this.change === ended) this.change = null;
@@ -1298,12 +1296,7 @@ export class DeviceChainExecutor {
       const result = (async () => {
         try {
           await previous;
-          let sources: ProgramResult[];
-          try {
-            sources = await Promise.all(p.from);
-          } catch (err) {
-            throw err;
-          }
+          const sources = await Promise.all(p.from);
           // The releases so far go with it (taken when it is posted, not made: a program made earlier may be posted
           // after another cohort's, and a page must be free before any program that needs it runs).
           p.program.release = set.takeReleases(device);
@@ -1323,7 +1316,6 @@ export class DeviceChainExecutor {
       sent.push({ device, result });
       return result;
     };
-
 
     const speculations: OpenSpeculation[] = [];
 

@@ -15,8 +15,8 @@
  * Cohorts (`cohorts` > 1, an asynchronous executor over several devices): the running sequences are split into
  * cohorts, each with its own step in flight, so that while one cohort's blocks run on one device another's run on
  * the next — the pipelining BlockLLM's per-block agents give, where a lockstep step over all sequences leaves each
- * device idle while the others run their part. A new request joins the cohort with the fewest sequences; a sequence
- * stays in its cohort.
+ * device idle while the others run their part. A new request joins a cohort with room (each takes up to an even
+ * split of the live and waiting sequences); a sequence stays in its cohort.
  *
  * A zoo re-partition (an ingest that cuts a block some loaded chain uses) needs a new executor: admission pauses,
  * the running sequences finish, then `rebuild` swaps the executor.
@@ -139,7 +139,7 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
   };
 
   get sizes(): { running: number; waiting: number } {
-    return { running: this.cohorts.reduce((n, c) => n + c.running.length, 0), waiting: this.waiting.length };
+    return { running: this.running.length, waiting: this.waiting.length };
   }
 
   /** Swaps the executor once the running sequences finished (admission pauses until then). */
@@ -250,7 +250,8 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     const n = this.cohorts.length;
     const live = this.cohorts.reduce((k, o) => k + o.running.length + (o === c ? 0 : o.inflight.length), 0);
     const even = Math.ceil((live + this.waiting.length) / n);
-    return Math.max(0, Math.min(Math.min(even, Math.ceil(this.options.maxBatch / n)) - c.running.length, this.options.maxBatch - live));
+    const share = Math.ceil(this.options.maxBatch / n);
+    return Math.max(0, Math.min(even - c.running.length, share - c.running.length, this.options.maxBatch - live));
   }
 
   private async step(c: Cohort): Promise<void> {

@@ -114,8 +114,8 @@ export class BlockRuntime {
     this.pe = manifest.kind === 'surrogate' ? null : manifest.pe;
     this.signature = variantSignature(manifest);
     // Keyed by the block, so the deltas of several variants in one batch never meet each other's rows.
-    this.rowKey = this.pe ? manifest.blockId : null;
     const rowKey = manifest.blockId;
+    this.rowKey = this.pe ? rowKey : null;
     this.ownsCache = options.cache === undefined;
     const tensors = pool.acquire(manifest);
     try {
