@@ -30,7 +30,7 @@ endif()
 set(TESSERA_GPU_CHECK_DIR ${CMAKE_SOURCE_DIR}/gpu-check/src)
 add_executable(tessera-gpu-check
   ${TESSERA_GPU_CHECK_DIR}/main.cc ${TESSERA_GPU_CHECK_DIR}/report.cc ${TESSERA_GPU_CHECK_DIR}/checks.cc
-  ${TESSERA_GPU_CHECK_DIR}/cpu_target.cc ${TESSERA_CORE_SRC} ${TESSERA_CPU_KERNEL_SRC})
+  ${TESSERA_GPU_CHECK_DIR}/cpu_target.cc ${TESSERA_GPU_CHECK_DIR}/cpu_bench.cc ${TESSERA_CORE_SRC} ${TESSERA_CPU_KERNEL_SRC})
 target_compile_options(tessera-gpu-check PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${TESSERA_CPU_COMPILE_OPTIONS}>)
 target_link_libraries(tessera-gpu-check PRIVATE pthread)
 

@@ -46,6 +46,8 @@ export interface DeviceInfo {
   threads?: number;
   hardwareThreads?: number;
   features?: Record<string, boolean>;
+  /** cpu: the kernel gemm's compute 'bf16' runs on bf16 weights ({@link Bf16Kernel}). */
+  bf16Kernel?: Bf16Kernel;
   /** cuda: device name, compute capability, memory. */
   name?: string;
   computeCapability?: string;
@@ -66,12 +68,21 @@ export interface NativeGemmOptions extends RefOption {
   bias: NativeTensor | null;
   /** 'bf16': round both operands to bf16 and sum their products in f32 (CPU only). Default 'f32'. */
   compute?: ComputeMode;
-  /** CUDA only: force a GEMM path (tests use it to tell a tensor-core bug from a harness bug). */
-  kernel?: 'auto' | 'tensor' | 'simt' | 'skinny' | 'reference';
+  /**
+   * CUDA: force a GEMM path (tests use it to tell a tensor-core bug from a harness bug). CPU: the bf16-compute
+   * kernel ({@link Bf16Kernel}); a kernel the CPU lacks is an UnsupportedError.
+   */
+  kernel?: 'auto' | 'tensor' | 'simt' | 'skinny' | 'reference' | Bf16Kernel;
 }
 
 /** How a GEMM multiplies: in f32, or with both operands rounded to bf16 and f32 accumulation. */
 export type ComputeMode = 'f32' | 'bf16';
+/**
+ * The CPU's bf16-compute GEMM kernels: `amx` (AMX-BF16 tiles), `avx512bf16` (VDPBF16PS), `rounded` (operands rounded,
+ * f32 kernels), `amx-emulated` (the AMX tiling over a C++ emulation of the tile instructions: tests only), `auto`
+ * (the best this CPU has: deviceInfo().bf16Kernel).
+ */
+export type Bf16Kernel = 'auto' | 'rounded' | 'avx512bf16' | 'amx' | 'amx-emulated';
 
 export type BinaryOpName = 'add' | 'mul';
 export type ActivationName = 'gelu_erf' | 'gelu_tanh' | 'silu';

@@ -10,6 +10,7 @@ export type {
   ActivationName,
   AllocatorStats,
   BinaryOpName,
+  Bf16Kernel,
   ComputeMode,
   DType,
   DeviceInfo,

@@ -4,6 +4,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tessera {
 
 const CpuFeatures& cpu_features() {
@@ -20,9 +26,31 @@ const CpuFeatures& cpu_features() {
     c.avx512dq = __builtin_cpu_supports("avx512dq");
     c.avx512bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a = 0, b = 0, cx = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &cx, &d)) {  // leaf 7 EDX: bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8
+      c.amx_bf16 = (d >> 22) & 1u;
+      c.amx_tile = (d >> 24) & 1u;
+      c.amx_int8 = (d >> 25) & 1u;
+    }
+#endif
     return c;
   }();
   return f;
+}
+
+bool amx_ready() {
+  static const bool ready = [] {
+#if defined(__x86_64__) && defined(__linux__)
+    if (!cpu_features().amx_tile) return false;
+    constexpr long kArchReqXcompPerm = 0x1023;  // <asm/prctl.h>
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ready;
 }
 
 Isa best_supported_isa() {

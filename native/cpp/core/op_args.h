@@ -22,7 +22,9 @@ enum class Activation : int { GeluErf = 0, GeluTanh = 1, Silu = 2, Relu = 3 };
 //   beta == 0 means C is write-only (never read, so uninitialised or NaN memory is fine).
 //   bias may be null. Reduction over k is in a fixed order.
 //   bf16_compute (CPU only): op(A) and op(B) are rounded to bf16 (round to nearest even) and their products summed
-//   in f32; on AVX512-BF16 with bf16 weights and trans_b this runs on VDPBF16PS (cpu/gemm_bf16_avx512.cc).
+//   in f32; with bf16 weights and trans_b this runs on AMX-BF16 tiles (cpu/gemm_bf16_amx.cc) or VDPBF16PS
+//   (cpu/gemm_bf16_avx512.cc) where the CPU has them; bf16_kernel names one of those paths (tests and benches).
+enum class Bf16Kernel : int { Auto = 0, Rounded = 1, Avx512Bf16 = 2, Amx = 3, AmxEmulated = 4 };
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   const float* a = nullptr;
@@ -37,6 +39,7 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   const float* bias = nullptr;
   bool bf16_compute = false;
+  Bf16Kernel bf16_kernel = Bf16Kernel::Auto;  // CPU only, with bf16_compute
 };
 
 // ---------------------------------------------------------------- attention (f32)

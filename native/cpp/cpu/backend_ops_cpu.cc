@@ -63,13 +63,24 @@ void convert(const Tensor& src, Tensor& dst, bool reference) {
   (reference ? cpu::convert_ref : cpu::convert)(src.raw(), src.dtype, dst.raw(), dst.dtype, src.numel());
 }
 
-// The CPU has one dispatching GEMM path: call.kernel (a CUDA kernel choice) does not apply and is ignored.
+// The `kernel` option names a bf16-compute kernel here (auto | rounded | avx512bf16 | amx | amx-emulated; it applies
+// with compute 'bf16'); the f32 path has one dispatching kernel.
 void gemm(const GemmCall& call) {
+  GemmArgs args = call.args;
+  if (call.kernel) {
+    Bf16Kernel k;
+    if (!cpu::bf16_kernel_from_name(call.kernel->c_str(), &k))
+      fail(ErrorCode::InvalidArgument,
+           "gemm: option kernel must be auto, rounded, avx512bf16, amx or amx-emulated on the CPU, got \"" + *call.kernel + "\"");
+    if (!cpu::bf16_kernel_available(k))
+      fail(ErrorCode::Unsupported, "gemm: kernel " + *call.kernel + " needs a CPU feature this machine lacks (deviceInfo().features)");
+    args.bf16_kernel = k;
+  }
   if (!call.batched) {
-    (call.reference ? cpu::gemm_ref : cpu::gemm)(call.args);
+    (call.reference ? cpu::gemm_ref : cpu::gemm)(args);
     return;
   }
-  (call.reference ? cpu::gemm_batched_ref : cpu::gemm_batched)(call.args, call.batch, call.stride_a, call.stride_b, call.stride_c);
+  (call.reference ? cpu::gemm_batched_ref : cpu::gemm_batched)(args, call.batch, call.stride_a, call.stride_b, call.stride_c);
 }
 
 void attention_prefill(const PrefillAttentionArgs& args, bool reference) {

@@ -10,6 +10,7 @@
 #include "../binding/napi_util.h"
 #include "../core/cpu_features.h"
 #include "../core/thread_pool.h"
+#include "kernels.h"
 
 namespace tessera::binding {
 
@@ -39,7 +40,12 @@ class CpuDevice final : public Device {
     feats.Set("avx512vl", f.avx512vl);
     feats.Set("avx512dq", f.avx512dq);
     feats.Set("avx512bf16", f.avx512bf16);
+    feats.Set("amxtile", f.amx_tile);
+    feats.Set("amxbf16", f.amx_bf16);
+    feats.Set("amxint8", f.amx_int8);
     out.Set("features", feats);
+    // What gemm's compute 'bf16' runs on bf16 weights (amx needs the kernel's tile-state grant as well as CPUID).
+    out.Set("bf16Kernel", Napi::String::New(env, cpu::bf16_kernel_name(cpu::bf16_auto_kernel())));
   }
 
  private:

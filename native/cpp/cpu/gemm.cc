@@ -386,13 +386,23 @@ constexpr int64_t kBf16QBlockPanels = 4;
 // 4096: 1.41 vs 0.74 ms); from 8 rows up they are as fast or faster (m = 32: 1.34 vs 3.29 ms).
 constexpr int64_t kBf16DotMaxRows = 8;
 
-bool bf16_fast_path(const GemmArgs& g, Isa isa) {
-  return isa == Isa::Avx512 && cpu_features().avx512bf16 && g.trans_b && g.b_dtype == DType::BF16 && g.m > kBf16DotMaxRows;
+// The tile kernels take bf16 weights [n, k] with trans_b, above the decode sizes; other shapes run rounded.
+bool bf16_tile_shape(const GemmArgs& g, Isa isa) {
+  return isa == Isa::Avx512 && g.trans_b && g.b_dtype == DType::BF16 && g.m > kBf16DotMaxRows;
 }
 
-// VDPBF16PS over bf16 weights (GemmBf16Plan in gemm_simd.h) for every m above kBf16DotMaxRows, so a row's result
-// does not depend on how many rows share the call, as long as there are more than kBf16DotMaxRows.
-void gemm_bf16_avx512bf16(const GemmArgs& g) {
+bool amx_bf16_usable() { return cpu_features().amx_bf16 && amx_ready(); }
+
+Bf16Kernel resolve_bf16_kernel(const GemmArgs& g, Isa isa) {
+  if (!bf16_tile_shape(g, isa)) return Bf16Kernel::Rounded;
+  const Bf16Kernel k = g.bf16_kernel == Bf16Kernel::Auto ? bf16_auto_kernel() : g.bf16_kernel;
+  return bf16_kernel_available(k) ? k : Bf16Kernel::Rounded;
+}
+
+// The tile kernels (VDPBF16PS or AMX) over bf16 weights (GemmBf16Plan in gemm_simd.h) for every m above
+// kBf16DotMaxRows, so a row's result does not depend on how many rows share the call, as long as there are more
+// than kBf16DotMaxRows. `p_unit`: the weight rows of the kernel's tile (task blocks are multiples of it).
+void gemm_bf16_tiles(const GemmArgs& g, void (*task_fn)(const GemmBf16Plan&, int64_t), int64_t p_unit) {
   GemmBf16Plan pl;
   pl.n = g.n;
   pl.k = g.k;
@@ -424,12 +434,12 @@ void gemm_bf16_avx512bf16(const GemmArgs& g) {
     pl.q_blocks = gemm_ceil_div(panels, kBf16QBlockPanels);
     pl.q_block = gemm_ceil_div(panels, pl.q_blocks) * kBf16Nr;
     pl.q_blocks = gemm_ceil_div(Q, pl.q_block);
-    const int64_t p_tiles = gemm_ceil_div(g.n, 8);
+    const int64_t p_tiles = gemm_ceil_div(g.n, p_unit);
     const int64_t p_blocks = std::min(p_tiles, std::max(gemm_ceil_div(g.n, kPBlock), gemm_ceil_div(kTargetTasks, pl.q_blocks)));
-    pl.p_block = gemm_ceil_div(p_tiles, p_blocks) * 8;
+    pl.p_block = gemm_ceil_div(p_tiles, p_blocks) * p_unit;
     pl.p_blocks = gemm_ceil_div(g.n, pl.p_block);
     global_pool().parallel_for_or_inline(pl.p_blocks * pl.q_blocks, run_inline(double(Q), double(g.n), double(g.k)),
-                                         [&](int64_t t) { gemm_bf16_task_avx512(pl, t); });
+                                         [&](int64_t t) { task_fn(pl, t); });
   }
   y_scratch.trim(int64_t(4) << 20);
 }
@@ -500,6 +510,50 @@ void gemm_batched_ref(const GemmArgs& args, int64_t batch, int64_t stride_a, int
   }
 }
 
+// ---------------------------------------------------------------- bf16-compute kernels by name
+
+const char* bf16_kernel_name(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::Auto: return "auto";
+    case Bf16Kernel::Rounded: return "rounded";
+    case Bf16Kernel::Avx512Bf16: return "avx512bf16";
+    case Bf16Kernel::Amx: return "amx";
+    case Bf16Kernel::AmxEmulated: return "amx-emulated";
+  }
+  return "?";
+}
+
+bool bf16_kernel_from_name(const char* name, Bf16Kernel* out) {
+  for (Bf16Kernel k : {Bf16Kernel::Auto, Bf16Kernel::Rounded, Bf16Kernel::Avx512Bf16, Bf16Kernel::Amx, Bf16Kernel::AmxEmulated}) {
+    if (std::strcmp(name, bf16_kernel_name(k)) == 0) {
+      *out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A named kernel runs when the CPU has its ISA (best_supported_isa, not the active cap: tests name each one).
+bool bf16_kernel_available(Bf16Kernel k) {
+  const bool avx512 = best_supported_isa() >= Isa::Avx512;
+  switch (k) {
+    case Bf16Kernel::Auto:
+    case Bf16Kernel::Rounded: return true;
+    case Bf16Kernel::Avx512Bf16: return avx512 && cpu_features().avx512bf16;
+    case Bf16Kernel::Amx: return avx512 && amx_bf16_usable();
+    case Bf16Kernel::AmxEmulated: return avx512;
+  }
+  return false;
+}
+
+// AMX tiles where the process may use them, else VDPBF16PS, else the rounded f32 path.
+Bf16Kernel bf16_auto_kernel() {
+  if (active_isa() != Isa::Avx512) return Bf16Kernel::Rounded;
+  if (amx_bf16_usable()) return Bf16Kernel::Amx;
+  if (cpu_features().avx512bf16) return Bf16Kernel::Avx512Bf16;
+  return Bf16Kernel::Rounded;
+}
+
 // ---------------------------------------------------------------- dispatch
 
 void gemm(const GemmArgs& args) {
@@ -510,8 +564,12 @@ void gemm(const GemmArgs& args) {
   }
   const Isa isa = active_isa();
   if (args.bf16_compute) {
-    if (bf16_fast_path(args, isa)) gemm_bf16_avx512bf16(args);
-    else gemm_bf16_rounded(args);
+    switch (resolve_bf16_kernel(args, isa)) {
+      case Bf16Kernel::Amx: gemm_bf16_tiles(args, gemm_bf16_task_amx, 32); break;
+      case Bf16Kernel::AmxEmulated: gemm_bf16_tiles(args, gemm_bf16_task_amx_emulated, 32); break;
+      case Bf16Kernel::Avx512Bf16: gemm_bf16_tiles(args, gemm_bf16_task_avx512, 8); break;
+      default: gemm_bf16_rounded(args);
+    }
     return;
   }
   gemm_float(args, isa);

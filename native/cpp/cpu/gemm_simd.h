@@ -111,6 +111,9 @@ struct GemmBf16Plan {
 
 void gemm_bf16_pack_avx512(const float* a, int64_t lda, bool trans_a, int64_t rows, int64_t k, uint32_t* panel);
 void gemm_bf16_task_avx512(const GemmBf16Plan& plan, int64_t task);
+// The same plan on AMX-BF16 tiles (p_block a multiple of 32): gemm_bf16_amx.cc, and its emulation for tests.
+void gemm_bf16_task_amx(const GemmBf16Plan& plan, int64_t task);
+void gemm_bf16_task_amx_emulated(const GemmBf16Plan& plan, int64_t task);
 
 // Tile shape of one ISA's micro-kernel.
 struct GemmShape {

@@ -24,6 +24,14 @@ void gemm(const GemmArgs& args);
 void gemm_batched_ref(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 void gemm_batched(const GemmArgs& args, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c);
 
+// The bf16-compute kernels (GemmArgs::bf16_kernel) by name ("auto", "rounded", "avx512bf16", "amx",
+// "amx-emulated"), which of them this CPU runs, and what Auto picks at the active ISA. A kernel applies to bf16
+// weights with trans_b above the decode sizes; other shapes, and a named kernel the CPU lacks, run rounded.
+const char* bf16_kernel_name(Bf16Kernel k);
+bool bf16_kernel_from_name(const char* name, Bf16Kernel* out);
+bool bf16_kernel_available(Bf16Kernel k);
+Bf16Kernel bf16_auto_kernel();
+
 // ---------------------------------------------------------------- gathers, copies
 // out[i, :] = float(table[ids[i], :]) for a [vocab, dim] table of f32/f16/bf16. ids are pre-validated.
 void embedding_ref(const void* table, DType table_dtype, int64_t dim, const int32_t* ids, int64_t n, float* out);

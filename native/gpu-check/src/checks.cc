@@ -136,6 +136,13 @@ void gemm_family(Ctx& c) {
     cases.push_back({1030, 1100, 72, 0, false, false, false, true, 1, 0.5f, true});
     cases.push_back({2, 600, 1000, 40, true, false, false, true, -1, 0, false});
   }
+  // The CPU's bf16-compute tile kernels (bf16 weights, tB, m > 8): whole 32 x 32 tile blocks, 48-row panels with a
+  // 16-row rest, weight rows short of a tile, odd k, and two k blocks (k > 16,384).
+  if (c.t.part() == "cpu") {
+    cases.push_back({64, 96, 1024, 0, false, false, false, true, 1, 0, true});
+    cases.push_back({50, 70, 515, 0, false, false, false, true, 0.5f, 0.25f, true});
+    cases.push_back({17, 20, 16419, 0, false, false, false, true, 1, 0, false});
+  }
   // Batched cases list batch first in the table above; unpack them.
   for (GemmCase& g : cases) {
     if (g.batched) {
@@ -172,16 +179,23 @@ void gemm_family(Ctx& c) {
       args.beta = gc.beta;
       const int64_t sa = gc.batched ? m * k : 0, sb = gc.batched && !gc.shared_b ? k * n : 0, sc = gc.batched ? m * n : 0;
       // The CPU reference (double accumulation, rounded once), and the scales of every rounding error in double.
-      std::vector<float> want = c0;
-      {
+      // With bf16 compute the reference runs on the bf16-rounded operands (computed when a variant asks for it).
+      const std::vector<GemmVariant> variants = c.t.gemm_variants(m, n, k);
+      std::vector<float> want = c0, want_bf16;
+      for (bool bf16_compute : {false, true}) {
+        if (bf16_compute && std::none_of(variants.begin(), variants.end(), [](const GemmVariant& v) { return v.bf16_compute; })) break;
+        std::vector<float>& dst = bf16_compute ? want_bf16 : want;
+        dst = c0;
         GemmArgs h = args;
         h.a = a.data();
         h.b = braw.data();
-        h.c = want.data();
+        h.c = dst.data();
         h.bias = gc.bias ? bias.data() : nullptr;
+        h.bf16_compute = bf16_compute;
         if (gc.batched) cpu::gemm_batched_ref(h, batch, sa, sb, sc);
         else cpu::gemm_ref(h);
       }
+      const std::vector<float>& want_f32 = want;
       std::vector<double> abs_sum(want.size()), l2(want.size());
       for (int64_t bi = 0; bi < batch; ++bi) {
         for (int64_t i = 0; i < m; ++i) {
@@ -202,8 +216,9 @@ void gemm_family(Ctx& c) {
       const std::string shape = (gc.batched ? "batch " + std::to_string(batch) + " " : "") + dims({m, n, k}) +
                                 (gc.ta ? " tA" : "") + (gc.tb ? " tB" : "") + (gc.shared_b ? " sharedB" : "") + (gc.bias ? " bias" : "") +
                                 (gc.beta != 0 ? " beta" : "") + " B " + dtype_name(bt);
-      for (const GemmVariant& v : c.t.gemm_variants(m, n, k)) {
+      for (const GemmVariant& v : variants) {
         c.check("gemm " + v.name + " " + shape, [&]() {
+          const std::vector<float>& want = v.bf16_compute ? want_bf16 : want_f32;
           Target& t = c.t;
           Buf da = put(t, a), db = put(t, braw), dc = put(t, c0), dbias = put(t, bias);
           GemmArgs d = args;
@@ -222,7 +237,9 @@ void gemm_family(Ctx& c) {
           std::vector<double> tol(want.size());
           for (size_t i = 0; i < tol.size(); ++i) {
             if (v.reference) tol[i] = 4 * kU * std::fabs(want[i]) + 1e-30;
-            else tol[i] = (double(k) + 2) * kU * abs_sum[i] + 2 * kU * std::fabs(want[i]) + (v.tensor ? 8 * e * l2[i] : 0) + 1e-30;
+            // bf16 compute: the f32 bound on the rounded operands, whose |a b| exceed the unrounded ones' by < 2^-7.
+            else tol[i] = (double(k) + 2) * kU * abs_sum[i] * (v.bf16_compute ? 1.01 : 1.0) + 2 * kU * std::fabs(want[i]) +
+                          (v.tensor ? 8 * e * l2[i] : 0) + 1e-30;
           }
           return compare_tol(got, want, tol, v.reference ? "4u|want|" : v.tensor ? "tensor-core bound" : "(k+2)u sum|ab|");
         });

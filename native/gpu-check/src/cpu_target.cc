@@ -39,9 +39,27 @@ class CpuTarget final : public Target {
 
   // The scalar references are the oracle, so the CPU target offers its dispatching path only.
   std::vector<Variant> variants() const override { return {{"fast", false}}; }
-  std::vector<GemmVariant> gemm_variants(int64_t, int64_t, int64_t) const override { return {{"fast", 0, false, false}}; }
+  // Beside it, the bf16-compute kernels (GemmArgs::bf16_kernel): the rounded path at every ISA, and at AVX-512 each
+  // tile kernel this CPU runs, the AMX one also emulated (its tiling checked where the CPU has no AMX).
+  std::vector<GemmVariant> gemm_variants(int64_t, int64_t, int64_t) const override {
+    std::vector<GemmVariant> v = {{"fast", 0, false, false}};
+    auto bf16 = [&](Bf16Kernel k) {
+      GemmVariant g{std::string("bf16c ") + cpu::bf16_kernel_name(k), static_cast<int>(k), false, false};
+      g.bf16_compute = true;
+      v.push_back(g);
+    };
+    bf16(Bf16Kernel::Rounded);
+    if (active_isa() == Isa::Avx512) {
+      for (Bf16Kernel k : {Bf16Kernel::Avx512Bf16, Bf16Kernel::Amx, Bf16Kernel::AmxEmulated})
+        if (cpu::bf16_kernel_available(k)) bf16(k);
+    }
+    return v;
+  }
 
-  void gemm(const GemmArgs& a, int64_t batch, int64_t sa, int64_t sb, int64_t sc, const GemmVariant&) override {
+  void gemm(const GemmArgs& args, int64_t batch, int64_t sa, int64_t sb, int64_t sc, const GemmVariant& v) override {
+    GemmArgs a = args;
+    a.bf16_compute = v.bf16_compute;
+    a.bf16_kernel = v.bf16_compute ? static_cast<Bf16Kernel>(v.kernel) : Bf16Kernel::Auto;
     if (batch == 1 && sa == 0 && sb == 0 && sc == 0) cpu::gemm(a);
     else cpu::gemm_batched(a, batch, sa, sb, sc);
   }

@@ -7,6 +7,8 @@
 //      reference paths, vs the CPU references; then the micro-benchmarks. Each kernel family runs in its own child
 //      process (this executable, re-run with --cuda-child), so a kernel that faults the device or hangs fails its own
 //      family, names the check that was running, and leaves the other families' results intact.
+//   3. With --cpu-bench: the CPU's f32 GEMM against its bf16-compute kernels (AVX512-BF16, AMX) on bench gemm's
+//      shapes (cpu_bench.cc), for the hosts with AMX CPUs and no Node.js.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -26,6 +28,7 @@
 
 #include "../../cpp/core/cpu_features.h"
 #include "../../cpp/core/thread_pool.h"
+#include "cpu_bench.h"
 #include "cpu_target.h"
 #include "report.h"
 #include "target.h"
@@ -40,7 +43,7 @@ namespace {
 struct Options {
   std::string json_path, report_path;
   std::string inject_fault;  // testing the checker: a CPU family whose outputs are corrupted (must then fail)
-  bool bench = true, cuda = true, cpu = true;
+  bool bench = true, cuda = true, cpu = true, cpu_bench = false;
   std::vector<std::string> families = kernel_families();
   double family_timeout_s = 150;  // a family takes seconds; a hung kernel must not eat a GPU lease
   // internal: a child process running one CUDA family ("bench": the benchmarks), streaming results to a file
@@ -48,7 +51,7 @@ struct Options {
 };
 
 void usage() {
-  std::cerr << "usage: tessera-gpu-check [--json PATH] [--report PATH] [--no-bench] [--no-cuda] [--no-cpu]\n"
+  std::cerr << "usage: tessera-gpu-check [--json PATH] [--report PATH] [--no-bench] [--no-cuda] [--no-cpu] [--cpu-bench]\n"
                "                         [--families gemm,sgmv,...] [--family-timeout SECONDS]\n"
                "                         [--inject-fault FAMILY]   (tests the checker: corrupts that family's CPU outputs)\n"
                "families: ";
@@ -75,6 +78,7 @@ bool parse(int argc, char** argv, Options& o) {
     if (a == "--json") o.json_path = value();
     else if (a == "--report") o.report_path = value();
     else if (a == "--no-bench") o.bench = false;
+    else if (a == "--cpu-bench") o.cpu_bench = true;
     else if (a == "--no-cuda") o.cuda = false;
     else if (a == "--no-cpu") o.cpu = false;
     else if (a == "--families") {
@@ -349,6 +353,7 @@ int run(int argc, char** argv) {
     std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     r.info("cpu time", b);
   }
+  if (o.cpu_bench) run_cpu_benchmarks(r);
   run_cuda_part(r, o);
   const std::string text = r.text();
   std::cout << text << std::flush;

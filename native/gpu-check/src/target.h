@@ -24,12 +24,15 @@ struct Variant {
   bool reference = false;
 };
 
-// GEMM kernels by name, with the CUDA launcher's GemmKernel value (cuda_kernels.h); the CPU has one ("fast", 0).
+// GEMM kernels by name, with the CUDA launcher's GemmKernel value (cuda_kernels.h); the CPU has "fast" and its
+// bf16-compute kernels.
 struct GemmVariant {
   std::string name;
   int kernel = 0;
   bool reference = false;  // double accumulation, rounded once: the tight tolerance applies
   bool tensor = false;     // inputs rounded to TF32 / f16 / bf16: the tensor-core tolerance applies
+  bool bf16_compute = false;  // CPU: GemmArgs::bf16_compute through kernel (a Bf16Kernel); checked against the
+                              // reference on the bf16-rounded operands
 };
 
 class Target {

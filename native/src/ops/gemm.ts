@@ -4,11 +4,12 @@
  * `gemm(x, w, { transB: true })`, or {@link linear}.
  *
  * `compute: 'bf16'` (CPU) rounds op(A) and op(B) to bf16 (round to nearest even) and sums their products in f32. With
- * bf16 weights and transB on a CPU with AVX512-BF16 it runs on VDPBF16PS, two products per f32 lane and
- * instruction, for every m, so a row's result does not depend on the rows beside it; elsewhere the operands are
- * rounded and the f32 kernels run. Models opt in at load (`compute: 'bf16'` or `TESSERA_COMPUTE=bf16`).
+ * bf16 weights and transB above 8 rows it runs on AMX-BF16 tiles where the CPU has them (and Linux grants the tile
+ * state), else on VDPBF16PS with AVX512-BF16, two products per f32 lane and instruction; a row's result does not
+ * depend on the rows beside it. Elsewhere the operands are rounded and the f32 kernels run. Models opt in at load
+ * (`compute: 'bf16'` or `TESSERA_COMPUTE=bf16`); `bf16Kernel` names one path (tests, benches).
  */
-import type { ComputeMode, DType, NativeGemmOptions } from '../binding.js';
+import type { Bf16Kernel, ComputeMode, DType, NativeGemmOptions } from '../binding.js';
 import { callNative, InvalidArgumentError, ShapeMismatchError } from '../errors.js';
 import { expectDtype, expectRank, formatShape } from '../shape.js';
 import { sameBackend, type Tensor } from '../tensor.js';
@@ -33,6 +34,8 @@ export interface GemmOptions {
   reference?: boolean;
   /** 'bf16': operands rounded to bf16, products summed in f32 (CPU only; see the module notes). Default 'f32'. */
   compute?: ComputeMode;
+  /** CPU, with compute 'bf16': run this kernel (default 'auto'); one the CPU lacks throws UnsupportedError. */
+  bf16Kernel?: Bf16Kernel;
 }
 
 interface Dims {
@@ -95,6 +98,7 @@ function nativeOptions(options: GemmOptions): NativeGemmOptions & { reference: b
     bias: options.bias?.native ?? null,
     reference: options.reference ?? false,
     compute: options.compute ?? 'f32',
+    ...(options.bf16Kernel !== undefined ? { kernel: options.bf16Kernel } : {}),
   };
 }
 
