@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "../core/dtype.h"
 #include "gemm_simd.h"

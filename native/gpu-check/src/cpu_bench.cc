@@ -47,6 +47,18 @@ void run_cpu_benchmarks(Report& r) {
   std::string names = "f32";
   for (Bf16Kernel k : kernels) names += std::string(", bf16 compute on ") + cpu::bf16_kernel_name(k);
   r.info("cpu bench", "GEMM " + names + "; " + std::to_string(global_pool().size()) + " threads; GFLOP/s, median of 3 rounds x 5 calls");
+  {  // the machine's memory limit, for context: STREAM triad over 3 x 128 MB, counting 3 x 4 bytes per element
+    const int64_t n = int64_t(32) << 20;
+    std::vector<float> x(static_cast<size_t>(n), 1.f), y(static_cast<size_t>(n), 2.f), z(static_cast<size_t>(n), 0.f);
+    std::vector<double> t;
+    for (int i = 0; i < 7; ++i) {
+      const double t0 = now_ms();
+      cpu::stream_triad(z.data(), x.data(), y.data(), 0.5f, n);
+      t.push_back(now_ms() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    r.info("cpu bench triad", fmt("%.1f GB/s", 12.0 * double(n) / t[t.size() / 2] / 1e6));
+  }
   std::mt19937 g(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<double> worst(kernels.size(), 1e30);
