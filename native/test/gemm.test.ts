@@ -6,6 +6,8 @@ import {
   gemmBatched,
   InvalidArgumentError,
   linear,
+  UnsupportedOpError,
+  type Bf16Kernel,
   ShapeMismatchError,
   Tensor,
   type DType,
@@ -110,6 +112,8 @@ interface RunSpec {
   dtype: DType;
   /** 'bf16': both operands rounded to bf16 (the reference rounds the same way; S' is over the rounded values). */
   compute?: 'f32' | 'bf16';
+  /** With compute 'bf16': the kernel to run (default auto). */
+  bf16Kernel?: Bf16Kernel;
 }
 
 const bf16Rounded = (x: Float32Array): Float32Array => fromHalfBits(toHalfBits(x, 'bf16'), 'bf16');
@@ -130,7 +134,15 @@ function checkProblem(p: Problem, spec: RunSpec, seed: number): void {
   const bias = biasData ? tensorF32(biasData, [p.n]) : undefined;
   const c0 = randomFloats(p.m * p.n, seed + 3, -2, 2);
   const compute = spec.compute ?? 'f32';
-  const opts = { transA: p.transA, transB: p.transB, alpha: spec.alpha, beta: spec.beta, compute, ...(bias ? { bias } : {}) };
+  const opts = {
+    transA: p.transA,
+    transB: p.transB,
+    alpha: spec.alpha,
+    beta: spec.beta,
+    compute,
+    ...(bias ? { bias } : {}),
+    ...(spec.bf16Kernel ? { bf16Kernel: spec.bf16Kernel } : {}),
+  };
   const run = (reference: boolean): Float32Array => {
     const out = tensorF32(c0, [p.m, p.n]);
     gemm(a, w.t, { ...opts, out, reference });
@@ -142,7 +154,7 @@ function checkProblem(p: Problem, spec: RunSpec, seed: number): void {
   const seen = (x: Float32Array) => (compute === 'bf16' ? bf16Rounded(x) : x);
   const scale = errorScale(p, seen(aData), seen(w.values), spec.alpha, spec.beta, c0, biasData);
   forEachIsa((isa) => {
-    const what = label(p, ` ${spec.dtype}${compute === 'bf16' ? ' compute bf16' : ''} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`);
+    const what = label(p, ` ${spec.dtype}${compute === 'bf16' ? ` compute bf16 ${spec.bf16Kernel ?? 'auto'}` : ''} alpha=${spec.alpha} beta=${spec.beta}${bias ? ' bias' : ''}`);
     expectWithin(run(false), want, scale, p.k, `${isa} ${what}`);
   });
   a.dispose();
@@ -417,6 +429,69 @@ describe("compute 'bf16'", () => {
       const start = (m * 7) % (rows - m + 1);
       expectBitwiseEqual(run(start, m), full.subarray(start * n, (start + m) * n), `rows ${start}..${start + m}`);
     }
+    w.t.dispose();
+  });
+
+  // The tile kernels by name: each one this CPU runs, and the AMX tiling over its emulation of the tile instructions
+  // (every AVX-512 machine), so the AMX path's blocking, tails and epilogue are checked where there is no AMX.
+  const features = deviceInfo(cpu()).features ?? {};
+  const tileKernels: Bf16Kernel[] = [
+    ...(features.avx512bf16 ? (['avx512bf16'] as const) : []),
+    ...(features.amxbf16 && deviceInfo(cpu()).bf16Kernel === 'amx' ? (['amx'] as const) : []),
+    ...(deviceInfo(cpu()).bestIsa === 'avx512' ? (['amx-emulated'] as const) : []),
+  ];
+  it.skipIf(tileKernels.length === 0)('each tile kernel this CPU has matches the reference: 32-row blocks, 48-row panels, short tiles, odd k, chunks and k blocks', () => {
+    const cases: [number, number, number, boolean][] = [
+      [64, 96, 1024, false], [50, 70, 515, false], [9, 33, 31, false], [32, 40, 4096, false], [130, 17, 257, true], [17, 20, 16419, false],
+    ];
+    for (const bf16Kernel of tileKernels) {
+      cases.forEach(([m, n, k, transA], i) =>
+        checkBf16(
+          { m, n, k, transA, transB: true },
+          { alpha: i % 2 ? -0.5 : 1, beta: i % 3 ? 0 : 0.75, withBias: i % 2 === 0, dtype: 'bf16', bf16Kernel },
+          2600 + i,
+        ),
+      );
+    }
+  });
+
+  it.skipIf(tileKernels.length === 0)('each tile kernel gives a row the same bits whatever its batch mates and the thread count', () => {
+    const n = 40, k = 300, rows = 100;
+    const aData = randomFloats(rows * k, 2700);
+    const w = weight(randomFloats(n * k, 2701), [n, k], 'bf16');
+    for (const bf16Kernel of tileKernels) {
+      const run = (start: number, m: number): Float32Array => {
+        const part = tensorF32(aData.subarray(start * k, (start + m) * k), [m, k]);
+        const out = f32(gemm(part, w.t, { transB: true, compute: 'bf16', bf16Kernel }));
+        part.dispose();
+        return out;
+      };
+      const full = run(0, rows);
+      for (const m of [9, 31, 32, 33, 48, 65]) {
+        const start = (m * 7) % (rows - m + 1);
+        expectBitwiseEqual(run(start, m), full.subarray(start * n, (start + m) * n), `${bf16Kernel} rows ${start}..${start + m}`);
+      }
+      expectBitwiseEqual(withThreads(1, () => run(0, rows)), full, `${bf16Kernel} 1 thread vs the pool`);
+    }
+    w.t.dispose();
+  });
+
+  it('names the bf16 kernel it runs, and rejects an unknown or unavailable one with a typed error', () => {
+    const info = deviceInfo(cpu());
+    expect(['amx', 'avx512bf16', 'rounded']).toContain(info.bf16Kernel);
+    if (info.bf16Kernel === 'amx') expect(info.features?.amxbf16).toBe(true);
+    const a = tensorF32(randomFloats(12 * 8, 2800), [12, 8]);
+    const w = weight(randomFloats(3 * 8, 2801), [3, 8], 'bf16');
+    expect(() => gemm(a, w.t, { transB: true, compute: 'bf16', bf16Kernel: 'fp8' as Bf16Kernel })).toThrow(
+      /option kernel must be auto, rounded, avx512bf16, amx or amx-emulated on the CPU, got "fp8"/,
+    );
+    if (!info.features?.amxbf16) {
+      expect(() => gemm(a, w.t, { transB: true, compute: 'bf16', bf16Kernel: 'amx' })).toThrow(UnsupportedOpError);
+    }
+    // The rounded kernel is everywhere, and agrees with auto within the f32 bound (the bits may differ by path).
+    const viaRounded = f32(gemm(a, w.t, { transB: true, compute: 'bf16', bf16Kernel: 'rounded' }));
+    expectClose(viaRounded, f32(gemm(a, w.t, { transB: true, compute: 'bf16' })), 1e-5, 1e-6, 'rounded vs auto');
+    a.dispose();
     w.t.dispose();
   });
 

@@ -5,8 +5,8 @@
  *   - ours with bf16 weights: GFLOP/s, and the weight bandwidth (weight bytes / time) as a fraction of the
  *     measured triad bandwidth: at decode sizes (small m) a GEMM is a weight stream, so that fraction is the
  *     figure of merit.
- *   - ours in bf16 compute (`compute: 'bf16'`, bf16 weights, activations rounded to bf16, f32 sums; VDPBF16PS where
- *     the CPU has AVX512-BF16): GFLOP/s and its speed-up over our f32 GEMM on the same shape (bf16_compute_vs_f32).
+ *   - ours in bf16 compute (`compute: 'bf16'`, bf16 weights, activations rounded to bf16, f32 sums; AMX-BF16 tiles or
+ *     VDPBF16PS where the CPU has them): GFLOP/s and its speed-up over our f32 GEMM on the same shape (bf16_compute_vs_f32).
  * Every shape is checked numerically before it is timed (ours vs ORT on the whole output, and all three
  * against a float64 reference on sampled outputs): timing a wrong result would be worthless.
  */
@@ -256,9 +256,10 @@ export const gemmBench: Bench = {
         ort: { version: ort.env.versions.node ?? null, intraOpNumThreads: ctx.threads, graphOptimizationLevel: 'all', opset: 17, irVersion: 8 },
         timing: { ...timing, rounds: TIMING_ROUNDS },
         tolerances: { f32: TOL_F32, bf16: TOL_BF16 },
-        bf16_compute_kernel: deviceInfo(getCpuBackend()).features?.avx512bf16
-          ? 'VDPBF16PS (AVX512-BF16) for m > 8; rounded activations on the bf16-weight decode path for m <= 8'
-          : 'operands rounded to bf16, then the f32 kernels (no AVX512-BF16 on this CPU)',
+        bf16_compute_kernel: {
+          amx: 'AMX-BF16 tiles for m > 8; rounded activations on the bf16-weight decode path for m <= 8',
+          avx512bf16: 'VDPBF16PS (AVX512-BF16) for m > 8; rounded activations on the bf16-weight decode path for m <= 8',
+        }[deviceInfo(getCpuBackend()).bf16Kernel ?? 'rounded'] ?? 'operands rounded to bf16, then the f32 kernels (no AMX or AVX512-BF16 on this CPU)',
         int8_decode: int8.params,
       },
       rows,
