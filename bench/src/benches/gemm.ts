@@ -256,10 +256,7 @@ export const gemmBench: Bench = {
         ort: { version: ort.env.versions.node ?? null, intraOpNumThreads: ctx.threads, graphOptimizationLevel: 'all', opset: 17, irVersion: 8 },
         timing: { ...timing, rounds: TIMING_ROUNDS },
         tolerances: { f32: TOL_F32, bf16: TOL_BF16 },
-        bf16_compute_kernel: {
-          amx: 'AMX-BF16 tiles for m > 8; rounded activations on the bf16-weight decode path for m <= 8',
-          avx512bf16: 'VDPBF16PS (AVX512-BF16) for m > 8; rounded activations on the bf16-weight decode path for m <= 8',
-        }[deviceInfo(getCpuBackend()).bf16Kernel ?? 'rounded'] ?? 'operands rounded to bf16, then the f32 kernels (no AMX or AVX512-BF16 on this CPU)',
+        bf16_compute_kernel: bf16KernelNote(deviceInfo(getCpuBackend()).bf16Kernel),
         int8_decode: int8.params,
       },
       rows,
@@ -311,6 +308,14 @@ export const gemmBench: Bench = {
 };
 
 // ---------------------------------------------------------------- int8 (Q8_0) weights: decode GEMV bandwidth
+
+/** What bf16 compute runs on this CPU, for the bench's params. */
+function bf16KernelNote(kernel: string | undefined): string {
+  const decode = 'rounded activations on the bf16-weight decode path for m <= 8';
+  if (kernel === 'amx') return `AMX-BF16 tiles for m > 8; ${decode}`;
+  if (kernel === 'avx512bf16') return `VDPBF16PS (AVX512-BF16) for m > 8; ${decode}`;
+  return 'operands rounded to bf16, then the f32 kernels (no AMX or AVX512-BF16 on this CPU)';
+}
 
 /**
  * Q8_0 tolerance (normwise, against float64 on the dequantized weights and the unquantized activations): the
