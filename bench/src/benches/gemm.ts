@@ -307,8 +307,6 @@ export const gemmBench: Bench = {
   },
 };
 
-// ---------------------------------------------------------------- int8 (Q8_0) weights: decode GEMV bandwidth
-
 /** What bf16 compute runs on this CPU, for the bench's params. */
 function bf16KernelNote(kernel: string | undefined): string {
   const decode = 'rounded activations on the bf16-weight decode path for m <= 8';
@@ -316,6 +314,8 @@ function bf16KernelNote(kernel: string | undefined): string {
   if (kernel === 'avx512bf16') return `VDPBF16PS (AVX512-BF16) for m > 8; ${decode}`;
   return 'operands rounded to bf16, then the f32 kernels (no AMX or AVX512-BF16 on this CPU)';
 }
+
+// ---------------------------------------------------------------- int8 (Q8_0) weights: decode GEMV bandwidth
 
 /**
  * Q8_0 tolerance (normwise, against float64 on the dequantized weights and the unquantized activations): the
