@@ -434,11 +434,11 @@ describe("compute 'bf16'", () => {
 
   // The tile kernels by name: each one this CPU runs, and the AMX tiling over its emulation of the tile instructions
   // (every AVX-512 machine), so the AMX path's blocking, tails and epilogue are checked where there is no AMX.
-  const features = deviceInfo(cpu()).features ?? {};
+  const cpuInfo = deviceInfo(cpu());
   const tileKernels: Bf16Kernel[] = [
-    ...(features.avx512bf16 ? (['avx512bf16'] as const) : []),
-    ...(features.amxbf16 && deviceInfo(cpu()).bf16Kernel === 'amx' ? (['amx'] as const) : []),
-    ...(deviceInfo(cpu()).bestIsa === 'avx512' ? (['amx-emulated'] as const) : []),
+    ...(cpuInfo.features?.avx512bf16 ? (['avx512bf16'] as const) : []),
+    ...(cpuInfo.features?.amxbf16 && cpuInfo.bf16Kernel === 'amx' ? (['amx'] as const) : []),
+    ...(cpuInfo.bestIsa === 'avx512' ? (['amx-emulated'] as const) : []),
   ];
   it.skipIf(tileKernels.length === 0)('each tile kernel this CPU has matches the reference: 32-row blocks, 48-row panels, short tiles, odd k, chunks and k blocks', () => {
     const cases: [number, number, number, boolean][] = [

@@ -136,7 +136,6 @@ export interface RouteSnapshot {
   owners?: readonly (string | null)[];
   /** The equivalent segments of the chain (any order). Absent: none. */
   equivalents?: readonly RouteEquivalent[];
-
   /** Adaptive serving (chooseInstance's allowAdaptive): false keeps every hop on the chain's own blocks. Default true. */
   allowAdaptive?: boolean;
   /**
