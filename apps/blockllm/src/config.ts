@@ -3,6 +3,16 @@
  */
 import { flagOrEnv, flagTable, LOG_LEVELS, parseBooleanFlag, parseChoiceFlag, parseFlags, parseIntegerFlag, UsageError } from '@tessera/server-kit';
 
+/**
+ * V8's heap growth for the server's isolates (--heap-growing-percent). V8 starts marking the old generation as soon
+ * as its headroom under the heap limit is below the young generation's capacity. This server's isolates keep small
+ * live heaps (25–40 MB: routes, programs, step state) beside 16 MB semi-spaces, and V8's own growth factor (1.3–1.8×
+ * here) leaves less headroom than that: each isolate started marking again right after every mark-compact, some
+ * 100 mark-compacts in a six-second run, with V8's helper threads on a fifth of two cores. A limit of 4× the live
+ * heap (V8's largest dynamic factor) ends that, for up to that many times the live heap in memory.
+ */
+export const DEFAULT_HEAP_GROWING_PERCENT = 300;
+
 /** What parseCli throws for a bad command line. */
 export { UsageError };
 
@@ -35,6 +45,7 @@ const FLAGS = flagTable([
       { flag: 'cohorts', arg: '<n>', help: 'cohorts of running sequences with a step each in flight, pipelined across devices (default 2 with --devices > 1 and blocks provisioning, else 1; 1 with --speculate)', env: 'BLOCKLLM_COHORTS' },
       { flag: 'kv-pages', arg: '<n>', help: "KV pages (16 tokens) of each block's own cache (default 64)", env: 'BLOCKLLM_KV_PAGES' },
       { flag: 'threads', arg: '<n>', help: 'CPU kernel threads (default: TESSERA_THREADS or all cores; 1 per device with --devices > 1)', env: 'BLOCKLLM_THREADS' },
+      { flag: 'heap-growing-percent', arg: '<n>', help: "V8's heap limit over the live heap after a full GC, in % (default 300: 4×; 0: V8's own)", env: 'BLOCKLLM_HEAP_GROWING_PERCENT' },
     ],
   ],
   [
@@ -45,6 +56,7 @@ const FLAGS = flagTable([
       { flag: 'device-bytes', arg: '<n>', help: 'the same in bytes (wins over --device-mb)', env: 'BLOCKLLM_DEVICE_BYTES' },
       { flag: 'placement-policy', arg: '<p>', help: 'locality|frag-min: the serving core placement policy (locality)', env: 'BLOCKLLM_PLACEMENT_POLICY' },
       { flag: 'scale-out-queue', arg: '<n>', help: 'a replica for an instance routed > 0.8 × n sequences (default --max-batch; 0 off)', env: 'BLOCKLLM_SCALE_OUT_QUEUE' },
+      { flag: 'no-cohort-homes', help: "route a cohort's new sequences over every device, not its home device first (cohort homes)", env: 'BLOCKLLM_COHORT_HOMES=0' },
       { flag: 'no-variant-batching', help: "run a fused PE block's rows apart from its base block's (no variant batching)", env: 'BLOCKLLM_VARIANT_BATCHING=0' },
       { flag: 'no-adaptive', help: 'routes on the chain\'s own blocks only: no equivalent segments (adaptive serving)', env: 'BLOCKLLM_ADAPTIVE=0' },
       { flag: 'max-queue', arg: '<n>', help: "a new sequence's first hop leaves an instance routed n sequences for an equivalent one (no bound)", env: 'BLOCKLLM_MAX_QUEUE' },
@@ -106,11 +118,13 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = proce
     cohorts: parseIntegerFlag('--cohorts', str('cohorts', 'BLOCKLLM_COHORTS'), 1, 64),
     kvPages: parseIntegerFlag('--kv-pages', str('kv-pages', 'BLOCKLLM_KV_PAGES'), 1, 1 << 20) ?? 64,
     threads: parseIntegerFlag('--threads', str('threads', 'BLOCKLLM_THREADS'), 1, 1024),
+    heapGrowingPercent: parseIntegerFlag('--heap-growing-percent', str('heap-growing-percent', 'BLOCKLLM_HEAP_GROWING_PERCENT'), 0, 1000) ?? DEFAULT_HEAP_GROWING_PERCENT,
     devices: parseIntegerFlag('--devices', str('devices', 'BLOCKLLM_DEVICES'), 1, 16) ?? 1,
     deviceMb: parseIntegerFlag('--device-mb', str('device-mb', 'BLOCKLLM_DEVICE_MB'), 1, 1 << 20),
     deviceBytes: parseIntegerFlag('--device-bytes', str('device-bytes', 'BLOCKLLM_DEVICE_BYTES'), 1),
     scaleOutQueue: parseIntegerFlag('--scale-out-queue', str('scale-out-queue', 'BLOCKLLM_SCALE_OUT_QUEUE'), 0, 1 << 20),
     placementPolicy: parseChoiceFlag('--placement-policy', str('placement-policy', 'BLOCKLLM_PLACEMENT_POLICY'), ['locality', 'frag-min'] as const, 'locality'),
+    cohortHomes: values['no-cohort-homes'] === true ? false : (parseBooleanFlag('BLOCKLLM_COHORT_HOMES', env.BLOCKLLM_COHORT_HOMES) ?? true),
     variantBatching: values['no-variant-batching'] === true ? false : (parseBooleanFlag('BLOCKLLM_VARIANT_BATCHING', env.BLOCKLLM_VARIANT_BATCHING) ?? true),
     adaptive: values['no-adaptive'] === true ? false : (parseBooleanFlag('BLOCKLLM_ADAPTIVE', env.BLOCKLLM_ADAPTIVE) ?? true),
     maxQueue: parseIntegerFlag('--max-queue', str('max-queue', 'BLOCKLLM_MAX_QUEUE'), 1, 1 << 20),

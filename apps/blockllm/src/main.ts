@@ -2,6 +2,8 @@
  * The `tessera-blockllm` command: parse flags, generate the demo when no model is given, then serve.
  * `pnpm --filter @tessera/blockllm start` runs this file from source.
  */
+import { setFlagsFromString } from 'node:v8';
+
 import { isEntryPoint, parseCommandLine, runMain } from '@tessera/server-kit';
 
 import { parseCli, USAGE } from './config.js';
@@ -12,6 +14,9 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
   const config = parseCommandLine(() => parseCli(argv, env), USAGE);
   if (typeof config === 'number') return config;
   const say = (line: string) => process.stdout.write(`[blockllm] ${line}\n`);
+  // Read by each isolate as it is made: set before the engine and device workers start (DEFAULT_HEAP_GROWING_PERCENT).
+  // A `node --heap-growing-percent` of the user's own wins.
+  if (config.heapGrowingPercent > 0 && !process.execArgv.some((a) => a.startsWith('--heap-growing-percent'))) setFlagsFromString(`--heap-growing-percent=${config.heapGrowingPercent}`);
 
   let { modelDir, modelName, zooDir } = config;
   let demoRoot: string | undefined;
@@ -39,6 +44,7 @@ export async function main(argv: readonly string[] = process.argv.slice(2), env:
     scaleOutQueue: config.scaleOutQueue,
     adaptive: config.adaptive,
     variantBatching: config.variantBatching,
+    cohortHomes: config.cohortHomes,
     maxQueueLen: config.maxQueue,
     kvMigration: config.kvMigration,
     speculation: config.speculate ? { acceptCosine: config.specAcceptCosine, fraction: config.specFraction } : undefined,

@@ -86,6 +86,11 @@ export interface ServerOptions extends ServerBaseOptions {
    * the base block it modifies, each row with its own delta, so the base weights pass once (default true).
    */
   variantBatching?: boolean | undefined;
+  /**
+   * Cohort homes (several cohorts, blocks provisioning): cohort i's new sequences route on device i mod n where it
+   * holds their blocks, so a cohort's step is one device's program instead of a join across devices (default true).
+   */
+  cohortHomes?: boolean | undefined;
   /** maxQueueLen of algorithm 5.4: a new sequence's first hop leaves an instance routed this many sequences for an equivalent one (default: no bound). */
   maxQueueLen?: number | undefined;
   /** The placement policy of the serving core (default 'locality'). */
@@ -206,6 +211,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           scaleOutQueue: options.scaleOutQueue ?? null,
           adaptive: options.adaptive ?? true,
           variantBatching: options.variantBatching ?? true,
+          cohortHomes: options.cohortHomes ?? true,
           maxQueueLen: options.maxQueueLen ?? null,
           kvMigration: kvMigrationOf(options.kvMigration),
           speculation: options.speculation ? { acceptCosine: options.speculation.acceptCosine ?? 0.95, fraction: options.speculation.fraction ?? 0.1 } : null,

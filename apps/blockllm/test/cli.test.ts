@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { parseCli, USAGE, UsageError } from '../src/config.js';
+import { DEFAULT_HEAP_GROWING_PERCENT, parseCli, USAGE, UsageError } from '../src/config.js';
 import { DEMO_MODEL_NAME, ensureDemo } from '../src/demo.js';
 
 let scratch: string;
@@ -51,6 +51,15 @@ describe('parseCli', () => {
     expect(parseCli([], { BLOCKLLM_ADAPTIVE: '1' })).toMatchObject({ adaptive: true });
     expect(() => parseCli(['--max-queue', '0'], {})).toThrow(UsageError);
     for (const flag of ['--no-adaptive', 'BLOCKLLM_ADAPTIVE=0', '--max-queue', 'BLOCKLLM_MAX_QUEUE']) expect(USAGE).toContain(flag);
+  });
+
+  it('reads cohort homes (on by default) and the heap growth (300 % by default, 0: V8 decides)', () => {
+    expect(parseCli([], {})).toMatchObject({ cohortHomes: true, heapGrowingPercent: DEFAULT_HEAP_GROWING_PERCENT });
+    expect(DEFAULT_HEAP_GROWING_PERCENT).toBe(300);
+    expect(parseCli(['--no-cohort-homes', '--heap-growing-percent', '0'], {})).toMatchObject({ cohortHomes: false, heapGrowingPercent: 0 });
+    expect(parseCli([], { BLOCKLLM_COHORT_HOMES: '0', BLOCKLLM_HEAP_GROWING_PERCENT: '100' })).toMatchObject({ cohortHomes: false, heapGrowingPercent: 100 });
+    for (const argv of [['--heap-growing-percent', '-1'], ['--heap-growing-percent', '2000'], ['--heap-growing-percent', '1.5']]) expect(() => parseCli(argv, {}), argv.join(' ')).toThrow(UsageError);
+    for (const flag of ['--no-cohort-homes', 'BLOCKLLM_COHORT_HOMES=0', '--heap-growing-percent', 'BLOCKLLM_HEAP_GROWING_PERCENT']) expect(USAGE).toContain(flag);
   });
 
   it('reads the demo size (tiny by default; small and medium)', () => {

@@ -93,6 +93,35 @@ describe('routeByCostModel', () => {
     expect(r[1]).toMatchObject({ instance: 'b', reason: 'min-latency', crossDevice: false });
   });
 
+  it("keeps a cohort's sequence on its home device where the designated block is there, else lets the cost model choose", () => {
+    // device-0 is loaded and device-1 idle: without a home the route goes to device-1; home device-0 keeps it there.
+    const instances = [inst('a', 'device-0', 9), inst('a@device-1', 'device-1', 0), inst('b', 'device-0', 9), inst('b@device-1', 'device-1', 0)];
+    expect(routeByCostModel(snapshot(['a', 'b'], instances)).map((h) => h.instance)).toEqual(['a@device-1', 'b@device-1']);
+    expect(routeByCostModel(snapshot(['a', 'b'], instances, { home: 'device-0' })).map((h) => [h.instance, h.crossDevice])).toEqual([
+      ['a', false],
+      ['b', false],
+    ]);
+    // c has no instance on the home device: the hop goes where c is, and d comes back home (it is there).
+    const away = [inst('a', 'device-0', 0), inst('c@device-1', 'device-1', 0), inst('d', 'device-0', 5), inst('d@device-1', 'device-1', 0)];
+    expect(routeByCostModel(snapshot(['a', 'c', 'd'], away, { home: 'device-0' })).map((h) => [h.instance, h.crossDevice])).toEqual([
+      ['a', false],
+      ['c@device-1', true],
+      ['d', true],
+    ]);
+    // The KV owner still wins over the home (rule 1); b, owned nowhere, goes home.
+    expect(routeByCostModel(snapshot(['a', 'b'], instances, { home: 'device-0', owners: ['a@device-1', null] })).map((h) => h.instance)).toEqual(['a@device-1', 'b']);
+  });
+
+  it('with a home, still weighs an equivalent segment there against the designated block there (adaptive serving)', () => {
+    const seg = { position: 0, blocks: [block('x')], rejoin: 1, score: 0.99 };
+    // The designated a is on both devices: the home filter keeps device-1's a and x; idle, the designated wins.
+    const r = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 0), inst('a@device-1', 'device-1', 0), inst('x@device-1', 'device-1', 0)], { home: 'device-1', equivalents: [seg] }));
+    expect(r.map((h) => [h.instance, h.adaptive])).toEqual([['a@device-1', false]]);
+    // The designated block is not on the home device: nothing is filtered (an equivalent there is no reason to leave the chain's own block).
+    const away = routeByCostModel(snapshot(['a'], [inst('a', 'device-0', 0), inst('x@device-1', 'device-1', 0)], { home: 'device-1', equivalents: [seg] }));
+    expect(away.map((h) => [h.instance, h.adaptive])).toEqual([['a', false]]);
+  });
+
   it('refuses a chain block with no instance with the typed not-found error', () => {
     const snap = snapshot(['a', 'missing'], [inst('a', 'device-0', 0)]);
     expect(() => routeByCostModel(snap)).toThrow(BlockllmPlacementNotFoundError);

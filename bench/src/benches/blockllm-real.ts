@@ -84,7 +84,9 @@ interface Server {
 
 /** Starts the BlockLLM server from its sources; resolves once it prints its address. */
 async function startServer(args: string[], log: (line: string) => void): Promise<Server> {
-  const child = spawn(process.execPath, ['--conditions=@tessera/source', '--import', 'tsx', 'src/main.ts', '--port', '0', '--log-level', 'warn', ...args], {
+  // TESSERA_BENCH_NODE_ARGS: extra Node flags for the servers (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to profile them under the trace).
+  const nodeArgs = (process.env.TESSERA_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, '--conditions=@tessera/source', '--import', 'tsx', 'src/main.ts', '--port', '0', '--log-level', 'warn', ...args], {
     cwd: BLOCKLLM_APP,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, NO_COLOR: '1' },

@@ -51,6 +51,7 @@ import type { WorkerEngineClient } from '@tessera/server-kit';
 
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
 import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type InputLogSnapshot, predictedSequence, predictionId, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
+import type { CohortRef } from '../engine/step-loop.js';
 import { SpeculationControl, type SpeculationOptions, surrogateKey } from './speculation.js';
 import { InstanceProfiler, localTopology, type RouteSnapshot, routeByCostModel, workerTransportLink } from './routing.js';
 
@@ -104,6 +105,12 @@ export interface DeviceSetOptions {
    * Default true.
    */
   variantBatching?: boolean;
+  /**
+   * Cohort homes (blocks provisioning, several devices): when the step loop runs a multiple of the device count of
+   * cohorts, cohort i's new sequences route on device i mod n first (RouteSnapshot.home), so each device steps its
+   * own cohorts and the devices do not wait on each other within a step. Default true.
+   */
+  cohortHomes?: boolean;
 }
 
 export interface InstanceInfo {
@@ -391,7 +398,7 @@ export class DeviceSet {
    * chain's blocks, every shared instance with its routed sequences and per-token time, the topology, and for a
    * live sequence whose route lost an instance the instances of its old route that still hold its KV.
    */
-  routeSnapshot(id: string, app: string, tokens: number): RouteSnapshot {
+  routeSnapshot(id: string, app: string, tokens: number, home?: string): RouteSnapshot {
     const routeBlock = (manifest: BlockManifest) => ({ blockId: manifest.blockId, label: formatBlock(manifest), bytes: blockBytesOf(manifest) });
     const chain = this.instanceKeys(app).map(({ manifest }) => routeBlock(manifest));
     const equivalents = this.equivalentsOf(app).map((e) => ({ ...e, blocks: e.blocks.map((b) => routeBlock(this.zoo.block(b))) }));
@@ -425,7 +432,19 @@ export class DeviceSet {
       allowAdaptive: this.options.adaptive ?? true,
       ...(this.options.maxQueueLen !== undefined ? { maxQueueLen: this.options.maxQueueLen } : {}),
       ...(owners ? { owners } : {}),
+      ...(home !== undefined ? { home } : {}),
     };
+  }
+
+  /**
+   * The home device of cohort `index` of `count` (cohort homes): device index mod n when homes are on, the set
+   * provisions blocks over several devices and the cohorts split evenly over the devices (`count` a multiple of n);
+   * else none.
+   */
+  homeOf(cohort: CohortRef | undefined): string | undefined {
+    const n = this.deviceIds.length;
+    if (!cohort || !(this.options.cohortHomes ?? true) || this.provisioning !== 'blocks' || n < 2 || cohort.count % n !== 0) return undefined;
+    return this.deviceIds[cohort.index % n];
   }
 
   /**
@@ -449,16 +468,16 @@ export class DeviceSet {
    * each hop by the §4.3 cost model over the set's snapshot (routeByCostModel: hop 0 a scheduler dispatch, later
    * hops agent dispatches from the previous hop's device; with adaptive serving an equivalent segment's instances
    * may stand in for a run of the chain's blocks), the reasons counted. `tokens`: the new tokens of the sequence's
-   * first step (its prompt).
+   * first step (its prompt). `home`: the device of the sequence's cohort (homeOf), preferred by a new route.
    */
-  route(id: string, app: string, tokens = 1): { key: string; manifest: BlockManifest; device: string }[] {
+  route(id: string, app: string, tokens = 1, home?: string): { key: string; manifest: BlockManifest; device: string }[] {
     const known = this.routes.get(id);
     const hopsOf = (keys: readonly string[]) => keys.map((key) => ({ key, manifest: this.manifests.get(key)!, device: this.instances.get(key)!.device }));
     if (known && known.keys.every((k) => this.instances.has(k))) return hopsOf(known.keys);
     let keys: string[];
     if (this.provisioning !== 'blocks') keys = this.instanceKeys(app).map((c) => c.key);
     else {
-      const hops = routeByCostModel(this.routeSnapshot(id, app, tokens));
+      const hops = routeByCostModel(this.routeSnapshot(id, app, tokens, home));
       for (const h of hops) {
         if (h.reason === 'kv-owner') this.counters.hopsKvOwner++;
         else this.counters.hopsMinLatency++;
@@ -1246,20 +1265,20 @@ export class DeviceChainExecutor {
     for (const id of [...this.set.routes.keys()]) this.release(id);
   }
 
-  async step(sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+  async step(sequences: readonly ChainSequence[], cohort?: CohortRef): Promise<Float32Array[]> {
     const spec = this.set.speculation;
     const step = ++stepCounter;
     if (spec?.due(step)) await this.set.gate.alone(() => this.set.refreshSpeculation(step));
     const ids = sequences.map((s) => String(s.id));
     for (const id of ids) this.set.inflight.add(id);
     try {
-      return await this.set.gate.step(() => this.runStep(step, sequences));
+      return await this.set.gate.step(() => this.runStep(step, sequences, this.set.homeOf(cohort)));
     } finally {
       this.set.landed(ids);
     }
   }
 
-  private async runStep(step: number, sequences: readonly ChainSequence[]): Promise<Float32Array[]> {
+  private async runStep(step: number, sequences: readonly ChainSequence[], home: string | undefined): Promise<Float32Array[]> {
     const set = this.set;
     const spec = set.speculation;
     if (set.gate.steps > 1) set.counters.overlappedSteps++;
@@ -1268,7 +1287,7 @@ export class DeviceChainExecutor {
     const first = new Set(sequences.map((s) => String(s.id)).filter((id) => !set.routes.has(id)));
     const walkers: Walker[] = sequences.map((seq, index) => {
       if (seq.tokens.length === 0) throw new BlockllmRequestError('TESSERA_PLACEMENT_INVALID', `sequence ${String(seq.id)} has no new tokens`);
-      return { index, seq, chain: set.route(String(seq.id), seq.app, seq.tokens.length), cursor: 0, at: null, source: null, specAt: [] };
+      return { index, seq, chain: set.route(String(seq.id), seq.app, seq.tokens.length, home), cursor: 0, at: null, source: null, specAt: [] };
     });
     const appOrder = [...new Set(sequences.map((s) => s.app))];
 

@@ -144,6 +144,14 @@ export interface RouteSnapshot {
    * only then any instance by its estimate. Default: no bound (every instance is available).
    */
   maxQueueLen?: number;
+  /**
+   * The device the sequence's cohort steps on (cohort homes). At a hop whose designated block has an instance
+   * there, the candidates are that device's: a cohort whose sequences all run on one device steps as one program
+   * there, while a cohort spread over two devices ends its step with the slower of two programs and holds both
+   * devices' turns. A hop whose designated block is not there chooses among every device (and a KV owner, rule 1,
+   * keeps the hop wherever it is). Absent: every device.
+   */
+  home?: string;
 }
 
 export interface RouteHop {
@@ -226,6 +234,9 @@ export function routeByCostModel(s: RouteSnapshot): RouteHop[] {
     }
     if (candidates.length === 0) throw new BlockllmPlacementNotFoundError(`block ${options[0]!.blocks[0]!.label} of ${s.app} has no instance on any device`);
     const owner = candidates.find((c) => owners.has(c.instance))?.instance ?? null;
+    if (s.home !== undefined && owner === null && candidates.some((c) => c.designated && c.device === s.home)) {
+      for (let i = candidates.length - 1; i >= 0; i--) if (candidates[i]!.device !== s.home) candidates.splice(i, 1);
+    }
     const choice = chooseInstance(s.topology, { requestId: s.requestId, space, kvOwner: owner, ownerHasRoom: true, allowAdaptive, fromDevice: from }, candidates);
     const picked = candidates.find((c) => c.instance === choice.instance)!;
     hops.push({

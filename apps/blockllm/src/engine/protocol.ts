@@ -161,6 +161,8 @@ export interface WorkerInit {
   adaptive: boolean;
   /** Variant batching on the devices: a fused PE block's rows batch with its base block's. */
   variantBatching: boolean;
+  /** Cohort homes: a cohort's new sequences route on its home device first (DeviceSetOptions.cohortHomes). */
+  cohortHomes: boolean;
   /** maxQueueLen of algorithm 5.4: a first hop leaves an instance routed this many sequences for an equivalent one (null: no bound). */
   maxQueueLen: number | null;
   /** How a migrate job moves K/V: overlapped front recompute and back copy (rates measured unless pinned), or copy only. */

@@ -55,11 +55,18 @@ interface Sequence {
  */
 export interface StepExecutor {
   load(app: string): unknown;
-  step(sequences: readonly ChainSequence[]): Float32Array[] | Promise<Float32Array[]>;
+  /** One step of `sequences`, the sequences of one cohort (`cohort`: which, of how many; absent with one). */
+  step(sequences: readonly ChainSequence[], cohort?: CohortRef): Float32Array[] | Promise<Float32Array[]>;
   release(id: string): void;
   dispose(): void;
   /** Before a step: deploy what `apps` need. Per application: 'wait' (not now: it stays queued) or its error. */
   prepare?(admitted: readonly string[], busy: ReadonlySet<string>): Promise<Map<string, 'wait' | Error>>;
+}
+
+/** A cohort of the loop: its index among `count` cohorts. */
+export interface CohortRef {
+  index: number;
+  count: number;
 }
 
 /** One block run of a step, as the loop counts it. */
@@ -292,7 +299,8 @@ export class ChainStepLoop implements ProtocolEngine<Placement, HostEvent> {
     let logits: Float32Array[] | null = null;
     while (logits === null) {
       try {
-        logits = await this.executor.step(batch.map((s) => ({ app: s.app, id: s.seqId, tokens: s.started ? [s.generated.at(-1)!] : [...s.placement.request.prompt, ...s.generated] })));
+        const cohort = { index: this.cohorts.indexOf(c), count: this.cohorts.length };
+        logits = await this.executor.step(batch.map((s) => ({ app: s.app, id: s.seqId, tokens: s.started ? [s.generated.at(-1)!] : [...s.placement.request.prompt, ...s.generated] })), cohort);
       } catch (err) {
         if (!(err instanceof KvCacheExhaustedError)) {
           // Not a capacity problem of this step: every request in it ends with the error, the loop goes on.

@@ -79,6 +79,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
       scaleOutQueue: init.scaleOutQueue ?? init.maxBatch,
       adaptive: init.adaptive,
       variantBatching: init.variantBatching,
+      cohortHomes: init.cohortHomes,
       ...(init.maxQueueLen !== null ? { maxQueueLen: init.maxQueueLen } : {}),
       ...(init.speculation !== null ? { speculation: init.speculation } : {}),
       kvMigration: { mode: init.kvMigration.mode, ...(init.kvMigration.rates ? { rates: init.kvMigration.rates } : {}) },
@@ -96,7 +97,7 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
   const makeExecutor = (): StepExecutor =>
     devices
       ? new DeviceChainExecutor(devices, (run) => loop.onBlockRun(run))
-      : new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions, onBlockRun: (run) => loop.onBlockRun({ rows: run.rows, apps: run.apps.length, copiedRows: run.copiedRows }) });
+      : oneDevice(new ChainExecutor(zoo, pool, { kvPages: init.kvPages, maxPositions: config.maxPositions, onBlockRun: (run) => loop.onBlockRun({ rows: run.rows, apps: run.apps.length, copiedRows: run.copiedRows }) }));
   const prefixOf = (app: string): number => {
     const pe = zoo.model(app).pe;
     return pe?.method === 'prefix' ? Number(pe.config['tokens'] ?? 0) : 0;
@@ -352,3 +353,13 @@ serveWorkerHost<P['placement'], HostEvent, never, P['admin'], P['ready']>(async 
     },
   };
 });
+
+/** block-zoo's one-device ChainExecutor as the loop's executor (one cohort: its step takes no cohort). */
+function oneDevice(chain: ChainExecutor): StepExecutor {
+  return {
+    load: (app) => chain.load(app),
+    step: (sequences) => chain.step(sequences),
+    release: (id) => chain.release(id),
+    dispose: () => chain.dispose(),
+  };
+}
