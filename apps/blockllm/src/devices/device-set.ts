@@ -49,9 +49,9 @@ import { attentionLayersOf, type ChainSequence, variantSignature } from '@tesser
 import { KV_PAGE_SIZE, systemClock } from '@tessera/core';
 import type { WorkerEngineClient } from '@tessera/server-kit';
 
+import type { CohortRef } from '../engine/step-loop.js';
 import { BlockllmPlacementConflictError, BlockllmPlacementNotFoundError, BlockllmRequestError } from '../errors.js';
 import { type DeviceProgram, type DeviceProtocol, type DeviceStats, type InputLogSnapshot, predictedSequence, predictionId, type ProgramResult, type RowBlock, startDevice } from './protocol.js';
-import type { CohortRef } from '../engine/step-loop.js';
 import { SpeculationControl, type SpeculationOptions, surrogateKey } from './speculation.js';
 import { InstanceProfiler, localTopology, type RouteSnapshot, routeByCostModel, workerTransportLink } from './routing.js';
 

@@ -55,7 +55,7 @@ interface Sequence {
  */
 export interface StepExecutor {
   load(app: string): unknown;
-  /** One step of `sequences`, the sequences of one cohort (`cohort`: which, of how many; absent with one). */
+  /** One step of `sequences`, the sequences of one cohort (`cohort`: which, of how many; an executor may ignore it). */
   step(sequences: readonly ChainSequence[], cohort?: CohortRef): Float32Array[] | Promise<Float32Array[]>;
   release(id: string): void;
   dispose(): void;
