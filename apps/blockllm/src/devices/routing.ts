@@ -234,10 +234,10 @@ export function routeByCostModel(s: RouteSnapshot): RouteHop[] {
     }
     if (candidates.length === 0) throw new BlockllmPlacementNotFoundError(`block ${options[0]!.blocks[0]!.label} of ${s.app} has no instance on any device`);
     const owner = candidates.find((c) => owners.has(c.instance))?.instance ?? null;
-    if (s.home !== undefined && owner === null && candidates.some((c) => c.designated && c.device === s.home)) {
-      for (let i = candidates.length - 1; i >= 0; i--) if (candidates[i]!.device !== s.home) candidates.splice(i, 1);
-    }
-    const choice = chooseInstance(s.topology, { requestId: s.requestId, space, kvOwner: owner, ownerHasRoom: true, allowAdaptive, fromDevice: from }, candidates);
+    // The cohort's home device, where it holds the designated block and no KV owner decides (RouteSnapshot.home).
+    const homed = s.home !== undefined && owner === null && candidates.some((c) => c.designated && c.device === s.home);
+    const offered = homed ? candidates.filter((c) => c.device === s.home) : candidates;
+    const choice = chooseInstance(s.topology, { requestId: s.requestId, space, kvOwner: owner, ownerHasRoom: true, allowAdaptive, fromDevice: from }, offered);
     const picked = candidates.find((c) => c.instance === choice.instance)!;
     hops.push({
       instance: choice.instance,
