@@ -487,11 +487,15 @@ describe('sgmv determinism', () => {
     // Few large groups force the shrink to split K over tasks (partials reduced in chunk order) and the expand to
     // split columns; many small groups exercise the other end.
     const h = 2304; // 9 chunks
-    const adapters = [16, 64, 8].map((r, i) => makeAdapter(r, h, h, 500 + i));
+    // Rank 3 at h = 2304 is a small adapter slice (27 KB): one-row groups of it run whole, in runs of consecutive
+    // groups, which a larger group or an empty segment breaks.
+    const adapters = [16, 64, 8, 3].map((r, i) => makeAdapter(r, h, h, 500 + i));
     for (const [label, indptr, segAdapter] of [
       ['one group', [0, 40], [1]],
       ['skewed', [0, 1, 40], [0, 2]],
       ['distinct', Array.from({ length: 41 }, (_, i) => i), Array.from({ length: 40 }, (_, i) => i % 3)],
+      ['distinct small adapters', Array.from({ length: 41 }, (_, i) => i), Array.from({ length: 40 }, () => 3)],
+      ['small adapters broken up', [0, 1, 2, 2, 3, 9, 10, ...Array.from({ length: 30 }, (_, i) => 11 + i)], [3, 3, 3, 3, 0, 3, ...Array.from({ length: 30 }, (_, i) => (i % 7 === 0 ? 2 : 3))]],
     ] as const) {
       const rows = 40;
       const x = tensorF32(randomFloats(rows * h, 1), [rows, h]);
@@ -520,31 +524,34 @@ describe('sgmv determinism', () => {
   it('a row\'s result does not depend on the rest of the batch: alone, in a distinct batch or in a big group, bit for bit', () => {
     // The task partition differs completely between these calls (a lone group is split over K-chunks and columns,
     // 24 one-row groups are not, a 24-row group runs the multi-row blocks); the per-row arithmetic must not.
+    // Rank 3 makes each one-row group a small slice (13 KB), which runs whole in runs of groups.
     const h = 1100; // 4 full chunks and a ragged one
-    const w = makeAdapter(16, h, h, 900);
     const rows = 24;
     const xData = randomFloats(rows * h, 1);
-    const vData = randomFloats(rows * 16, 2);
-    const y0s = randomFloats(rows * 16, 3);
     const y0e = randomFloats(rows * h, 4);
-    forEachIsa((isa) => {
-      const run = (indptr: number[], from: number, n: number): [Float32Array, Float32Array] => {
-        const ys = tensorF32(y0s.slice(from * 16, (from + n) * 16), [n, 16]);
-        sgmvShrink(ys, tensorF32(xData.slice(from * h, (from + n) * h), [n, h]), indptr.slice(1).map(() => w.aT), i32(indptr), 1);
-        const ye = tensorF32(y0e.slice(from * h, (from + n) * h), [n, h]);
-        sgmvExpand(ye, tensorF32(vData.slice(from * 16, (from + n) * 16), [n, 16]), indptr.slice(1).map(() => w.bT), i32(indptr), 1, { scales: indptr.slice(1).map(() => 0.75) });
-        return [f32(ys), f32(ye)];
-      };
-      const [sd, ed] = run(Array.from({ length: rows + 1 }, (_, i) => i), 0, rows); // distinct: 24 one-row groups
-      const [sg, eg] = run([0, rows], 0, rows); // one 24-row group
-      for (const row of [0, 5, 23]) {
-        const [s1, e1] = run([0, 1], row, 1);
-        expectBitwiseEqual(s1, sd.subarray(row * 16, (row + 1) * 16), `${isa} shrink row ${row} alone vs distinct`);
-        expectBitwiseEqual(e1, ed.subarray(row * h, (row + 1) * h), `${isa} expand row ${row} alone vs distinct`);
-      }
-      expectBitwiseEqual(sg, sd, `${isa} shrink one group vs distinct`);
-      expectBitwiseEqual(eg, ed, `${isa} expand one group vs distinct`);
-    });
+    for (const R of [16, 3]) {
+      const w = makeAdapter(R, h, h, 900 + R);
+      const vData = randomFloats(rows * R, 2);
+      const y0s = randomFloats(rows * R, 3);
+      forEachIsa((isa) => {
+        const run = (indptr: number[], from: number, n: number): [Float32Array, Float32Array] => {
+          const ys = tensorF32(y0s.slice(from * R, (from + n) * R), [n, R]);
+          sgmvShrink(ys, tensorF32(xData.slice(from * h, (from + n) * h), [n, h]), indptr.slice(1).map(() => w.aT), i32(indptr), 1);
+          const ye = tensorF32(y0e.slice(from * h, (from + n) * h), [n, h]);
+          sgmvExpand(ye, tensorF32(vData.slice(from * R, (from + n) * R), [n, R]), indptr.slice(1).map(() => w.bT), i32(indptr), 1, { scales: indptr.slice(1).map(() => 0.75) });
+          return [f32(ys), f32(ye)];
+        };
+        const [sd, ed] = run(Array.from({ length: rows + 1 }, (_, i) => i), 0, rows); // distinct: 24 one-row groups
+        const [sg, eg] = run([0, rows], 0, rows); // one 24-row group
+        for (const row of [0, 5, 23]) {
+          const [s1, e1] = run([0, 1], row, 1);
+          expectBitwiseEqual(s1, sd.subarray(row * R, (row + 1) * R), `${isa} rank ${R} shrink row ${row} alone vs distinct`);
+          expectBitwiseEqual(e1, ed.subarray(row * h, (row + 1) * h), `${isa} rank ${R} expand row ${row} alone vs distinct`);
+        }
+        expectBitwiseEqual(sg, sd, `${isa} rank ${R} shrink one group vs distinct`);
+        expectBitwiseEqual(eg, ed, `${isa} rank ${R} expand one group vs distinct`);
+      });
+    }
   });
 
   it('BGMV equals SGMV after sorting the rows by adapter, bit for bit (fast paths and reference)', () => {

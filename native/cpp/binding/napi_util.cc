@@ -20,6 +20,19 @@ Napi::FunctionReference& tensor_ctor(Napi::Env env) {
   return *ctor;
 }
 
+// Every NativeTensor is type-tagged at construction, and a tensor argument is recognised by its tag: one private
+// property check, where InstanceOf looked up Symbol.hasInstance and walked the prototype chain on every tensor of
+// every call. The tag differs per addon (it hashes the device name), so a tensor of the other addon never passes
+// as one of this addon's.
+const napi_type_tag& tensor_type_tag() {
+  static const napi_type_tag tag = [] {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (const char* p = device().name(); *p; ++p) h = (h ^ static_cast<uint8_t>(*p)) * 1099511628211ull;
+    return napi_type_tag{0x74657373657261ull /* "tessera" */, h};
+  }();
+  return tag;
+}
+
 struct Registrar {
   const char* group;
   OpRegistrar fn;
@@ -132,6 +145,7 @@ NativeTensor::NativeTensor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Na
     to_js_error(info.Env(), e).ThrowAsJavaScriptException();
     return;
   }
+  info.This().As<Napi::Object>().TypeTag(&tensor_type_tag());
   // Views share storage; only the owner of the allocation reports it, so V8's view of memory stays exact. A view
   // (rowsView, reshape) is made while its source still holds the storage, so the sole holder is the allocation.
   if (tensor_.storage && tensor_.storage.use_count() == 1 && std::string(device().name()) == "cpu") {
@@ -160,7 +174,7 @@ Napi::Object NativeTensor::Wrap(Napi::Env env, Tensor t) {
 }
 
 bool NativeTensor::Is(const Napi::Value& v) {
-  return v.IsObject() && v.As<Napi::Object>().InstanceOf(tensor_ctor(v.Env()).Value());
+  return v.IsObject() && v.As<Napi::Object>().CheckTypeTag(&tensor_type_tag());
 }
 
 Tensor& NativeTensor::tensor(const char* what) {

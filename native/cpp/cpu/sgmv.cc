@@ -36,6 +36,12 @@ constexpr int64_t kRowsPerTask = 256;                     // rows of one row-pat
 constexpr int64_t kGemmMinRows = 4;
 constexpr int64_t kGemmTaskRows = 16;
 constexpr int64_t kReduceRowsPerTask = 64;
+// A lone row whose adapter slice (W, r x h) is at most kLoneGroupBytes is not split at all: consecutive such groups
+// (a Distinct decode batch: one row per adapter, each slice a few KB and cold in cache) are handed out in runs of
+// about kLoneRunBytes of W. Split into pieces of a few hundred bytes, each group cost more in task hand-offs, partial
+// sums and a second reduction pass than in reading its slice, and two threads ran such a call slower than one.
+constexpr int64_t kLoneGroupBytes = int64_t(32) << 10;
+constexpr int64_t kLoneRunBytes = int64_t(48) << 10;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
 // more than the work. Like every schedule choice here it leaves the arithmetic unchanged.
 constexpr int64_t kInlineBytes = int64_t(192) << 10;
@@ -108,10 +114,13 @@ void run_expand_tile(Isa isa, const ExpandTile& t) {
   }
 }
 
-// A task: group g, its rows [j0, j1) and a range [b0, b1) of K-chunks (shrink) or columns (expand).
+// A task: group g, its rows [j0, j1) and a range [b0, b1) of K-chunks (shrink) or columns (expand); or a run of
+// lone groups [g, g_end), each with its one row and the whole range (g_end > g + 1 only for such runs).
 struct Task {
-  int64_t g, j0, j1, b0, b1;
+  int64_t g, j0, j1, b0, b1, g_end;
 };
+
+bool is_lone(const SgmvArgs& a, const SgmvSegment& s) { return s.rows == 1 && s.r * a.h * int64_t(sizeof(float)) <= kLoneGroupBytes; }
 
 // Splits every group into at least `split` pieces (tasks), doubling `split` until there are kTargetTasks tasks or no
 // group can be split further. The two kinds of group split differently:
@@ -122,14 +131,29 @@ struct Task {
 //             tile, which it keeps in L2; the range is cut only when the rows cannot be (or to fit cap_of in L2).
 template <typename CapOf>
 std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&& cap_of) {
+  std::vector<Task> lone;
+  if (extent <= 0) return lone;
+  // Runs of consecutive lone groups (empty groups in between are skipped), cut once a run holds kLoneRunBytes of W.
+  int64_t run_bytes = 0;
+  for (int64_t g = 0; g < a.n_segments; ++g) {
+    const SgmvSegment& s = a.segments[g];
+    if (!has_work(s)) continue;
+    if (!is_lone(a, s)) {
+      run_bytes = 0;
+      continue;
+    }
+    if (run_bytes == 0) lone.push_back({g, 0, 1, 0, extent, g + 1});
+    lone.back().g_end = g + 1;
+    run_bytes += s.r * a.h * int64_t(sizeof(float));
+    if (run_bytes >= kLoneRunBytes) run_bytes = 0;
+  }
   std::vector<Task> tasks;
-  if (extent <= 0) return tasks;
   for (int64_t split = 1;; split *= 2) {
-    tasks.clear();
+    tasks = lone;
     bool can_split_more = false;
     for (int64_t g = 0; g < a.n_segments; ++g) {
       const SgmvSegment& s = a.segments[g];
-      if (!has_work(s)) continue;
+      if (!has_work(s) || is_lone(a, s)) continue;
       int64_t row_blocks = 1;
       if (s.rows >= kGemmMinRows) {
         const int64_t most = std::max<int64_t>(1, s.rows / kGemmTaskRows);
@@ -142,7 +166,7 @@ std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&&
       if (step > align) can_split_more = true;
       for (int64_t j0 = 0; j0 < s.rows; j0 += row_step) {
         for (int64_t b0 = 0; b0 < extent; b0 += step)
-          tasks.push_back({g, j0, std::min(s.rows, j0 + row_step), b0, std::min(extent, b0 + step)});
+          tasks.push_back({g, j0, std::min(s.rows, j0 + row_step), b0, std::min(extent, b0 + step), g + 1});
       }
     }
     if (static_cast<int64_t>(tasks.size()) >= kTargetTasks || !can_split_more) return tasks;
@@ -157,6 +181,20 @@ int64_t traffic_bytes(const SgmvArgs& a) {
     if (has_work(s)) bytes += (s.r + s.rows) * a.h * int64_t(sizeof(float));
   }
   return bytes;
+}
+
+// In a run of lone groups, the W slice of the next group with work (before `end`) is requested while this one
+// computes: each slice is a few short streams, cold in cache, that the hardware prefetchers would only ramp up on
+// once the loads reach them.
+void prefetch_next_lone(const SgmvArgs& a, int64_t end, int64_t g) {
+  for (; g < end; ++g) {
+    const SgmvSegment& s = a.segments[g];
+    if (!has_work(s)) continue;
+    const char* w = reinterpret_cast<const char*>(s.w);
+    const int64_t bytes = s.r * a.h * int64_t(sizeof(float));
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(w + b, 0, 3);
+    return;
+  }
 }
 
 // Grow-only scratch for shrink partials, one per calling thread (ops run on the JS thread that called them).
@@ -247,21 +285,25 @@ void sgmv_shrink(const SgmvArgs& a) {
   const bool small = traffic_bytes(a) < kInlineBytes;
   global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
-    const SgmvSegment& s = a.segments[task.g];
-    ShrinkTile t;
-    t.x = a.x;
-    t.h = a.h;
-    t.rows = rows_of(a, s);
-    t.n_rows = s.rows;
-    t.j0 = task.j0;
-    t.j1 = task.j1;
-    t.w = s.w;
-    t.r = s.r;
-    t.c0 = task.b0;
-    t.c1 = task.b1;
-    t.part = part.data() + offset[static_cast<size_t>(task.g)];
-    run_shrink_tile(isa, t);
-    if (!split_k[static_cast<size_t>(task.g)]) reduce_rows(task.g, task.j0, task.j1);
+    for (int64_t g = task.g; g < task.g_end; ++g) {
+      const SgmvSegment& s = a.segments[g];
+      if (!has_work(s)) continue;
+      if (g + 1 < task.g_end) prefetch_next_lone(a, task.g_end, g + 1);
+      ShrinkTile t;
+      t.x = a.x;
+      t.h = a.h;
+      t.rows = rows_of(a, s);
+      t.n_rows = s.rows;
+      t.j0 = task.j0;
+      t.j1 = task.j1;
+      t.w = s.w;
+      t.r = s.r;
+      t.c0 = task.b0;
+      t.c1 = task.b1;
+      t.part = part.data() + offset[static_cast<size_t>(g)];
+      run_shrink_tile(isa, t);
+      if (!split_k[static_cast<size_t>(g)]) reduce_rows(g, task.j0, task.j1);
+    }
   });
   std::vector<Task> reduce;
   int64_t reduce_partials = 0;
@@ -269,7 +311,7 @@ void sgmv_shrink(const SgmvArgs& a) {
     const SgmvSegment& s = a.segments[g];
     if (!has_work(s) || !split_k[static_cast<size_t>(g)]) continue;
     reduce_partials += s.rows * s.r * chunks;
-    for (int64_t j0 = 0; j0 < s.rows; j0 += kReduceRowsPerTask) reduce.push_back({g, j0, std::min(s.rows, j0 + kReduceRowsPerTask), 0, 0});
+    for (int64_t j0 = 0; j0 < s.rows; j0 += kReduceRowsPerTask) reduce.push_back({g, j0, std::min(s.rows, j0 + kReduceRowsPerTask), 0, 0, g + 1});
   }
   global_pool().parallel_for_or_inline(static_cast<int64_t>(reduce.size()), small || reduce_partials < kInlinePartials, [&](int64_t i) {
     const Task& task = reduce[static_cast<size_t>(i)];
@@ -286,21 +328,25 @@ void sgmv_expand(const SgmvArgs& a) {
   const Isa isa = active_isa();
   global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), traffic_bytes(a) < kInlineBytes, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
-    const SgmvSegment& s = a.segments[task.g];
-    ExpandTile t;
-    t.v = a.x;
-    t.r_max = a.r_max;
-    t.rows = rows_of(a, s);
-    t.j0 = task.j0;
-    t.j1 = task.j1;
-    t.w = s.w;
-    t.r = s.r;
-    t.h = a.h;
-    t.col0 = task.b0;
-    t.col1 = task.b1;
-    t.scale = s.scale;
-    t.y = a.y;
-    run_expand_tile(isa, t);
+    for (int64_t g = task.g; g < task.g_end; ++g) {
+      const SgmvSegment& s = a.segments[g];
+      if (!has_work(s)) continue;
+      if (g + 1 < task.g_end) prefetch_next_lone(a, task.g_end, g + 1);
+      ExpandTile t;
+      t.v = a.x;
+      t.r_max = a.r_max;
+      t.rows = rows_of(a, s);
+      t.j0 = task.j0;
+      t.j1 = task.j1;
+      t.w = s.w;
+      t.r = s.r;
+      t.h = a.h;
+      t.col0 = task.b0;
+      t.col1 = task.b1;
+      t.scale = s.scale;
+      t.y = a.y;
+      run_expand_tile(isa, t);
+    }
   });
 }
 
