@@ -487,15 +487,16 @@ describe('sgmv determinism', () => {
     // Few large groups force the shrink to split K over tasks (partials reduced in chunk order) and the expand to
     // split columns; many small groups exercise the other end.
     const h = 2304; // 9 chunks
-    // Rank 3 at h = 2304 is a small adapter slice (27 KB): one-row groups of it run whole, in runs of consecutive
-    // groups, which a larger group or an empty segment breaks.
+    // Rank 3 at h = 2304 is a small adapter slice (27 KB): groups of up to 3 rows of it run whole, in runs of
+    // consecutive groups, which a larger group breaks.
     const adapters = [16, 64, 8, 3].map((r, i) => makeAdapter(r, h, h, 500 + i));
     for (const [label, indptr, segAdapter] of [
       ['one group', [0, 40], [1]],
       ['skewed', [0, 1, 40], [0, 2]],
       ['distinct', Array.from({ length: 41 }, (_, i) => i), Array.from({ length: 40 }, (_, i) => i % 3)],
       ['distinct small adapters', Array.from({ length: 41 }, (_, i) => i), Array.from({ length: 40 }, () => 3)],
-      ['small adapters broken up', [0, 1, 2, 2, 3, 9, 10, ...Array.from({ length: 30 }, (_, i) => 11 + i)], [3, 3, 3, 3, 0, 3, ...Array.from({ length: 30 }, (_, i) => (i % 7 === 0 ? 2 : 3))]],
+      // Groups of 1, 2, 0 and 3 rows of the small adapter, a 6-row group of a large one, then 27 one-row groups.
+      ['small adapters broken up', [0, 1, 3, 3, 6, 12, 13, ...Array.from({ length: 27 }, (_, i) => 14 + i)], [3, 3, 3, 3, 0, 3, ...Array.from({ length: 27 }, (_, i) => (i % 7 === 0 ? 2 : 3))]],
     ] as const) {
       const rows = 40;
       const x = tensorF32(randomFloats(rows * h, 1), [rows, h]);

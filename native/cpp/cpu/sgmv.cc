@@ -36,10 +36,11 @@ constexpr int64_t kRowsPerTask = 256;                     // rows of one row-pat
 constexpr int64_t kGemmMinRows = 4;
 constexpr int64_t kGemmTaskRows = 16;
 constexpr int64_t kReduceRowsPerTask = 64;
-// A lone row whose adapter slice (W, r x h) is at most kLoneGroupBytes is not split at all: consecutive such groups
-// (a Distinct decode batch: one row per adapter, each slice a few KB and cold in cache) are handed out in runs of
-// about kLoneRunBytes of W. Split into pieces of a few hundred bytes, each group cost more in task hand-offs, partial
-// sums and a second reduction pass than in reading its slice, and two threads ran such a call slower than one.
+// A row-path group (fewer than kGemmMinRows rows) whose adapter slice (W, r x h) is at most kLoneGroupBytes is not
+// split at all: consecutive such groups (a Distinct decode batch: one row per adapter, each slice a few KB and cold
+// in cache) are handed out whole, in runs of about kLoneRunBytes of W. Split into pieces of a few hundred bytes, each
+// group cost more in task hand-offs, partial sums and a second reduction pass than in reading its slice, and two
+// threads ran such a call slower than one.
 constexpr int64_t kLoneGroupBytes = int64_t(32) << 10;
 constexpr int64_t kLoneRunBytes = int64_t(48) << 10;
 // Calls that move less than this (weights plus activations) run on the calling thread: waking the pool would cost
@@ -114,13 +115,16 @@ void run_expand_tile(Isa isa, const ExpandTile& t) {
   }
 }
 
-// A task: group g, its rows [j0, j1) and a range [b0, b1) of K-chunks (shrink) or columns (expand); or a run of
-// lone groups [g, g_end), each with its one row and the whole range (g_end > g + 1 only for such runs).
+// A task: group g, its rows [j0, j1) and a range [b0, b1) of K-chunks (shrink) or columns (expand); or (whole) a
+// run of small groups [g, g_end), each with all its rows and the whole range.
 struct Task {
   int64_t g, j0, j1, b0, b1, g_end;
+  bool whole = false;
 };
 
-bool is_lone(const SgmvArgs& a, const SgmvSegment& s) { return s.rows == 1 && s.r * a.h * int64_t(sizeof(float)) <= kLoneGroupBytes; }
+bool is_lone(const SgmvArgs& a, const SgmvSegment& s) {
+  return s.rows < kGemmMinRows && s.r * a.h * int64_t(sizeof(float)) <= kLoneGroupBytes;
+}
 
 // Splits every group into at least `split` pieces (tasks), doubling `split` until there are kTargetTasks tasks or no
 // group can be split further. The two kinds of group split differently:
@@ -142,7 +146,7 @@ std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&&
       run_bytes = 0;
       continue;
     }
-    if (run_bytes == 0) lone.push_back({g, 0, 1, 0, extent, g + 1});
+    if (run_bytes == 0) lone.push_back({g, 0, 0, 0, extent, g + 1, true});
     lone.back().g_end = g + 1;
     run_bytes += s.r * a.h * int64_t(sizeof(float));
     if (run_bytes >= kLoneRunBytes) run_bytes = 0;
@@ -183,7 +187,7 @@ int64_t traffic_bytes(const SgmvArgs& a) {
   return bytes;
 }
 
-// In a run of lone groups, the W slice of the next group with work (before `end`) is requested while this one
+// In a run of small groups, the W slice of the next group with work (before `end`) is requested while this one
 // computes: each slice is a few short streams, cold in cache, that the hardware prefetchers would only ramp up on
 // once the loads reach them.
 void prefetch_next_lone(const SgmvArgs& a, int64_t end, int64_t g) {
@@ -294,15 +298,15 @@ void sgmv_shrink(const SgmvArgs& a) {
       t.h = a.h;
       t.rows = rows_of(a, s);
       t.n_rows = s.rows;
-      t.j0 = task.j0;
-      t.j1 = task.j1;
+      t.j0 = task.whole ? 0 : task.j0;
+      t.j1 = task.whole ? s.rows : task.j1;
       t.w = s.w;
       t.r = s.r;
       t.c0 = task.b0;
       t.c1 = task.b1;
       t.part = part.data() + offset[static_cast<size_t>(g)];
       run_shrink_tile(isa, t);
-      if (!split_k[static_cast<size_t>(g)]) reduce_rows(g, task.j0, task.j1);
+      if (!split_k[static_cast<size_t>(g)]) reduce_rows(g, t.j0, t.j1);
     }
   });
   std::vector<Task> reduce;
@@ -336,8 +340,8 @@ void sgmv_expand(const SgmvArgs& a) {
       t.v = a.x;
       t.r_max = a.r_max;
       t.rows = rows_of(a, s);
-      t.j0 = task.j0;
-      t.j1 = task.j1;
+      t.j0 = task.whole ? 0 : task.j0;
+      t.j1 = task.whole ? s.rows : task.j1;
       t.w = s.w;
       t.r = s.r;
       t.h = a.h;
