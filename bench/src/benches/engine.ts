@@ -36,6 +36,12 @@ const ENCODER_SHAPES_QUICK = [{ batch: 8, seq: 64 }];
 const DECODE_BATCHES_FULL = [1, 2, 4, 8, 16, 32];
 const DECODE_BATCHES_QUICK = [1, 8, 32];
 const PROMPT = 32;
+/**
+ * Alternating timing rounds, each side keeping its best median: a disturbance (another process, a neighbour on the
+ * memory bus, the first touches of the weights) then costs one round, not the row. The shared 2-vCPU hosts moved a
+ * bandwidth-bound f32 decode step by up to 30 % between rounds, so a full run takes three.
+ */
+const roundsOf = (ctx: BenchContext) => (ctx.quick ? 2 : 3);
 /** Encoder outputs: engine vs ORT, normwise (max |a - b| / max |b|) over the logits and the hidden states. */
 const TOL = 1e-4;
 
@@ -85,7 +91,7 @@ async function encoderRows(model: EncoderModel, ctx: BenchContext, timing: Measu
       ctx.log(`engine: encoder batch ${batch} x ${seq}: timing`);
       let tOurs: Timing | null = null;
       let tOrt: Timing | null = null;
-      for (let round = 0; round < 2; round++) {
+      for (let round = 0; round < roundsOf(ctx); round++) {
         tOurs = better(tOurs, measure(run, timing));
         tOrt = better(tOrt, await measureAsync(() => session.run(feeds), timing));
         await sleep(50);
@@ -120,9 +126,8 @@ function decodeRows(model: DecoderModel, ctx: BenchContext, timing: MeasureOptio
   const next = rng(12);
   const best = new Map<number, { t: Timing; steps: number }>();
   try {
-    // Two rounds over all batch sizes, keeping each size's better median: a disturbance (another process, the
-    // first touches of the weights) then costs one round, not the row.
-    for (let round = 0; round < 2; round++) {
+    // Rounds over all batch sizes (roundsOf), keeping each size's best median.
+    for (let round = 0; round < roundsOf(ctx); round++) {
       for (const batch of batches) {
         const ids = Array.from({ length: batch }, (_, b) => `r${round}-b${batch}-${b}`);
         const prefill = model.forward(ids.map((id) => ({ id, tokens: randomTokens(PROMPT, c.vocabSize, next) })), { cache, logits: 'none' });
@@ -136,7 +141,7 @@ function decodeRows(model: DecoderModel, ctx: BenchContext, timing: MeasureOptio
           out.layout.dispose();
           steps++;
         };
-        ctx.log(`engine: decode step at batch ${batch}: timing (round ${round + 1} of 2)`);
+        ctx.log(`engine: decode step at batch ${batch}: timing (round ${round + 1} of ${roundsOf(ctx)})`);
         const t = measure(step, { ...timing, maxSamples: 48, minSampleMs: 0 });
         const prev = best.get(batch);
         if (!prev || t.medianMs < prev.t.medianMs) best.set(batch, { t, steps });
@@ -307,7 +312,7 @@ function decodeStepMs(model: DecoderModel, batch: number, timing: MeasureOptions
 
 /**
  * The mini decoder loaded twice, f32 and `weights: 'int8'` (Q8_0 linears and LM head), decode steps timed side by
- * side in alternating rounds (f32, int8; twice, each keeping its better median) at batch 1 and 16. Ratios
+ * side in alternating rounds (f32, int8; roundsOf, each keeping its best median) at batch 1 and 16. Ratios
  * int8_vs_f32_decode_b1 / _b16: int8 tokens/s over f32 tokens/s at the same batch.
  */
 function int8DecodeSection(ctx: BenchContext, timing: MeasureOptions): { ratios: Record<string, number>; rows: Row[]; params: Record<string, unknown>; note: string } {
@@ -321,10 +326,10 @@ function int8DecodeSection(ctx: BenchContext, timing: MeasureOptions): { ratios:
     ctx.log('engine: loading the mini decoder with int8 (Q8_0) weights');
     int8 = loadDecoder(dir, { weights: 'int8' });
     bytes = { f32: f32.weights.nbytes, int8: int8.weights.nbytes };
-    for (let round = 0; round < 2; round++) {
+    for (let round = 0; round < roundsOf(ctx); round++) {
       for (const batch of INT8_BATCHES) {
         for (const [name, model] of [['f32', f32], ['int8', int8]] as const) {
-          ctx.log(`engine: ${name} decode step at batch ${batch} (int8 section, round ${round + 1} of 2)`);
+          ctx.log(`engine: ${name} decode step at batch ${batch} (int8 section, round ${round + 1} of ${roundsOf(ctx)})`);
           best.set(`${name}-${batch}`, better(best.get(`${name}-${batch}`) ?? null, decodeStepMs(model, batch, timing, next, `${name}-${round}-${batch}`)));
         }
       }
