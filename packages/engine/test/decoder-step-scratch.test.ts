@@ -80,6 +80,23 @@ describe('decoder step scratch', () => {
     expect(perStep).toBeLessThan(12);
   });
 
+  it('trimScratch frees the pool, and the next step of a pooled size makes its scratch again', () => {
+    const cache = prefilled();
+    const step = () => model.forward([{ id: 's0', tokens: [5] }], { cache }).logits!.dispose();
+    const inUse = () => allocatorStats(model.backend).inUse;
+    step();
+    model.trimScratch();
+    const empty = inUse();
+    step(); // makes a one-row scratch and pools it
+    const one = inUse();
+    expect(one).toBeGreaterThan(empty);
+    step(); // reuses it
+    expect(inUse()).toBe(one);
+    model.trimScratch();
+    expect(inUse()).toBe(empty);
+    cache.dispose();
+  });
+
   it('a step disposed after its model is disposed frees its scratch; pooled scratch goes with the model', () => {
     const start = allocatorStats(model.backend).inUse;
     const other = loadDecoder(dir);
