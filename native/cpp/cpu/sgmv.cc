@@ -201,6 +201,18 @@ void prefetch_next_lone(const SgmvArgs& a, int64_t end, int64_t g) {
   }
 }
 
+// Runs fn(g, segment, j0, j1) for each group with work in `task`: its one group and rows, or (whole) every group of
+// its run with all of that group's rows, requesting the next group's slice before each.
+template <typename Fn>
+void for_each_group(const SgmvArgs& a, const Task& task, Fn&& fn) {
+  for (int64_t g = task.g; g < task.g_end; ++g) {
+    const SgmvSegment& s = a.segments[g];
+    if (!has_work(s)) continue;
+    if (g + 1 < task.g_end) prefetch_next_lone(a, task.g_end, g + 1);
+    fn(g, s, task.whole ? int64_t(0) : task.j0, task.whole ? s.rows : task.j1);
+  }
+}
+
 // Grow-only scratch for shrink partials, one per calling thread (ops run on the JS thread that called them).
 std::vector<float>& partial_scratch() {
   thread_local std::vector<float> scratch;
@@ -289,25 +301,22 @@ void sgmv_shrink(const SgmvArgs& a) {
   const bool small = traffic_bytes(a) < kInlineBytes;
   global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), small, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
-    for (int64_t g = task.g; g < task.g_end; ++g) {
-      const SgmvSegment& s = a.segments[g];
-      if (!has_work(s)) continue;
-      if (g + 1 < task.g_end) prefetch_next_lone(a, task.g_end, g + 1);
+    for_each_group(a, task, [&](int64_t g, const SgmvSegment& s, int64_t j0, int64_t j1) {
       ShrinkTile t;
       t.x = a.x;
       t.h = a.h;
       t.rows = rows_of(a, s);
       t.n_rows = s.rows;
-      t.j0 = task.whole ? 0 : task.j0;
-      t.j1 = task.whole ? s.rows : task.j1;
+      t.j0 = j0;
+      t.j1 = j1;
       t.w = s.w;
       t.r = s.r;
       t.c0 = task.b0;
       t.c1 = task.b1;
       t.part = part.data() + offset[static_cast<size_t>(g)];
       run_shrink_tile(isa, t);
-      if (!split_k[static_cast<size_t>(g)]) reduce_rows(g, t.j0, t.j1);
-    }
+      if (!split_k[static_cast<size_t>(g)]) reduce_rows(g, j0, j1);
+    });
   });
   std::vector<Task> reduce;
   int64_t reduce_partials = 0;
@@ -332,16 +341,13 @@ void sgmv_expand(const SgmvArgs& a) {
   const Isa isa = active_isa();
   global_pool().parallel_for_or_inline(static_cast<int64_t>(tasks.size()), traffic_bytes(a) < kInlineBytes, [&](int64_t i) {
     const Task& task = tasks[static_cast<size_t>(i)];
-    for (int64_t g = task.g; g < task.g_end; ++g) {
-      const SgmvSegment& s = a.segments[g];
-      if (!has_work(s)) continue;
-      if (g + 1 < task.g_end) prefetch_next_lone(a, task.g_end, g + 1);
+    for_each_group(a, task, [&](int64_t, const SgmvSegment& s, int64_t j0, int64_t j1) {
       ExpandTile t;
       t.v = a.x;
       t.r_max = a.r_max;
       t.rows = rows_of(a, s);
-      t.j0 = task.whole ? 0 : task.j0;
-      t.j1 = task.whole ? s.rows : task.j1;
+      t.j0 = j0;
+      t.j1 = j1;
       t.w = s.w;
       t.r = s.r;
       t.h = a.h;
@@ -350,7 +356,7 @@ void sgmv_expand(const SgmvArgs& a) {
       t.scale = s.scale;
       t.y = a.y;
       run_expand_tile(isa, t);
-    }
+    });
   });
 }
 
