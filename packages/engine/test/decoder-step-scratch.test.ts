@@ -97,6 +97,27 @@ describe('decoder step scratch', () => {
     cache.dispose();
   });
 
+  it('the pool keeps the four most recently used row counts: a fifth drops the one unused the longest', () => {
+    const cache = PagedKvCache.create({ ...model.kvShape, numPages: 32 }, model.backend);
+    const ids = [0, 1, 2, 3, 4].map((i) => `lru${i}`);
+    model.forward(ids.map((id, i) => ({ id, tokens: [3 + i, 4 + i] })), { cache, logits: 'none' }).layout.dispose();
+    let t = 10;
+    /** A decode step over the first `rows` sequences; returns how many allocations it made. */
+    const step = (rows: number) => {
+      const before = allocatorStats(model.backend).totalAllocations;
+      model.forward(ids.slice(0, rows).map((id) => ({ id, tokens: [t++] })), { cache }).logits!.dispose();
+      return allocatorStats(model.backend).totalAllocations - before;
+    };
+    model.trimScratch();
+    for (const rows of [1, 2, 3, 4, 1]) step(rows); // pooled sizes, least recently returned first: 2, 3, 4, 1
+    const pooled = step(1);
+    expect(step(2)).toBe(pooled); // size 2 is pooled (and now the most recent: 3, 4, 1, 2)
+    step(5); // a fifth size: drops size 3
+    expect(step(1)).toBe(pooled);
+    expect(step(3) - pooled).toBeGreaterThan(10); // size 3 makes its scratch again
+    cache.dispose();
+  });
+
   it('a step disposed after its model is disposed frees its scratch; pooled scratch goes with the model', () => {
     const start = allocatorStats(model.backend).inUse;
     const other = loadDecoder(dir);

@@ -163,7 +163,7 @@ interface StepScratch {
 const SCRATCH_POOL_MAX_ROWS = 64;
 /** Pooled scratch kept per row count (more than one only while steps of that size overlap). */
 const SCRATCH_POOL_PER_SIZE = 2;
-/** Row counts the pool keeps scratch for; the least recently added size is dropped beyond this. */
+/** Row counts the pool keeps scratch for; beyond this the least recently returned size is dropped. */
 const SCRATCH_POOL_SIZES = 4;
 
 /**
@@ -258,7 +258,7 @@ export class DecoderModel {
   readonly config: DecoderConfig;
   readonly weights: ModelWeights;
   readonly backend: Backend;
-  /** Free step scratch by row count (see StepScratch), in the order the sizes were first pooled. */
+  /** Free step scratch by row count (see StepScratch), least recently returned size first. */
   private readonly scratchPool = new Map<number, StepScratch[]>();
   private disposed = false;
 
@@ -468,7 +468,11 @@ export class DecoderModel {
       scratch.scope.dispose();
       return;
     }
-    if (!free) {
+    if (free) {
+      // Most recently returned last, so that the size dropped below is the one unused the longest.
+      this.scratchPool.delete(scratch.rows);
+      this.scratchPool.set(scratch.rows, free);
+    } else {
       if (this.scratchPool.size >= SCRATCH_POOL_SIZES) {
         const [oldest, list] = this.scratchPool.entries().next().value as [number, StepScratch[]];
         for (const s of list) s.scope.dispose();
