@@ -252,8 +252,8 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
   if (!(Number.isInteger(n) && n >= 1 && okRounds(rounds) && okRounds(batchedRounds) && outMin >= 1 && outMax >= outMin && promptMin >= 1 && promptMax >= promptMin)) {
     throw new RangeError(`punica-textgen: bad sizes (requests ${n}, rounds ${rounds}, batched rounds ${batchedRounds}, outputs [${outMin}, ${outMax}], prompts [${promptMin}, ${promptMax}])`);
   }
-  const roundsOf = (workload: TextgenWorkload, policy: BatchPolicy) => (policy === 'punica' || workload === 'identical' ? Math.max(rounds, batchedRounds) : rounds);
   const maxRounds = Math.max(rounds, batchedRounds);
+  const roundsOf = (workload: TextgenWorkload, policy: BatchPolicy) => (policy === 'punica' || workload === 'identical' ? maxRounds : rounds);
 
   const model = loadDecoder(miniModelDir('decoder', ctx.log));
   const c = model.config;
@@ -409,7 +409,7 @@ export async function punicaTextgenFigure(ctx: BenchContext, options: PunicaText
         `One adapter is ${(adapterBytes / 2 ** 20).toFixed(1)} MiB, ${((100 * adapterBytes) / modelBytes).toFixed(1)}% of the base weights (Llama-2-7B with a rank-16 LoRA on all projections: about 0.6%): ` +
           'a step over k distinct adapters streams k of them besides the base, so Distinct costs more here than on the paper\'s 7B.',
         'tok/s = (prompt + generated tokens) / wall time of the whole run. Static batches prefill ragged prompts (no padding: in the baseline\'s favour).',
-        `Outputs compared across policies (greedy): ${mismatches} request(s) differ. Each row: the fastest of ${rounds} interleaved run(s), ${Math.max(rounds, batchedRounds)} for Punica and for every policy on Identical.`,
+        `Outputs compared across policies (greedy): ${mismatches} request(s) differ. Each row: the fastest of ${rounds} interleaved run(s), ${maxRounds} for Punica and for every policy on Identical.`,
       ],
     },
     svg: barChart({

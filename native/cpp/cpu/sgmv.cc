@@ -122,9 +122,10 @@ struct Task {
   bool whole = false;
 };
 
-bool is_lone(const SgmvArgs& a, const SgmvSegment& s) {
-  return s.rows < kGemmMinRows && s.r * a.h * int64_t(sizeof(float)) <= kLoneGroupBytes;
-}
+// Bytes of a group's W slice for the call's layer (r rows of h).
+int64_t slice_bytes(const SgmvArgs& a, const SgmvSegment& s) { return s.r * a.h * int64_t(sizeof(float)); }
+
+bool is_lone(const SgmvArgs& a, const SgmvSegment& s) { return s.rows < kGemmMinRows && slice_bytes(a, s) <= kLoneGroupBytes; }
 
 // Splits every group into at least `split` pieces (tasks), doubling `split` until there are kTargetTasks tasks or no
 // group can be split further. The two kinds of group split differently:
@@ -148,7 +149,7 @@ std::vector<Task> plan(const SgmvArgs& a, int64_t extent, int64_t align, CapOf&&
     }
     if (run_bytes == 0) lone.push_back({g, 0, 0, 0, extent, g + 1, true});
     lone.back().g_end = g + 1;
-    run_bytes += s.r * a.h * int64_t(sizeof(float));
+    run_bytes += slice_bytes(a, s);
     if (run_bytes >= kLoneRunBytes) run_bytes = 0;
   }
   std::vector<Task> tasks;
@@ -195,7 +196,7 @@ void prefetch_next_lone(const SgmvArgs& a, int64_t end, int64_t g) {
     const SgmvSegment& s = a.segments[g];
     if (!has_work(s)) continue;
     const char* w = reinterpret_cast<const char*>(s.w);
-    const int64_t bytes = s.r * a.h * int64_t(sizeof(float));
+    const int64_t bytes = slice_bytes(a, s);
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(w + b, 0, 3);
     return;
   }
